@@ -1,0 +1,37 @@
+"""Podscope engine: scenario -> simulated per-chip trace tables. Pure numpy/networkx, no I/O but data/."""
+
+from .calibration import Calibration, load_calibration
+from .catalog import ChipSpec, load_catalog
+from .errors import PodscopeError, ProfilerError, RunNotFoundError, ScenarioError, TopologyError, TraceImportError
+from .models import ModelCost, model_cost
+from .scenario import Scenario, apply_overrides, load_scenario, scenario_from_dict
+from .simulate import Segment, simulate
+from .topology import Pod, build_pod
+from .trace import EVENT_KINDS, RunFacts, RunResult, Trace
+
+__all__ = [
+    "Calibration",
+    "ChipSpec",
+    "EVENT_KINDS",
+    "ModelCost",
+    "Pod",
+    "PodscopeError",
+    "ProfilerError",
+    "RunFacts",
+    "RunNotFoundError",
+    "RunResult",
+    "Scenario",
+    "ScenarioError",
+    "Segment",
+    "TopologyError",
+    "Trace",
+    "TraceImportError",
+    "apply_overrides",
+    "build_pod",
+    "load_calibration",
+    "load_catalog",
+    "load_scenario",
+    "model_cost",
+    "scenario_from_dict",
+    "simulate",
+]

@@ -1,0 +1,170 @@
+"""Model cost: parameter counts and per-op FLOPs/bytes for each model kind.
+
+Every model is reduced to a list of GEMM-shaped ops per *sample*, forward pass
+only: ``out[m, n] = in[m, k] @ w[k, n]``, repeated ``count`` times (e.g. once per
+attention head). Convolutions are expressed as their im2col GEMM (m = output
+positions, k = kh*kw*c_in, n = c_out). From this one description come
+
+* model FLOPs (2*m*k*n per multiply-accumulate, forward; training = 3x forward,
+  Kaplan et al. 2020 "Scaling Laws for Neural Language Models" sec. 2.1:
+  backward costs twice the forward),
+* HBM bytes per op for the roofline, and
+* activation sizes for the memory model.
+
+Formulas:
+* MLP: dense layer params = in*out + out (weights + bias).
+* ResNet-50: He et al. 2016 "Deep Residual Learning for Image Recognition",
+  Table 1 (50-layer column): 7x7/2 stem, stages of [3, 4, 6, 3] bottleneck blocks
+  (1x1, 3x3, 1x1; expansion 4), projection shortcut on each stage's first block,
+  global average pool, 1000-way FC. Batch-norm adds 2 params per channel.
+* Transformer (decoder-only): per layer Q/K/V/O projections, MLP (2 matrices,
+  or 3 for SwiGLU: Shazeer 2020 "GLU Variants Improve Transformer"), two
+  LayerNorms; attention score and value matmuls 2*T*Q per head per token each,
+  i.e. the 12*L*H*Q*T training-FLOPs-per-token term of PaLM (Chowdhery et al.
+  2022, Appendix B). Untied input and output embeddings unless ``tied``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .scenario import MlpModel, ResNet50Model, TransformerModel
+
+__all__ = ["GemmOps", "ModelCost", "model_cost", "TRAIN_FLOPS_MULTIPLIER"]
+
+#: forward + backward (backward = 2x forward), Kaplan et al. 2020 sec. 2.1
+TRAIN_FLOPS_MULTIPLIER = 3.0
+
+
+@dataclass(frozen=True)
+class GemmOps:
+    """Columns describing the forward GEMMs of one sample (numpy arrays, one entry per op)."""
+
+    names: tuple[str, ...]
+    m: np.ndarray  # rows per sample (tokens, or output pixels)
+    k: np.ndarray
+    n: np.ndarray
+    count: np.ndarray  # repeats (heads)
+    w_is_activation: np.ndarray  # True when the right operand is per-sample (attention)
+    elementwise_elems: np.ndarray  # per-sample elements touched by elementwise work after ONE repeat of the op
+    launches: np.ndarray  # kernel launches per pass (heads of one layer run as one batched op)
+
+    @property
+    def flops_per_sample(self) -> np.ndarray:
+        return 2.0 * self.m * self.k * self.n * self.count
+
+    @property
+    def elementwise_elems_total(self) -> np.ndarray:
+        return self.elementwise_elems * self.count
+
+    @property
+    def out_elems_per_sample(self) -> np.ndarray:
+        return self.m * self.n * self.count
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What the simulator needs to know about a model, independent of hardware."""
+
+    kind: str
+    params: int
+    ops: GemmOps
+    tokens_per_sample: int | None  # None for non-sequence models
+    layers: int  # repeated blocks (transformer layers, resnet blocks, dense layers)
+
+    @property
+    def fwd_flops_per_sample(self) -> float:
+        return float(self.ops.flops_per_sample.sum())
+
+    @property
+    def train_flops_per_sample(self) -> float:
+        return TRAIN_FLOPS_MULTIPLIER * self.fwd_flops_per_sample
+
+
+def _ops(rows: list[tuple[str, int, int, int, int, bool, int]], launches: list[int] | None = None) -> GemmOps:
+    names, m, k, n, count, wact, elem = zip(*rows)
+    return GemmOps(
+        names=tuple(names),
+        m=np.asarray(m, dtype=np.float64),
+        k=np.asarray(k, dtype=np.float64),
+        n=np.asarray(n, dtype=np.float64),
+        count=np.asarray(count, dtype=np.float64),
+        w_is_activation=np.asarray(wact, dtype=bool),
+        elementwise_elems=np.asarray(elem, dtype=np.float64),
+        launches=np.asarray(launches if launches is not None else count, dtype=np.float64),
+    )
+
+
+def _mlp(model: MlpModel) -> ModelCost:
+    sizes = model.layer_sizes
+    rows = []
+    params = 0
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        params += fan_in * fan_out + fan_out
+        # bias add + activation fused onto the output
+        rows.append((f"dense{i}", 1, fan_in, fan_out, 1, False, 2 * fan_out))
+    return ModelCost("mlp", params, _ops(rows), None, len(sizes) - 1)
+
+
+def _resnet50(model: ResNet50Model) -> ModelCost:
+    rows: list[tuple[str, int, int, int, int, bool, int]] = []
+    params = 0
+
+    def conv(name: str, hw_out: int, kernel: int, c_in: int, c_out: int) -> None:
+        nonlocal params
+        params += kernel * kernel * c_in * c_out + 2 * c_out  # weights (no bias) + batch-norm gamma/beta
+        # batch-norm statistics + normalise + ReLU: ~2 extra passes over the output
+        rows.append((name, hw_out * hw_out, kernel * kernel * c_in, c_out, 1, False, 2 * hw_out * hw_out * c_out))
+
+    size = model.image_size
+    hw = -(-size // 2)  # 7x7 stride-2 stem, 'same' padding
+    conv("stem", hw, 7, 3, 64)
+    hw = -(-hw // 2)  # 3x3 stride-2 max-pool
+    c_in = 64
+    blocks = 0
+    for stage, (width, repeats) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
+        for b in range(repeats):
+            stride = 2 if (b == 0 and stage > 0) else 1
+            hw_out = -(-hw // stride)
+            c_out = 4 * width
+            tag = f"s{stage}b{b}"
+            conv(f"{tag}.conv1", hw, 1, c_in, width)  # stride on the 3x3 (ResNet v1.5)
+            conv(f"{tag}.conv2", hw_out, 3, width, width)
+            conv(f"{tag}.conv3", hw_out, 1, width, c_out)
+            if b == 0:
+                conv(f"{tag}.proj", hw_out, 1, c_in, c_out)
+            c_in, hw = c_out, hw_out
+            blocks += 1
+    params += c_in * model.classes + model.classes
+    rows.append(("fc", 1, c_in, model.classes, 1, False, model.classes))
+    return ModelCost("resnet50", params, _ops(rows), None, blocks)
+
+
+def _transformer(model: TransformerModel) -> ModelCost:
+    t, d, h, q, kv = model.seq_len, model.d_model, model.heads, model.head_dim_eff, model.kv_heads_eff
+    ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
+    per_layer = d * (h + 2 * kv) * q + h * q * d + d * ff_in + model.d_ff * d + 2 * 2 * d  # + two LayerNorms
+    params = model.layers * per_layer + model.vocab * d * (1 if model.tied_embeddings else 2) + 2 * d
+    n_l = model.layers  # identical layers with distinct weights: one row each, count x layers
+    rows = [
+        ("layer.qkv", t, d, (h + 2 * kv) * q, n_l, False, 2 * t * d),  # pre-LayerNorm reads/writes x
+        ("layer.scores", t, q, t, h * n_l, True, 2 * t * t),  # softmax over each head's scores
+        ("layer.values", t, t, q, h * n_l, True, 0),
+        ("layer.out", t, h * q, d, n_l, False, 2 * t * d),  # residual add
+        ("layer.mlp_in", t, d, ff_in, n_l, False, t * ff_in),  # activation (gelu / swish * gate)
+        ("layer.mlp_out", t, model.d_ff, d, n_l, False, 2 * t * d),  # residual add
+    ]
+    rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
+    launches = [n_l] * 6 + [1]
+    return ModelCost("transformer", params, _ops(rows, launches), t, model.layers)
+
+
+def model_cost(model: MlpModel | ResNet50Model | TransformerModel) -> ModelCost:
+    """Parameter count and per-sample forward GEMMs for a scenario's model section."""
+    if isinstance(model, MlpModel):
+        return _mlp(model)
+    if isinstance(model, ResNet50Model):
+        return _resnet50(model)
+    return _transformer(model)

@@ -1,0 +1,289 @@
+"""Scenario files: TOML in, frozen validated objects out.
+
+A scenario is parsed into pydantic models that reject unknown keys, then checked
+against the hardware catalog (chip exists, topology fits, mesh product matches
+chips). Every problem is collected with its dotted key path and reported at once
+through a single :class:`~engine.errors.ScenarioError` naming the file.
+
+New scenario sections (input pipeline, compilation, faults, ...) slot in as extra
+optional fields on :class:`Scenario` with defaults, so older files stay valid.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .catalog import ChipSpec, load_catalog
+from .errors import ScenarioError
+
+__all__ = [
+    "Scenario",
+    "PodSection",
+    "MlpModel",
+    "ResNet50Model",
+    "TransformerModel",
+    "TrainingSection",
+    "ParallelismSection",
+    "SimSection",
+    "load_scenario",
+    "scenario_from_dict",
+    "apply_overrides",
+    "parse_topology",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class PodSection(_Section):
+    chip: str
+    topology: str
+    slices: PositiveInt = 1
+
+
+class MlpModel(_Section):
+    kind: Literal["mlp"]
+    layer_sizes: Annotated[list[PositiveInt], Field(min_length=2)]
+
+
+class ResNet50Model(_Section):
+    kind: Literal["resnet50"]
+    image_size: PositiveInt = 224
+    classes: PositiveInt = 1000
+
+
+class TransformerModel(_Section):
+    kind: Literal["transformer"]
+    layers: PositiveInt
+    d_model: PositiveInt
+    heads: PositiveInt
+    d_ff: PositiveInt
+    vocab: PositiveInt
+    seq_len: PositiveInt
+    kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    tied_embeddings: bool = False
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "TransformerModel":
+        if self.head_dim is None and self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads}) unless head_dim is given")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        return self
+
+    @property
+    def head_dim_eff(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.d_model // self.heads
+
+    @property
+    def kv_heads_eff(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+
+ModelSection = Annotated[Union[MlpModel, ResNet50Model, TransformerModel], Field(discriminator="kind")]
+
+
+class TrainingSection(_Section):
+    global_batch: PositiveInt
+    steps: PositiveInt
+    precision: Literal["bf16", "int8", "fp32"] = "bf16"
+    optimizer: Literal["sgd", "momentum", "adam", "adafactor"] = "adam"
+    remat: Literal["none", "full"] = "none"
+
+
+class ParallelismSection(_Section):
+    data: PositiveInt | None = None  # default: whatever the other axes leave
+    fsdp: PositiveInt = 1
+    tensor: PositiveInt = 1
+
+
+class SimSection(_Section):
+    seed: Annotated[int, Field(ge=0)] = 0
+    jitter_frac: Annotated[float, Field(ge=0, le=1)] | None = None  # None: the calibrated default
+
+
+class Scenario(_Section):
+    """A validated scenario. Build with :func:`load_scenario` or :func:`scenario_from_dict`."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    pod: PodSection
+    model: ModelSection
+    training: TrainingSection
+    parallelism: ParallelismSection = ParallelismSection()
+    sim: SimSection = SimSection()
+
+    # Derived views (not inputs) -------------------------------------------------
+    @property
+    def slice_shape(self) -> tuple[int, ...]:
+        return parse_topology(self.pod.topology)
+
+    @property
+    def chips_per_slice(self) -> int:
+        return math.prod(self.slice_shape)
+
+    @property
+    def total_chips(self) -> int:
+        return self.chips_per_slice * self.pod.slices
+
+    @property
+    def data_parallel(self) -> int:
+        """Data-parallel degree inside one slice (the `data` mesh axis)."""
+        p = self.parallelism
+        return p.data if p.data is not None else self.chips_per_slice // (p.fsdp * p.tensor)
+
+    @property
+    def batch_shards(self) -> int:
+        """How many ways the global batch is split: data x fsdp inside a slice, times slices."""
+        return self.data_parallel * self.parallelism.fsdp * self.pod.slices
+
+    @property
+    def per_chip_batch(self) -> int:
+        return self.training.global_batch // self.batch_shards
+
+    def chip_spec(self) -> ChipSpec:
+        return load_catalog()[self.pod.chip]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def parse_topology(text: str) -> tuple[int, ...]:
+    """Parse ``"16x16"`` / ``"4x4x8"`` / ``"8"`` into a tuple of axis sizes.
+
+    Raises
+    ------
+    ValueError
+        If the text is not 1-3 positive integers joined by ``x``.
+    """
+    parts = text.lower().split("x")
+    if not 1 <= len(parts) <= 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"topology {text!r} must be 1 to 3 positive integers joined by 'x', e.g. '16x16' or '4x4x8'")
+    return tuple(int(p) for p in parts)
+
+
+def _loc_to_key(loc: tuple[Any, ...]) -> str:
+    # Drop the discriminator tag pydantic inserts for tagged unions (model.<kind>.field).
+    parts = [str(p) for p in loc]
+    if len(parts) >= 2 and parts[0] == "model" and parts[1] in {"mlp", "resnet50", "transformer"}:
+        parts = [parts[0], *parts[2:]]
+    return ".".join(parts)
+
+
+def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    catalog = load_catalog()
+    chip = catalog.get(s.pod.chip)
+    if chip is None:
+        problems.append(("pod.chip", f"unknown chip {s.pod.chip!r}; valid: {', '.join(sorted(catalog))}"))
+    try:
+        shape = parse_topology(s.pod.topology)
+    except ValueError as e:
+        problems.append(("pod.topology", str(e)))
+        return problems
+    n = math.prod(shape)
+    if chip is not None:
+        if len(shape) > chip.torus_dims:
+            problems.append(
+                ("pod.topology", f"{s.pod.topology!r} has {len(shape)} axes but {chip.key} has a {chip.torus_dims}D torus")
+            )
+        if n > chip.max_slice_chips:
+            problems.append(
+                ("pod.topology", f"{s.pod.topology!r} is {n} chips; a {chip.key} slice holds at most {chip.max_slice_chips}")
+            )
+    p = s.parallelism
+    mesh = (p.data if p.data is not None else 1) * p.fsdp * p.tensor
+    if p.data is None:
+        if n % (p.fsdp * p.tensor):
+            problems.append(("parallelism", f"fsdp x tensor = {p.fsdp * p.tensor} does not divide the {n} chips per slice"))
+    elif mesh != n:
+        problems.append(
+            ("parallelism", f"data x fsdp x tensor = {p.data}x{p.fsdp}x{p.tensor} = {mesh}, but the slice {s.pod.topology!r} has {n} chips")
+        )
+    if not problems:
+        shards = s.batch_shards
+        if s.training.global_batch % shards:
+            problems.append(
+                ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards (data x fsdp x slices)")
+            )
+    return problems
+
+
+def scenario_from_dict(raw: Mapping[str, Any], source: str = "<scenario>") -> Scenario:
+    """Validate a scenario given as a plain dict (as parsed from TOML).
+
+    Raises
+    ------
+    ScenarioError
+        With every problem found, each naming its dotted key.
+    """
+    try:
+        scenario = Scenario.model_validate(dict(raw))
+    except ValidationError as e:
+        problems = [(_loc_to_key(err["loc"]), err["msg"]) for err in e.errors()]
+        raise ScenarioError(source, problems) from None
+    problems = _semantic_problems(scenario)
+    if problems:
+        raise ScenarioError(source, problems)
+    return scenario
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a deep copy of ``raw`` with dotted-key overrides applied.
+
+    ``{"training.global_batch": 1024}`` sets ``raw["training"]["global_batch"]``.
+    """
+    out = copy.deepcopy(dict(raw))
+    for dotted, value in overrides.items():
+        node = out
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[leaf] = value
+    return out
+
+
+def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Scenario:
+    """Load and validate a scenario TOML file.
+
+    Parameters
+    ----------
+    path
+        The TOML file. ``name`` defaults to the file stem.
+    overrides
+        Optional dotted-key overrides applied before validation.
+
+    Raises
+    ------
+    ScenarioError
+        If the file cannot be read, is not valid TOML, or fails validation.
+    """
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ScenarioError(str(path), [("", f"cannot read file: {e.strerror or e}")]) from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(str(path), [("", f"not UTF-8 text: {e}")]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(str(path), [("", f"malformed TOML: {e}")]) from None
+    raw.setdefault("name", path.stem)
+    if overrides:
+        raw = apply_overrides(raw, overrides)
+    return scenario_from_dict(raw, source=str(path))

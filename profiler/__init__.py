@@ -1,0 +1,17 @@
+"""Podscope profiler: DuckDB storage, the query layer, export/import and the CLI."""
+
+from . import api, queries
+from .store import Database, delete_run, resolve_db_path, resolve_run, write_run
+from .summary import SUMMARY_KEYS, build_summary
+
+__all__ = [
+    "Database",
+    "SUMMARY_KEYS",
+    "api",
+    "build_summary",
+    "delete_run",
+    "queries",
+    "resolve_db_path",
+    "resolve_run",
+    "write_run",
+]

@@ -1,0 +1,55 @@
+"""The Python API for scripted runs: load, override, simulate, store, query.
+
+Example
+-------
+>>> from profiler import api
+>>> db = api.Database("my.duckdb")
+>>> summary = api.run_file("data/scenarios/resnet50-v3-32.toml", db, overrides={"training.global_batch": 8192})
+>>> summary["step_time_s"], summary["mfu"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engine import Scenario, load_scenario, simulate
+
+from . import queries
+from .store import Database, write_run
+
+__all__ = ["Database", "run_scenario", "run_file", "BUNDLED_SCENARIOS_DIR", "bundled_scenarios", "seed_examples"]
+
+BUNDLED_SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
+
+
+def run_scenario(scenario: Scenario, db: Database, *, name: str | None = None) -> dict[str, Any]:
+    """Simulate a validated scenario, store it, and return its summary."""
+    result = simulate(scenario)
+    run_id = write_run(db, result, name=name)
+    with db.read() as con:
+        return queries.run_summary(con, run_id)
+
+
+def run_file(
+    path: str | Path, db: Database, *, name: str | None = None, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Load a scenario file (with optional dotted-key overrides), simulate, store; return the summary."""
+    return run_scenario(load_scenario(path, overrides), db, name=name)
+
+
+def bundled_scenarios() -> list[Path]:
+    """The example scenarios shipped in data/scenarios/, sorted by name."""
+    return sorted(BUNDLED_SCENARIOS_DIR.glob("*.toml"))
+
+
+def seed_examples(db: Database, progress: Any = None) -> list[dict[str, Any]]:
+    """Simulate and store every bundled scenario; ``progress(i, n, path)`` is called before each."""
+    paths = bundled_scenarios()
+    out = []
+    for i, path in enumerate(paths):
+        if progress is not None:
+            progress(i, len(paths), path)
+        out.append(run_file(path, db))
+    return out

@@ -1,0 +1,119 @@
+"""``python -m profiler``: the command line.
+
+Exit status: 0 success; 1 a Podscope error at run time (storage, missing run);
+2 bad input (scenario, arguments); 3 the run was stored but does not fit in HBM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from collections.abc import Sequence
+from typing import Any
+
+from engine.errors import PodscopeError, ScenarioError
+
+from . import api, queries
+from .store import Database
+
+__all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_OOM = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 already; keep the message plain
+        self.print_usage(sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``--set training.global_batch=1024``: values parse as TOML literals, else strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ScenarioError("--set", [(item, "expected KEY=VALUE, e.g. training.global_batch=1024")])
+        try:
+            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def _fmt_summary(s: dict[str, Any]) -> str:
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    lines = [
+        f"run {s['run_id']} '{s['name']}': {s['chips']} x {s['chip']} ({s['topology']}, {s['slices']} slice(s)), {s['steps']} steps",
+        f"  step time     {s['step_time_s'] * 1e3:.3f} ms (median, steady state)" if s.get("step_time_s") else "  step time     n/a",
+        f"  throughput    {s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "  throughput    n/a",
+    ]
+    if s.get("tokens_per_s"):
+        lines.append(f"  tokens        {s['tokens_per_s']:,.0f} tokens/s")
+    lines.append(f"  MFU           {pct(s.get('mfu'))}   HFU {pct(s.get('hfu'))}")
+    parts = ", ".join(f"{k} {pct(v)}" for k, v in s["breakdown"].items() if v > 0)
+    lines.append(f"  chip time     {parts}")
+    if s.get("peak_hbm_bytes") is not None:
+        lines.append(f"  HBM peak      {s['peak_hbm_bytes'] / 2**30:.2f} GiB of {s['hbm_capacity_bytes'] / 2**30:.2f} GiB")
+    if s.get("oom"):
+        lines.append("  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)")
+    return "\n".join(lines)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    db = Database(args.db)
+    summary = api.run_file(args.scenario, db, name=args.name, overrides=_parse_set(args.set))
+    print(json.dumps(summary) if args.json else _fmt_summary(summary))
+    return EXIT_OOM if summary.get("oom") else EXIT_OK
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    db = Database(args.db)
+    with db.read() as con:
+        df = queries.list_runs(con)
+    if args.json:
+        print(df.to_json(orient="records", date_format="iso"))
+    elif df.empty:
+        print(f"no runs in {db.path}")
+    else:
+        print(df.drop(columns=["created_at"]).to_string(index=False))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m profiler", description="Podscope: simulate and profile training on TPU pods.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def db_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--db", help="DuckDB file (default: $PODSCOPE_DB or data/podscope.duckdb)")
+
+    r = sub.add_parser("run", help="simulate a scenario and store the run")
+    r.add_argument("scenario", help="scenario TOML file")
+    db_arg(r)
+    r.add_argument("--name", help="run name (default: the scenario's name)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (repeatable)")
+    r.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
+    r.set_defaults(func=_cmd_run)
+
+    ls = sub.add_parser("runs", help="list stored runs")
+    db_arg(ls)
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_cmd_runs)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ScenarioError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except PodscopeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
