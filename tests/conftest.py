@@ -1,0 +1,77 @@
+"""Shared fixtures: real DuckDB files in tmp_path and small scenarios written as TOML."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from engine import load_scenario  # noqa: E402
+from engine.calibration import Calibration  # noqa: E402
+from profiler.store import Database  # noqa: E402
+
+SCENARIOS = ROOT / "data" / "scenarios"
+
+SMALL_TOML = """
+name = "small"
+[pod]
+chip = "tpu-v4"
+topology = "2x2x2"
+[model]
+kind = "mlp"
+layer_sizes = [1024, 4096, 1024]
+[training]
+global_batch = 256
+steps = 20
+[sim]
+seed = 7
+"""
+
+
+@pytest.fixture
+def write_toml(tmp_path: Path):
+    """Write a TOML text (dedented) to a file in tmp_path and return its path."""
+
+    def _write(text: str, name: str = "scenario.toml") -> Path:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def small_scenario_path(write_toml) -> Path:
+    return write_toml(SMALL_TOML, "small.toml")
+
+
+@pytest.fixture
+def small_scenario(small_scenario_path):
+    return load_scenario(small_scenario_path)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    return Database(tmp_path / "runs.duckdb")
+
+
+@pytest.fixture
+def ideal_calibration() -> Calibration:
+    """No inefficiency, no overhead, no noise: results can be worked by hand."""
+    return Calibration(
+        mxu_efficiency=1.0,
+        hbm_efficiency=1.0,
+        op_overhead_s=0.0,
+        step_overhead_s=0.0,
+        jitter_frac=0.0,
+        ici_efficiency=1.0,
+        ici_hop_latency_s=0.0,
+        dcn_efficiency=1.0,
+        dcn_latency_s=0.0,
+    )

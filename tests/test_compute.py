@@ -1,0 +1,44 @@
+"""The per-op roofline, on cases small enough to work by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import load_catalog
+from engine.compute import step_compute
+from engine.models import model_cost
+from engine.scenario import MlpModel
+
+
+def test_single_dense_layer_memory_bound(ideal_calibration):
+    v4 = load_catalog()["tpu-v4"]
+    cost = model_cost(MlpModel(kind="mlp", layer_sizes=[1024, 4096]))
+    b = 32
+    c = step_compute(cost, v4, ideal_calibration, per_chip_batch=b, precision="bf16", remat="none")
+    # FLOPs on MXU-padded shapes: the 32 rows pad to 128.
+    t_flops = 2 * 128 * 1024 * 4096 / 275e12
+    # bytes: input, weights, output, plus bias+activation touching the output twice; bf16 = 2 bytes
+    t_bytes = (b * 1024 + 1024 * 4096 + b * 4096 + b * 2 * 4096) * 2 / 1200e9
+    assert t_bytes > t_flops
+    assert c.fwd_bwd_s == pytest.approx(3 * t_bytes)
+    assert c.memory_s == pytest.approx(c.fwd_bwd_s) and c.matmul_s == 0
+    assert c.model_flops == 3 * 2 * b * 1024 * 4096
+
+
+def test_large_batch_becomes_compute_bound_and_remat_costs_a_forward(ideal_calibration):
+    v4 = load_catalog()["tpu-v4"]
+    cost = model_cost(MlpModel(kind="mlp", layer_sizes=[4096, 4096]))
+    c = step_compute(cost, v4, ideal_calibration, per_chip_batch=8192, precision="bf16", remat="none")
+    flops = 2 * 8192 * 4096 * 4096
+    assert c.fwd_bwd_s == pytest.approx(3 * flops / 275e12)
+    r = step_compute(cost, v4, ideal_calibration, per_chip_batch=8192, precision="bf16", remat="full")
+    assert r.fwd_bwd_s == pytest.approx(4 * flops / 275e12)
+    assert r.hardware_flops == pytest.approx(4 / 3 * r.model_flops)
+
+
+def test_int8_uses_the_int8_peak(ideal_calibration):
+    v5e = load_catalog()["tpu-v5e"]
+    cost = model_cost(MlpModel(kind="mlp", layer_sizes=[8192, 8192]))
+    bf16 = step_compute(cost, v5e, ideal_calibration, per_chip_batch=16384, precision="bf16", remat="none")
+    int8 = step_compute(cost, v5e, ideal_calibration, per_chip_batch=16384, precision="int8", remat="none")
+    assert bf16.fwd_bwd_s / int8.fwd_bwd_s == pytest.approx(393 / 197, rel=1e-6)

@@ -1,0 +1,58 @@
+"""Known-answer tests for model parameter counts and FLOPs, worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.models import model_cost
+from engine.scenario import MlpModel, ResNet50Model, TransformerModel
+
+
+def test_keras_dense_example_counts():
+    # Dense(128) on 784 inputs + Dense(10): Keras model.summary() reports 101,770 params.
+    cost = model_cost(MlpModel(kind="mlp", layer_sizes=[784, 128, 10]))
+    assert cost.params == 784 * 128 + 128 + 128 * 10 + 10 == 101_770
+    assert cost.fwd_flops_per_sample == 2 * (784 * 128 + 128 * 10)
+    assert cost.train_flops_per_sample == 3 * cost.fwd_flops_per_sample
+    assert cost.tokens_per_sample is None
+
+
+def test_resnet50_matches_reference_counts():
+    cost = model_cost(ResNet50Model(kind="resnet50"))
+    # torchvision's resnet50 (ResNet v1.5, with batch-norm parameters): 25,557,032 parameters.
+    assert cost.params == 25_557_032
+    # torchvision lists 4.09 G multiply-accumulates per 224x224 image: 2 FLOPs each.
+    assert cost.fwd_flops_per_sample == pytest.approx(2 * 4.09e9, rel=0.01)
+
+
+def test_tiny_transformer_by_hand():
+    m = TransformerModel(kind="transformer", layers=2, d_model=8, heads=2, d_ff=16, vocab=10, seq_len=4)
+    cost = model_cost(m)
+    q = 4
+    per_layer = 8 * (2 + 2 * 2) * q + 2 * q * 8 + 8 * 16 + 16 * 8 + 2 * 2 * 8
+    assert per_layer == 544
+    assert cost.params == 2 * per_layer + 2 * 10 * 8 + 2 * 8 == 1264
+    # forward FLOPs per sequence: 2 x (matmul weights used per token) x T + attention 4 x H x Q x T per token
+    matmul_weights = 2 * (8 * 6 * q + 2 * q * 8 + 8 * 16 + 16 * 8) + 8 * 10
+    attention = 2 * 4 * 2 * q * 4  # layers x (2 matmuls x 2 FLOPs) x H x Q x T
+    assert cost.fwd_flops_per_sample == 4 * (2 * matmul_weights + attention)
+    assert cost.tokens_per_sample == 4
+
+
+def test_swiglu_and_gqa_change_counts():
+    base = dict(kind="transformer", layers=1, d_model=64, heads=8, d_ff=128, vocab=100, seq_len=16)
+    plain = model_cost(TransformerModel(**base)).params
+    swiglu = model_cost(TransformerModel(**base, mlp="swiglu")).params
+    gqa = model_cost(TransformerModel(**base, kv_heads=2)).params
+    assert swiglu - plain == 64 * 128  # one extra d x d_ff gate matrix
+    assert plain - gqa == 2 * 64 * (8 - 2) * 8  # K and V shrink from 8 to 2 heads of 8 dims
+    tied = model_cost(TransformerModel(**base, tied_embeddings=True)).params
+    assert plain - tied == 100 * 64
+
+
+def test_large_transformer_is_close_to_6n():
+    # Kaplan et al.: training FLOPs per token ~ 6N when d_model >> seq_len.
+    m = TransformerModel(kind="transformer", layers=48, d_model=8192, heads=64, d_ff=32768, vocab=50000, seq_len=1024)
+    cost = model_cost(m)
+    per_token = cost.train_flops_per_sample / 1024
+    assert per_token == pytest.approx(6 * cost.params, rel=0.05)

@@ -1,0 +1,129 @@
+"""DuckDB round trips in a real file: write, summarise, query, delete, and all-or-nothing writes."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from engine import ProfilerError, RunNotFoundError, simulate
+from engine.trace import Trace
+from profiler import SUMMARY_KEYS, delete_run, queries, write_run
+from profiler.store import resolve_db_path
+
+
+def test_round_trip_preserves_tables_and_summary(db, small_scenario):
+    result = simulate(small_scenario)
+    run_id = write_run(db, result)
+    with db.read() as con:
+        n_events = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [run_id]).fetchone()[0]
+        stored_steps = con.execute("SELECT step_ns FROM steps WHERE run_id = ? ORDER BY step", [run_id]).fetchnumpy()["step_ns"]
+        summary = queries.run_summary(con, run_id)
+        bd = queries.breakdown(con, run_id)
+        st = queries.step_times(con, run_id)
+    assert n_events == result.trace.events.num_rows
+    assert (stored_steps == result.trace.steps.column("step_ns").to_numpy()).all()
+    assert set(SUMMARY_KEYS) <= set(summary)
+    assert sum(summary["breakdown"].values()) == pytest.approx(1.0)
+    assert bd["frac"].sum() == pytest.approx(1.0)
+    assert len(st) == 20
+    assert summary["events"] == n_events
+    # steady-state median from SQL equals numpy's median of the engine's step lengths
+    import numpy as np
+
+    assert summary["step_time_s"] == pytest.approx(np.median(result.trace.steps.column("step_ns").to_numpy()) / 1e9)
+    assert summary["mfu"] == pytest.approx(
+        result.facts.model_flops_per_step / summary["step_time_s"] / (8 * result.facts.peak_flops_per_s_per_chip)
+    )
+
+
+def test_many_runs_in_one_file_and_lookup_by_name(db, small_scenario):
+    a = write_run(db, simulate(small_scenario), name="first")
+    b = write_run(db, simulate(small_scenario), name="second")
+    assert b == a + 1
+    with db.read() as con:
+        assert len(queries.list_runs(con)) == 2
+        from profiler import resolve_run
+
+        assert resolve_run(con, "second") == b
+        assert resolve_run(con, str(a)) == a
+        with pytest.raises(RunNotFoundError):
+            resolve_run(con, "third")
+
+
+def test_step_times_are_bucketed_to_max_points(db, small_scenario):
+    run_id = write_run(db, simulate(small_scenario))
+    with db.read() as con:
+        df = queries.step_times(con, run_id, max_points=7)
+    assert len(df) <= 7
+    assert df["step"].iloc[0] == 0
+
+
+def test_delete_removes_every_row(db, small_scenario):
+    keep = write_run(db, simulate(small_scenario), name="keep")
+    gone = write_run(db, simulate(small_scenario), name="gone")
+    delete_run(db, "gone")
+    with db.read() as con:
+        for table in ("runs", "events", "steps", "chips", "step_kind", "chip_kind"):
+            assert con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [gone]).fetchone()[0] == 0
+            assert con.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", [keep]).fetchone()[0] > 0
+
+
+def test_failed_write_leaves_no_partial_run(db, small_scenario):
+    good = simulate(small_scenario)
+    write_run(db, good)
+    bad_extra = pa.table({"x": [1, 2]})
+    broken = type(good)(
+        scenario=good.scenario,
+        trace=Trace(events=good.trace.events, steps=good.trace.steps, chips=good.trace.chips, extra={"Bad Name;": bad_extra}),
+        facts=good.facts,
+    )
+    with pytest.raises(ProfilerError):
+        write_run(db, broken)
+    with db.read() as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+        assert con.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0] == 1
+
+
+def test_extra_tables_are_stored_by_name(db, small_scenario):
+    good = simulate(small_scenario)
+    extra = {"link_load": pa.table({"link": [0, 1], "bytes": [10.0, 20.0]})}
+    result = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
+    run_id = write_run(db, result)
+    with db.read() as con:
+        rows = con.execute("SELECT link, bytes FROM extra_link_load WHERE run_id = ? ORDER BY link", [run_id]).fetchall()
+    assert rows == [(0, 10.0), (1, 20.0)]
+
+
+def test_names_with_sql_metacharacters_are_stored_verbatim(db, small_scenario):
+    nasty = "x'; DROP TABLE runs; -- \"SELECT\""
+    run_id = write_run(db, simulate(small_scenario), name=nasty)
+    with db.read() as con:
+        assert queries.run_summary(con, run_id)["name"] == nasty
+        from profiler import resolve_run
+
+        assert resolve_run(con, nasty) == run_id
+
+
+def test_reading_a_missing_database_is_empty(tmp_path):
+    from profiler.store import Database
+
+    db = Database(tmp_path / "absent.duckdb")
+    with db.read() as con:
+        assert queries.list_runs(con).empty
+    assert not (tmp_path / "absent.duckdb").exists()
+
+
+def test_db_path_resolution(monkeypatch, tmp_path):
+    monkeypatch.setenv("PODSCOPE_DB", str(tmp_path / "env.duckdb"))
+    assert resolve_db_path(None) == tmp_path / "env.duckdb"
+    assert resolve_db_path(tmp_path / "flag.duckdb") == tmp_path / "flag.duckdb"
+
+
+def test_scenario_is_stored_as_json(db, small_scenario):
+    run_id = write_run(db, simulate(small_scenario))
+    with duckdb.connect(str(db.path), read_only=True) as con:
+        raw = con.execute("SELECT scenario FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
+    assert json.loads(raw)["pod"]["topology"] == "2x2x2"

@@ -1,0 +1,1 @@
+"""Streamlit pages of the Podscope dashboard, plus shared helpers and figure builders."""

@@ -1,0 +1,92 @@
+"""Overview: headline numbers, where chip time goes, step time, and a quick what-if."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from engine import ScenarioError, load_catalog, scenario_from_dict
+from engine.errors import PodscopeError
+from engine.scenario import apply_overrides
+from profiler import api, queries
+from views import common, figures
+
+
+def _headline(summary: dict) -> None:
+    cols = st.columns(5)
+    step = summary.get("step_time_s")
+    cols[0].metric("Step time", f"{step * 1e3:,.2f} ms" if step else "n/a")
+    sps = summary.get("samples_per_s")
+    tps = summary.get("tokens_per_s")
+    cols[1].metric("Throughput", f"{tps:,.0f} tok/s" if tps else (f"{sps:,.0f} samples/s" if sps else "n/a"))
+    mfu = summary.get("mfu")
+    cols[2].metric("MFU", f"{mfu * 100:.1f}%" if mfu is not None else "n/a")
+    cols[3].metric("Chips", f"{summary['chips']:,} x {summary.get('chip') or '?'}")
+    peak, cap = summary.get("peak_hbm_bytes"), summary.get("hbm_capacity_bytes")
+    cols[4].metric("HBM peak", f"{peak / 2**30:.1f} / {cap / 2**30:.0f} GiB" if peak and cap else "n/a")
+    if summary.get("oom"):
+        st.error("This run does not fit in HBM: it is out of memory. See the Memory page for what overflowed.")
+
+
+def _what_if(run_id: int) -> None:
+    scenario = common.query(queries.run_scenario, run_id)
+    if scenario is None:
+        st.caption("What-if needs a simulated run as its base; this run was imported.")
+        return
+    catalog = load_catalog()
+    with st.form("what_if"):
+        st.markdown(f"**What if…** this run (`{scenario['name']}`) ran with:")
+        c1, c2, c3 = st.columns(3)
+        chips = sorted(catalog)
+        chip = c1.selectbox("Chip", chips, index=chips.index(scenario["pod"]["chip"]))
+        topology = c2.text_input("Topology", scenario["pod"]["topology"], help="chips per torus axis, e.g. 16x16 or 4x4x8")
+        batch = c3.number_input("Global batch", min_value=1, value=int(scenario["training"]["global_batch"]), step=1)
+        submitted = st.form_submit_button("Simulate")
+    if not submitted:
+        return
+    raw = apply_overrides(
+        scenario,
+        {
+            "name": f"{scenario['name']} [what-if {chip} {topology} b{batch}]",
+            "pod.chip": chip,
+            "pod.topology": topology,
+            "training.global_batch": int(batch),
+            "parallelism.data": None,  # the data axis follows the new slice; fsdp and tensor stay
+        },
+    )
+    try:
+        new = scenario_from_dict(raw, source="what-if form")
+        with st.spinner("Simulating..."):
+            summary = api.run_scenario(new, common.get_db())
+    except ScenarioError as e:
+        st.error("\n\n".join(f"**{k or 'scenario'}**: {m}" for k, m in e.problems))
+        return
+    except PodscopeError as e:
+        st.error(str(e))
+        return
+    common.invalidate()
+    common.select_run(summary["run_id"])
+    st.rerun()
+
+
+def main() -> None:
+    st.title("Overview")
+    run_id = common.run_picker()
+    if run_id is None:
+        return
+    summary = common.query(queries.run_summary, run_id)
+    _headline(summary)
+    left, right = st.columns([1, 1])
+    with left:
+        df = common.query(queries.breakdown, run_id)
+        fig = figures.breakdown_bar(df) if not df.empty else figures.empty_figure("No events in this run")
+        st.plotly_chart(fig, width="stretch")
+    with right:
+        steps = common.query(queries.step_times, run_id)
+        fig = figures.step_time_line(steps) if not steps.empty else figures.empty_figure("No steps in this run")
+        st.plotly_chart(fig, width="stretch")
+    _what_if(run_id)
+    with st.expander("Run metadata"):
+        st.json(summary, expanded=False)
+
+
+main()
