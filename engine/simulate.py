@@ -15,6 +15,7 @@ module only assembles them.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,13 +25,13 @@ from .calibration import Calibration, load_calibration
 from .collectives import all_reduce_time_s, dcn_all_reduce_time_s
 from .compute import step_compute
 from .memory import GRADIENT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, hbm_footprint
-from .models import model_cost
+from .models import ModelCost, model_cost
 from .scenario import Scenario
 from .topology import Pod, build_pod
 from .trace import CHIPS_SCHEMA, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
 from .units import NS_PER_S
 
-__all__ = ["Segment", "simulate", "assemble_steps", "STEP_BLOCK"]
+__all__ = ["Segment", "SimContext", "simulate", "assemble_steps", "STEP_BLOCK"]
 
 #: steps laid out per block; bounds peak memory at ~STEP_BLOCK x chips x segments x 8 bytes x a few
 STEP_BLOCK = 128
@@ -117,6 +118,32 @@ def _gradient_sync_s(pod: Pod, grad_bytes_per_chip: float, cal: Calibration) -> 
     return ici_s + dcn_s
 
 
+@dataclass(frozen=True)
+class SimContext:
+    """Everything a mechanism needs to contribute to a run, derived once from the scenario."""
+
+    scenario: Scenario
+    cal: Calibration
+    pod: Pod
+    cost: ModelCost
+
+    @property
+    def steps(self) -> int:
+        return self.scenario.training.steps
+
+    @property
+    def chips(self) -> int:
+        return self.pod.chips
+
+    def rng(self, stream: str) -> np.random.Generator:
+        """An independent random stream per mechanism, derived from the scenario's seed.
+
+        Streams are keyed by name, so adding a mechanism never changes another's draws.
+        """
+        key = int.from_bytes(hashlib.sha256(stream.encode()).digest()[:8], "little")
+        return np.random.default_rng([self.scenario.sim.seed, key])
+
+
 def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunResult:
     """Simulate a scenario and return its trace tables and run facts.
 
@@ -124,12 +151,16 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     """
     cal = calibration or load_calibration()
     chip = scenario.chip_spec()
-    pod = build_pod(chip, scenario.slice_shape, scenario.pod.slices)
-    cost = model_cost(scenario.model)
+    ctx = SimContext(
+        scenario=scenario,
+        cal=cal,
+        pod=build_pod(chip, scenario.slice_shape, scenario.pod.slices),
+        cost=model_cost(scenario.model),
+    )
+    pod, cost = ctx.pod, ctx.cost
     tr = scenario.training
     par = scenario.parallelism
-    rng = np.random.default_rng(scenario.sim.seed)
-    steps, chips = tr.steps, pod.chips
+    steps, chips = ctx.steps, ctx.chips
     b = scenario.per_chip_batch
 
     comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor)
@@ -140,7 +171,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
-    noise = np.exp(jitter * rng.standard_normal((steps, chips), dtype=np.float32)) if jitter > 0 else 1.0
+    noise = np.exp(jitter * ctx.rng("jitter").standard_normal((steps, chips), dtype=np.float32)) if jitter > 0 else 1.0
 
     segments = [
         Segment("compute", comp.fwd_bwd_s * noise),
