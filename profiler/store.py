@@ -68,10 +68,13 @@ CREATE TABLE IF NOT EXISTS step_kind (run_id INTEGER NOT NULL, step INTEGER, kin
 CREATE TABLE IF NOT EXISTS chip_kind (run_id INTEGER NOT NULL, chip INTEGER, kind VARCHAR, ns BIGINT);
 """
 
+#: Fallback for traces that arrive without aggregates (imports): derived from events in SQL.
 _SUMMARY_SQL = (
     """
     INSERT INTO step_kind
-    SELECT $run_id, step, kind, sum(dur_ns), max(dur_ns) FROM events WHERE run_id = $run_id GROUP BY step, kind
+    SELECT $run_id, step, kind, sum(ns), max(ns)
+    FROM (SELECT step, chip, kind, sum(dur_ns) AS ns FROM events WHERE run_id = $run_id GROUP BY step, chip, kind)
+    GROUP BY step, kind
     """,
     """
     INSERT INTO chip_kind
@@ -118,7 +121,9 @@ class Database:
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                con.execute("SET enable_progress_bar = false")
+                return con
             except duckdb.Error as e:
                 if _is_lock_error(e) and time.monotonic() < deadline:
                     time.sleep(delay)
@@ -233,8 +238,13 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
             _insert_arrow(con, "events", trace.events, run_id, ["chip", "step", "CAST(kind AS VARCHAR)", "start_ns", "dur_ns"])
             for name_, table in trace.extra.items():
                 _insert_extra(con, name_, table, run_id)
-            for sql in _SUMMARY_SQL:
-                con.execute(sql, {"run_id": run_id})
+            if trace.step_kind is not None and trace.chip_kind is not None:
+                # exact aggregates from the engine (also the only ones in summary mode)
+                _insert_arrow(con, "step_kind", trace.step_kind, run_id, ["step", "CAST(kind AS VARCHAR)", "chip_ns", "max_chip_ns"])
+                _insert_arrow(con, "chip_kind", trace.chip_kind, run_id, ["chip", "CAST(kind AS VARCHAR)", "ns"])
+            else:
+                for sql in _SUMMARY_SQL:
+                    con.execute(sql, {"run_id": run_id})
             summary = build_summary(con, run_id)
             con.execute("UPDATE runs SET summary = $s WHERE run_id = $run_id", {"s": json.dumps(summary), "run_id": run_id})
             con.execute("COMMIT")
