@@ -165,3 +165,22 @@ def test_summary_mode_stores_no_events_and_the_same_headline(db, small_scenario_
     for key in ("step_time_s", "mfu", "samples_per_s", "wall_time_s"):
         assert a[key] == b[key]
     assert a["breakdown"] == pytest.approx(b["breakdown"])
+
+
+def test_write_runs_batches_with_one_transaction_per_run(db, small_scenario):
+    from profiler.store import write_runs
+
+    good = simulate(small_scenario)
+    bad = type(good)(
+        scenario=good.scenario,
+        trace=Trace(good.trace.events, good.trace.steps, good.trace.chips, {"not valid!": pa.table({"x": [1]})}),
+        facts=good.facts,
+    )
+    ids = write_runs(db, [good, good])
+    assert len(ids) == 2
+    with pytest.raises(ProfilerError):
+        write_runs(db, [good, bad, good])
+    with db.read() as con:
+        # the two first runs, plus the good run written before the failure; nothing of the bad one
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+        assert con.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0] == 3
