@@ -132,7 +132,9 @@ class Fabric:
         g = self.slice.graph()
         g.remove_edges_from(self.failed)
         shape = self.slice.shape
-        key = {(int(s), int(d)): i for i, (s, d) in enumerate(zip(self.links["src"], self.links["dst"]))}
+        n = self.slice.chips
+        keys = self.links["src"].astype(np.int64) * n + self.links["dst"]
+        order = np.argsort(keys, kind="stable")  # first link wins on a 2-ring's double link
         out = []
         for a, b in self.failed:
             for u, v in ((a, b), (b, a)):
@@ -140,8 +142,10 @@ class Fabric:
                     path = nx.shortest_path(g, u, v)
                 except nx.NetworkXNoPath:
                     raise TopologyError(f"failed links disconnect {u} from {v}; no detour exists") from None
-                flat = [int(np.ravel_multi_index(p, shape)) for p in path]
-                out.append((int(self._link_ids(u, v)[0]), np.asarray([key[(s, d)] for s, d in zip(flat, flat[1:])])))
+                flat = np.ravel_multi_index(tuple(np.asarray(path).T), shape).astype(np.int64)
+                hop_keys = flat[:-1] * n + flat[1:]
+                ids = order[np.searchsorted(keys[order], hop_keys)]
+                out.append((int(self._link_ids(u, v)[0]), ids))
         return out
 
     def extra_hops(self, axis: int) -> int:
@@ -239,8 +243,9 @@ def fault_problems(
 ) -> list[tuple[str, str]]:
     """Check scenario link faults against the slice; returns ``(dotted_key, message)`` problems."""
     problems: list[tuple[str, str]] = []
-    sl = Slice(tuple(shape), tuple(wrap))
-    g = sl.graph()
+    if not degraded and not failed:
+        return problems
+    g = Slice(tuple(shape), tuple(wrap)).graph()
     for name, items in (("degraded_links", degraded), ("failed_links", failed)):
         for i, f in enumerate(items):
             a, b = tuple(f.a), tuple(f.b)

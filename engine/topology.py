@@ -109,11 +109,22 @@ class Slice:
         return idx.T.copy()
 
     def graph(self) -> nx.Graph:
-        """The slice as a networkx grid graph; nodes are coordinate tuples in axis order."""
-        # grid_graph numbers node tuples in reverse order of `dim`; reverse both to keep (x, y, z).
-        g = nx.grid_graph(dim=list(self.shape[::-1]), periodic=list(self.wrap[::-1]))
-        if len(self.shape) == 1:
-            g = nx.relabel_nodes(g, {n: (n,) for n in g.nodes})
+        """The slice as a networkx graph; nodes are coordinate tuples in axis order.
+
+        Edges are the ICI links (closed form over all chips, one per neighbour pair;
+        nx.grid_graph builds the same graph but takes ~0.5 s at 4,096 chips).
+        """
+        coords = self.coords
+        g = nx.Graph()
+        for a, (n, w) in enumerate(zip(self.shape, self.wrap)):
+            if n <= 1:
+                continue
+            src = coords if w else coords[coords[:, a] < n - 1]
+            dst = src.copy()
+            dst[:, a] = (dst[:, a] + 1) % n
+            g.add_edges_from(zip(map(tuple, src.tolist()), map(tuple, dst.tolist())))
+        if g.number_of_nodes() < self.chips:  # axes of length 1 only: chips without links
+            g.add_nodes_from(map(tuple, coords.tolist()))
         return g
 
 
