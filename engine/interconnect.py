@@ -13,7 +13,7 @@ the step, the rest is recorded as overlapped.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -161,7 +161,7 @@ def gradient_sync(pod: Pod, grad_bytes_per_chip: float, cal: Calibration, sectio
     res, fabrics, loads = collective_on_pod("all-reduce", grad_bytes_per_chip, pod, cal, **kw)
     buckets = section.buckets if section.overlap else 1
     if buckets > 1:
-        bw_only = Calibration(**{**cal.__dict__, "ici_hop_latency_s": 0.0, "dcn_latency_s": 0.0})
+        bw_only = replace(cal, ici_hop_latency_s=0.0, dcn_latency_s=0.0)
         bw_s = collective_on_pod("all-reduce", grad_bytes_per_chip, pod, bw_only, **kw)[0].time_s
         exposed, overlapped = overlap_exposed_s(bw_s, res.time_s - bw_s, backward_s, buckets)
     else:

@@ -249,7 +249,7 @@ def fault_problems(
     for name, items in (("degraded_links", degraded), ("failed_links", failed)):
         for i, f in enumerate(items):
             a, b = tuple(f.a), tuple(f.b)
-            where = f"{key}.{name}[{i}]"
+            where = f"{key}.{name}.{i}"  # pydantic's dotted form, as for every other key
             if len(a) != len(shape) or len(b) != len(shape):
                 problems.append((where, f"coordinates {list(a)}, {list(b)} must have {len(shape)} entries for a {'x'.join(map(str, shape))} slice"))
             elif not g.has_edge(a, b):

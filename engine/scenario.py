@@ -141,6 +141,9 @@ class InterconnectSection(_Section):
     the default because it is what the published TPU figures describe; see
     engine/collectives.py. ``overlap`` lets the gradient all-reduce run in
     ``buckets`` during the backward pass; only the exposed part is charged.
+    ``unidirectional`` makes wraparound axes run one-way rings; a mesh axis' ring
+    already uses each direction once (out and back), so it is unchanged.
+    Faults name links by the slice-local coordinates of their two end chips.
     """
 
     schedule: Literal["sequential", "simultaneous"] = "simultaneous"

@@ -163,6 +163,24 @@ class TestLinkLoad:
         assert set(fabrics) == {-1, 0}
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    frac=st.floats(0.01, 1.0),
+    link=st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 1)),
+    op=st.sampled_from(["all-reduce", "all-gather", "all-to-all"]),
+    fail=st.booleans(),
+)
+def test_a_degraded_or_failed_link_never_speeds_a_collective(frac, link, op, fail):
+    sl = Slice((4, 4), (True, True))
+    x, y, axis = link
+    a = (x, y)
+    b = ((x + 1) % 4, y) if axis == 0 else (x, (y + 1) % 4)
+    plan = plan_collective(op, 1e9, sl.shape, sl.wrap)
+    healthy = sum(Fabric(sl, W).stage_bw_time_s(plan))
+    faulty = Fabric(sl, W, failed=((a, b),)) if fail else Fabric(sl, W, degraded={(a, b): frac})
+    assert sum(faulty.stage_bw_time_s(plan)) >= healthy * (1 - 1e-12)
+
+
 class TestOverlap:
     def test_by_hand(self):
         # 4 buckets of 1 ms each (4 ms bandwidth, no latency) under an 8 ms backward: only the last is exposed
@@ -252,7 +270,7 @@ class TestScenario:
     def test_bad_keys_and_faults_name_their_dotted_key(self, write_toml):
         with pytest.raises(ScenarioError, match=r"interconnect\.schedul"):
             load_scenario(write_toml(SCEN + "[interconnect]\nschedul = 'sequential'\n"))
-        with pytest.raises(ScenarioError, match=r"interconnect\.failed_links\[0\].*not neighbours"):
+        with pytest.raises(ScenarioError, match=r"interconnect\.failed_links\.0: .*not neighbours"):
             load_scenario(write_toml(SCEN + "[interconnect]\nfailed_links = [{a = [0, 0, 0], b = [2, 0, 0]}]\n"))
         with pytest.raises(ScenarioError, match=r"interconnect\.degraded_links\.0\.bandwidth_frac"):
             load_scenario(write_toml(SCEN + "[interconnect]\ndegraded_links = [{a = [0, 0, 0], b = [1, 0, 0], bandwidth_frac = 0}]\n"))
