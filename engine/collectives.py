@@ -166,7 +166,14 @@ def busbw_factor(op: str, n: int) -> float:
 
 
 def _rs_ag_phases(
-    op: str, bytes_total: float, order: Sequence[int], sizes: Sequence[int], wrap: Sequence[bool], uni: bool, piece: int, stage0: int
+    op: str,
+    bytes_total: float,
+    order: Sequence[int],
+    sizes: Sequence[int],
+    wrap: Sequence[bool],
+    uni: bool,
+    piece: int,
+    stage0: int,
 ) -> list[AxisPhase]:
     """Reduce-scatter over ``order`` (shard shrinking), all-gather back in reverse, or both."""
     rs: list[AxisPhase] = []
@@ -192,7 +199,9 @@ def _restage(p: AxisPhase, stage: int) -> AxisPhase:
     return AxisPhase(p.op, p.axis, p.chips, p.bytes_in, p.time_s, stage, p.link_bytes, p.hops, p.directions, p.piece)
 
 
-def _all_to_all_phases(bytes_total: float, axes: Sequence[int], sizes: Sequence[int], wrap: Sequence[bool], uni: bool) -> list[AxisPhase]:
+def _all_to_all_phases(
+    bytes_total: float, axes: Sequence[int], sizes: Sequence[int], wrap: Sequence[bool], uni: bool
+) -> list[AxisPhase]:
     """All-to-all of a V-byte array (each chip holds V/N) with dimension-ordered routing.
 
     Pair traffic is V/N^2; the bytes x hops on axis a total ``V * D_a / n_a`` where

@@ -14,7 +14,6 @@ over all links, which is how a detour or a slow link slows the whole collective.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -251,7 +250,8 @@ def fault_problems(
             a, b = tuple(f.a), tuple(f.b)
             where = f"{key}.{name}.{i}"  # pydantic's dotted form, as for every other key
             if len(a) != len(shape) or len(b) != len(shape):
-                problems.append((where, f"coordinates {list(a)}, {list(b)} must have {len(shape)} entries for a {'x'.join(map(str, shape))} slice"))
+                shape_txt = "x".join(map(str, shape))
+                problems.append((where, f"coordinates {list(a)}, {list(b)} need {len(shape)} entries for a {shape_txt} slice"))
             elif not g.has_edge(a, b):
                 problems.append((where, f"{list(a)} and {list(b)} are not neighbours on the {'x'.join(map(str, shape))} slice"))
             elif f.slice >= slices:
@@ -264,10 +264,3 @@ def fault_problems(
                 problems.append((f"{key}.failed_links", f"the failed links disconnect slice {s}; rings cannot route around them"))
     return problems
 
-
-def healthy_time_check(plan: CollectivePlan, link_bytes_per_s: float) -> float:
-    """Closed-form bandwidth time of a plan on healthy links (sum of stage maxima), in seconds."""
-    per_stage = [0.0] * plan.stages
-    for p in plan.phases:
-        per_stage[p.stage] = max(per_stage[p.stage], p.link_bytes / link_bytes_per_s)
-    return math.fsum(per_stage)

@@ -261,10 +261,12 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
     # Checked last so a shape problem does not hide the batch or mesh problems above.
     if chip is not None and len(shape) <= chip.torus_dims and n <= chip.max_slice_chips:
         if not is_supported_shape(chip, shape):
-            problems.append(("pod.topology", f"{chip.key} does not offer a {s.pod.topology!r} slice; supported: {', '.join(supported_shapes(chip))}"))
+            offered = ", ".join(supported_shapes(chip))
+            problems.append(("pod.topology", f"{chip.key} does not offer a {s.pod.topology!r} slice; supported: {offered}"))
         else:
             ic = s.interconnect
-            problems += fault_problems(shape, wraparound_for(chip, shape), s.pod.slices, ic.degraded_links, ic.failed_links)
+            wrap = wraparound_for(chip, shape)
+            problems += fault_problems(shape, wrap, s.pod.slices, ic.degraded_links, ic.failed_links)
     return problems
 
 
