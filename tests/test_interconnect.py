@@ -324,3 +324,21 @@ def test_link_load_is_stored_with_the_run(write_toml, db):
         n, util = con.execute("SELECT count(*), max(utilization) FROM extra_link_load WHERE run_id = ?", [run_id]).fetchone()
     assert n == 384 and 0 < util <= 1
     assert math.isfinite(util)
+
+
+def test_run_charges_the_hand_computed_all_reduce(write_toml, ideal_calibration):
+    """Ideal links, no latency: the collective event is the simultaneous ring all-reduce worked by hand."""
+    from engine.memory import GRADIENT_BYTES_PER_PARAM
+
+    r = simulate(load_scenario(write_toml(SCEN)), calibration=ideal_calibration)
+    params = 2048 * 8192 + 8192 + 8192 * 2048 + 2048
+    v = params * GRADIENT_BYTES_PER_PARAM
+    w = CAT["tpu-v4"].ici_link_bytes_per_s
+    s0 = 3 / 4 * (v / 3) / 2 / w  # stage 0: a third of the array on each axis, both directions
+    expect_s = 2 * s0 * (1 + 1 / 4 + 1 / 16)  # shard shrinks 4x per stage; reduce-scatter then all-gather
+    assert r.facts.extra["grad_allreduce_s"] == pytest.approx(expect_s)
+    e = r.trace.events.to_pandas()
+    assert (e[e.kind == "collective"].dur_ns == round(expect_s * 1e9)).all()
+    # every axis hosts exactly one piece per stage, so every directed link carries the same bytes
+    ll = r.trace.extra["link_load"].column("bytes_per_step").to_numpy()
+    assert ll == pytest.approx(np.full(384, 2 * s0 * (1 + 1 / 4 + 1 / 16) * w))
