@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from .calibration import Calibration, load_calibration
-from .collectives import all_reduce_time_s, dcn_all_reduce_time_s
-from .compute import step_compute
+from .compute import PASSES_BY_REMAT, step_compute
+from .interconnect import GradientSync, gradient_sync, overlap_table
 from .memory import GRADIENT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, hbm_footprint
 from .models import ModelCost, model_cost
 from .scenario import Scenario
@@ -165,18 +165,9 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
     return out.events, out.steps
 
 
-def _gradient_sync_s(pod: Pod, grad_bytes_per_chip: float, cal: Calibration) -> float:
-    """Exposed gradient all-reduce: over all torus axes, then across slices over DCN."""
-    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
-    ici_s, _ = all_reduce_time_s(grad_bytes_per_chip, pod.slice.shape, pod.slice.wrap, link, cal.ici_hop_latency_s)
-    dcn_s = dcn_all_reduce_time_s(
-        grad_bytes_per_chip / pod.chips_per_slice,
-        pod.slices,
-        min(pod.chip.chips_per_host, pod.chips_per_slice),
-        pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
-        cal.dcn_latency_s,
-    )
-    return ici_s + dcn_s
+def _gradient_sync_s(ctx: "SimContext", grad_bytes_per_chip: float, backward_s: float) -> GradientSync:
+    """Gradient all-reduce over all torus axes and across slices, per ``[interconnect]`` (engine/interconnect.py)."""
+    return gradient_sync(ctx.pod, grad_bytes_per_chip, ctx.cal, ctx.scenario.interconnect, backward_s)
 
 
 @dataclass(frozen=True)
@@ -227,7 +218,10 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor)
     shard = par.fsdp * par.tensor
     grad_bytes = cost.params * GRADIENT_BYTES_PER_PARAM / par.tensor
-    sync_s = _gradient_sync_s(pod, grad_bytes, cal)
+    # Backward is 2 of the step's forward-pass equivalents, after 1 (no remat) or 2 (remat) forwards.
+    passes = PASSES_BY_REMAT[tr.remat]
+    backward_s = comp.fwd_bwd_s * 2 / passes
+    sync = _gradient_sync_s(ctx, grad_bytes, backward_s)
     update_bytes = cost.params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
@@ -236,12 +230,18 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
 
     segments = [
         Segment("compute", comp.fwd_bwd_s * noise),
-        Segment("collective", sync_s, barrier=True),
+        Segment("collective", sync.exposed_s, barrier=True),
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
     laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
+    steps_table = laid.steps
+    step_s = float(np.median(steps_table.column("step_ns").to_numpy())) / NS_PER_S
+    extra_tables = {
+        "link_load": sync.link_load(pod, cal, step_s),
+        "collective_overlap": overlap_table(sync, steps_table, comp.fwd_bwd_s - backward_s, backward_s),
+    }
 
     mem = hbm_footprint(
         cost,
@@ -271,8 +271,18 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         hbm_capacity_bytes=mem.capacity_bytes,
         oom=mem.oom,
         hbm_breakdown_bytes=mem.breakdown_bytes,
+        extra={
+            "grad_allreduce_s": sync.total_s,
+            "grad_allreduce_exposed_s": sync.exposed_s,
+            "grad_allreduce_overlapped_s": sync.overlapped_s,
+        },
     )
     trace = Trace(
-        events=laid.events, steps=laid.steps, chips=chip_table, step_kind=laid.step_kind, chip_kind=laid.chip_kind
+        events=laid.events,
+        steps=laid.steps,
+        chips=chip_table,
+        extra=extra_tables,
+        step_kind=laid.step_kind,
+        chip_kind=laid.chip_kind,
     )
     return RunResult(scenario=scenario, trace=trace, facts=facts)

@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.errors import PodscopeError, ScenarioError
 
-from . import api, queries
+from . import api, collective_cli, queries
 from .store import Database
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -104,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     db_arg(ls)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=_cmd_runs)
+
+    collective_cli.add_parser(sub)
     return p
 
 
