@@ -22,14 +22,14 @@ import numpy as np
 import pyarrow as pa
 
 from .calibration import Calibration, load_calibration
-from .collectives import all_reduce_time_s, dcn_all_reduce_time_s
 from .compute import step_compute
-from .memory import GRADIENT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, hbm_footprint
+from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .models import ModelCost, model_cost
-from .scenario import Scenario
+from .parallelism import plan_collectives, resolve_mesh
+from .scenario import ParameterServerSection, Scenario
 from .topology import Pod, build_pod
 from .trace import CHIPS_SCHEMA, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
-from .units import NS_PER_S
+from .units import GB_BYTES, NS_PER_S
 
 __all__ = ["Segment", "SimContext", "simulate", "assemble_steps", "STEP_BLOCK"]
 
@@ -104,20 +104,6 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
     return events, steps_table
 
 
-def _gradient_sync_s(pod: Pod, grad_bytes_per_chip: float, cal: Calibration) -> float:
-    """Exposed gradient all-reduce: over all torus axes, then across slices over DCN."""
-    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
-    ici_s, _ = all_reduce_time_s(grad_bytes_per_chip, pod.slice.shape, pod.slice.wrap, link, cal.ici_hop_latency_s)
-    dcn_s = dcn_all_reduce_time_s(
-        grad_bytes_per_chip / pod.chips_per_slice,
-        pod.slices,
-        min(pod.chip.chips_per_host, pod.chips_per_slice),
-        pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
-        cal.dcn_latency_s,
-    )
-    return ici_s + dcn_s
-
-
 @dataclass(frozen=True)
 class SimContext:
     """Everything a mechanism needs to contribute to a run, derived once from the scenario."""
@@ -164,35 +150,65 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     b = scenario.per_chip_batch
 
     comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor)
+    fwd_s = comp.forward_s
+    bwd_s = comp.fwd_bwd_s - fwd_s
+    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}, par.mapping)
+    ps = par.parameter_server or ParameterServerSection()
+    use_ps = par.strategy == "parameter_server"
+    comm = plan_collectives(
+        cost,
+        mesh,
+        fwd_compute_s=fwd_s,
+        bwd_compute_s=bwd_s,
+        per_chip_batch=b,
+        precision=tr.precision,
+        slices=pod.slices,
+        chips_per_host=min(chip.chips_per_host, pod.chips_per_slice),
+        link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
+        hop_latency_s=cal.ici_hop_latency_s,
+        dcn_bytes_per_s_per_host=chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
+        dcn_latency_s=cal.dcn_latency_s,
+        ps_hosts=ps.hosts if use_ps else 0,
+        ps_bytes_per_s_per_host=ps.dcn_gbps_per_host * GB_BYTES * cal.dcn_efficiency,
+    )
     shard = par.fsdp * par.tensor
-    grad_bytes = cost.params * GRADIENT_BYTES_PER_PARAM / par.tensor
-    sync_s = _gradient_sync_s(pod, grad_bytes, cal)
-    update_bytes = cost.params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    dense_params = cost.params - (cost.sparse_params if use_ps else 0)
+    update_bytes = dense_params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     noise = np.exp(jitter * ctx.rng("jitter").standard_normal((steps, chips), dtype=np.float32)) if jitter > 0 else 1.0
 
+    # Per-layer FSDP/TP collectives are aggregated into one exposed event per pass (their per-layer
+    # detail is the `layer_collectives` table), keeping events at a few per chip-step at any scale.
     segments = [
-        Segment("compute", comp.fwd_bwd_s * noise),
-        Segment("collective", sync_s, barrier=True),
+        Segment("compute", fwd_s * noise),
+        Segment("collective", comm.forward_s),
+        Segment("compute", bwd_s * noise),
+        Segment("collective", comm.backward_s),
+        Segment("collective", comm.gradient_sync_s, barrier=True),
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
     events, steps_table = assemble_steps(segments, steps, chips)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
-    mem = hbm_footprint(
-        cost,
-        per_chip_batch=b,
-        precision=tr.precision,
-        optimizer=tr.optimizer,
-        remat=tr.remat,
-        fsdp=par.fsdp,
-        tensor=par.tensor,
-        capacity_bytes=chip.hbm_bytes,
-    )
+    def memory(**changes) -> MemoryPlan:
+        args = dict(
+            per_chip_batch=b, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
+            tensor=par.tensor, capacity_bytes=chip.hbm_bytes, reserved_frac=cal.hbm_reserved_frac, sparse_off_chip=use_ps,
+        )  # fmt: skip
+        args.update(changes)
+        return hbm_plan(cost, scenario.model, **args)
+
+    mem = memory()
     replicas = scenario.batch_shards  # model replicas' worth of chips: each processes per_chip_batch
+    extra_tables = {
+        "memory_timeline": mem.timeline,
+        # SPMD: every chip holds the same shard sizes, so every chip peaks alike
+        "chip_memory": pa.table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, mem.peak_bytes)}),
+        "layer_collectives": comm.per_layer,
+    }
     facts = RunFacts(
         chip=chip.key,
         chips=chips,
@@ -210,5 +226,14 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         hbm_capacity_bytes=mem.capacity_bytes,
         oom=mem.oom,
         hbm_breakdown_bytes=mem.breakdown_bytes,
+        extra={
+            "oom_detail": oom_detail(mem, memory, b, scenario.data_parallel, par.fsdp, tr.remat) if mem.oom else None,
+            "hbm_usable_bytes": mem.usable_bytes,
+            "hbm_peak_phase": mem.peak_phase,
+            "mesh": mesh.describe(),
+            "parallelism_strategy": par.strategy,
+            "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
+        },
     )
-    return RunResult(scenario=scenario, trace=Trace(events=events, steps=steps_table, chips=chip_table), facts=facts)
+    trace = Trace(events=events, steps=steps_table, chips=chip_table, extra=extra_tables)
+    return RunResult(scenario=scenario, trace=trace, facts=facts)
