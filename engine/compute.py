@@ -25,13 +25,17 @@ __all__ = ["ComputeCost", "step_compute"]
 
 #: forward passes executed per training step by remat policy (forward + backward = 1 + 2);
 #: "selective" recomputes only the attention core, so its ops run 4 passes and the rest 3
-PASSES_BY_REMAT = {"none": 3.0, "full": 4.0, "selective": 3.0}
+PASSES_BY_REMAT = {"none": 3.0, "full": 4.0, "selective": 3.0, "minimal": 3.0}
 
 
-def passes_per_op(ops, remat: str) -> np.ndarray:
-    """Forward-pass equivalents each op runs per training step under a remat policy."""
+def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
+    """Forward-pass equivalents each op runs per training step under a remat policy.
+
+    ``selective``, ``minimal`` and flash attention all recompute the attention core
+    (the ops whose right operand is an activation) in the backward pass.
+    """
     passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
-    if remat == "selective":
+    if remat in ("selective", "minimal") or flash:
         passes[ops.w_is_activation] = 4.0
     return passes
 
@@ -61,6 +65,7 @@ def step_compute(
     precision: str,
     remat: str,
     tensor: int = 1,
+    flash: bool = False,
 ) -> ComputeCost:
     """Roofline compute time of forward + backward for one chip.
 
@@ -89,7 +94,7 @@ def step_compute(
     t_flops = flops_padded / flop_rate
     t_bytes = bytes_ / byte_rate
     per_pass = np.maximum(t_flops, t_bytes)
-    passes = passes_per_op(ops, remat)
+    passes = passes_per_op(ops, remat, flash)
     overhead = float((ops.launches * passes).sum()) * cal.op_overhead_s
     flop_bound = t_flops >= t_bytes
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s

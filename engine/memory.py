@@ -14,13 +14,18 @@ elements (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models", sec. 4.1, without dropout, which TPU LLM recipes do not
 use): two LayerNorm inputs and outputs (4d), Q, K, V ((h + 2 kv) q), the
 output projection's input (h q), the MLP's activation input (d_ff, 2 d_ff for
-SwiGLU) and output (d_ff), and the softmax probabilities (h s). For a GPT shape
-in bf16 this is Korthikanti's ``sbh (34 + 5as/h)`` less the dropout terms:
-``sbh (32 + 2as/h)`` bytes. Tensor parallelism shards everything but the
-LayerNorm terms (Megatron without sequence parallelism: ``10 + 24/t`` in the
-paper). Remat policies: ``selective`` recomputes the attention core (drops the
-``h s`` term, paper sec. 4.2); ``full`` keeps only each layer's input (``2sbh``
-per layer) and recomputes one layer at a time in the backward pass. Other
+SwiGLU) and output (d_ff), and the softmax probabilities (h s; never stored
+with flash attention). For a GPT shape in bf16 this is Korthikanti's
+``sbh (34 + 5as/h)`` less the dropout terms: ``sbh (32 + 2as/h)`` bytes. Tensor
+parallelism divides every term by ``t``: GSPMD shards the embedding dimension of
+the LayerNorm activations too (MaxText's ``activation_embed -> tensor`` rule),
+which is Megatron with sequence parallelism (``34/t``, paper sec. 4.2.2). Remat
+policies: ``selective`` recomputes the attention core (drops the ``h s`` term,
+paper sec. 4.2.3); ``minimal`` saves only the outputs of the weight matmuls
+(Q, K, V, the output projection, both MLP matmuls), as JAX's
+``checkpoint_dots_with_no_batch_dims`` policy that MaxText's ``minimal`` remat
+uses; ``full`` keeps only each layer's input (``2sbh`` per layer) and recomputes
+one layer at a time in the backward pass. Other
 models save each GEMM's input, attention-style activation operands and half
 their elementwise traffic; ``full`` keeps one boundary per block.
 
@@ -112,12 +117,14 @@ def transformer_layer_activation_bytes(model, per_chip_batch: int, precision: st
     elem = WIRE_BYTES_PER_ELEMENT[precision]
     tokens = float(per_chip_batch) * s
     if remat == "full":
-        return tokens * d * elem
-    replicated = 4.0 * d  # LayerNorm inputs and outputs
-    sharded = (h + 2 * kv) * q + h * q + ff_in + model.d_ff
-    if remat != "selective":
-        sharded += h * s  # softmax probabilities
-    return tokens * (replicated + sharded / tensor) * elem
+        per_token = d
+    elif remat == "minimal":
+        per_token = (h + 2 * kv) * q + d + ff_in + d  # weight-matmul outputs only
+    else:
+        per_token = 4.0 * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff  # LayerNorms, QKV, out-proj, MLP
+        if remat != "selective" and model.attention != "flash":
+            per_token += h * s  # softmax probabilities
+    return tokens * per_token / tensor * elem
 
 
 @dataclass(frozen=True)
@@ -224,7 +231,7 @@ def hbm_plan(
     copy_bytes = bpp.compute_copy if bpp.compute_copy else (MASTER_WEIGHT_BYTES_PER_PARAM if fsdp > 1 else 0.0)
     weights_tmp = float(np.sort(p_unit)[-2:].sum()) / tensor * copy_bytes
     # A layer's gradient exists unsharded until its reduce-scatter.
-    grad_tmp = p_unit / tensor * bpp.grads if fsdp > 1 else np.zeros(n)
+    grad_tmp = p_unit / tensor * WIRE_BYTES_PER_ELEMENT[precision] if fsdp > 1 else np.zeros(n)
 
     phases: list[str] = []
     rows: list[tuple[float, float, float, float, float]] = []  # params, grads, optimizer, activations, temporary
@@ -297,8 +304,8 @@ def oom_detail(
         return f"peak {_gib(p.peak_bytes)}, " + ("fits" if not p.oom else f"still {_gib(p.over_bytes)} over")
 
     suggestions: list[str] = []
-    for policy in ("selective", "full"):
-        if (remat, policy) in {("none", "selective"), ("none", "full"), ("selective", "full")}:
+    for policy in ("selective", "minimal", "full"):
+        if policy != remat and remat != "full" and not (remat == "minimal" and policy == "selective"):
             suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
     if data % 2 == 0:
         suggestions.append(f"parallelism.fsdp = {fsdp * 2} (shard model states over 2x more chips): {verdict(replan(fsdp=fsdp * 2))}")

@@ -18,7 +18,7 @@ parallel over the DCN. Each mesh axis is laid onto torus axes:
 
 Per-step collectives by strategy (one representative chip, steady state):
 
-* data parallel: gradients (fp32) all-reduced over ``data`` after the backward
+* data parallel: gradients (bf16, as ZeRO's fp16 gradients) all-reduced over ``data`` after the backward
   pass, then across slices over DCN (TPUStrategy / pjit replicated params).
 * FSDP / ZeRO-3 (Rajbhandari et al. 2020): each layer's parameters all-gathered
   over ``fsdp`` before its forward and again before its backward, its gradients
@@ -68,15 +68,14 @@ __all__ = [
     "CollectivePlan",
     "plan_collectives",
     "LAYER_COLLECTIVES_SCHEMA",
-    "GRADIENT_WIRE_BYTES_PER_PARAM",
 ]
 
 MESH_AXES = ("data", "fsdp", "tensor")
 TORUS_AXES = ("x", "y", "z")
-#: gradients travel as fp32, the dtype of the master weights they update (mixed precision, Micikevicius et al. 2018)
-GRADIENT_WIRE_BYTES_PER_PARAM = 4.0
-#: bytes per element of gathered weights and of activations by training precision; AQT int8 quantises
-#: on the fly inside the matmul, so weights are gathered and activations stored in bf16 (Lew et al., AQT)
+#: bytes per element of gathered weights, gradients on the wire and activations by training precision.
+#: Gradients leave the bf16 matmuls in bf16 and are reduced in bf16 before updating the fp32 master
+#: shard (ZeRO sec. 3: "fp16 gradients"). AQT int8 quantises on the fly inside the matmul, so weights
+#: are gathered and activations stored in bf16 (Lew et al., AQT).
 WIRE_BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0, "int8": 2.0}
 
 
@@ -321,7 +320,7 @@ def plan_collectives(
         p = u.params - (sparse if i == 0 else 0.0)  # PS keeps the embedding off the chips
         if fsdp.size > 1 and p > 0:
             g_bytes = p / tensor.size * wire
-            r_bytes = p / tensor.size * GRADIENT_WIRE_BYTES_PER_PARAM
+            r_bytes = p / tensor.size * wire
             ag[i] = mesh_collective_s("all-gather", g_bytes, fsdp, link, lat)
             rs[i] = mesh_collective_s("reduce-scatter", r_bytes, fsdp, link, lat)
             rows += [
@@ -350,7 +349,7 @@ def plan_collectives(
 
     # Data-parallel gradient sync of this chip's dense shard: over `data` in the slice, then DCN.
     dense = cost.params - sparse
-    shard_bytes = dense / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_PARAM
+    shard_bytes = dense / (fsdp.size * tensor.size) * wire
     ici_s = mesh_collective_s("all-reduce", shard_bytes, data, link, lat)
     dcn_s = dcn_all_reduce_time_s(shard_bytes / data.size, slices, chips_per_host, dcn_bytes_per_s_per_host, dcn_latency_s)
     grad_s = ici_s + dcn_s

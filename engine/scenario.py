@@ -80,6 +80,9 @@ class TransformerModel(_Section):
     head_dim: PositiveInt | None = None
     mlp: Literal["gelu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
+    # "flash": blockwise attention (Dao et al. 2022; Pallas splash attention on TPU) never stores the
+    # seq x seq probabilities and recomputes them in the backward pass
+    attention: Literal["standard", "flash"] = "standard"
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "TransformerModel":
@@ -106,7 +109,7 @@ class TrainingSection(_Section):
     steps: PositiveInt
     precision: Literal["bf16", "int8", "fp32"] = "bf16"
     optimizer: Literal["sgd", "momentum", "adam", "adafactor"] = "adam"
-    remat: Literal["none", "full", "selective"] = "none"
+    remat: Literal["none", "full", "selective", "minimal"] = "none"
 
 
 class ParameterServerSection(_Section):

@@ -149,7 +149,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     steps, chips = ctx.steps, ctx.chips
     b = scenario.per_chip_batch
 
-    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor)
+    flash = getattr(scenario.model, "attention", "standard") == "flash"
+    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash)
     fwd_s = comp.forward_s
     bwd_s = comp.fwd_bwd_s - fwd_s
     mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}, par.mapping)
