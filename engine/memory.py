@@ -315,14 +315,13 @@ def oom_detail(
             f"{verdict(replan(per_chip_batch=per_chip_batch // 2))}"
         )
     for k in (2, 4, 8, 16, 32, 64, 128):
-        bigger = replan(fsdp=fsdp * k)
+        # k x the chips at the same global batch: model states shard k x further, the per-chip batch shrinks
+        bigger = replan(fsdp=fsdp * k, per_chip_batch=max(1, per_chip_batch // k))
         if not bigger.oom:
-            suggestions.append(
-                f"a {k}x bigger slice with fsdp = {fsdp * k} at the same per-chip batch: {verdict(bigger)}"
-            )
+            suggestions.append(f"a {k}x bigger slice with fsdp = {fsdp * k} at the same global batch: {verdict(bigger)}")
             break
     else:
-        suggestions.append("even 128x more FSDP sharding does not fit: shrink the model, batch or sequence length")
+        suggestions.append("even a 128x bigger slice does not fit: remat, or shrink the model, batch or sequence length")
     return {
         "chip": chip,
         "term": plan.largest_term,
