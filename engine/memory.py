@@ -152,7 +152,9 @@ class MemoryPlan:
         return max(self.breakdown_bytes, key=self.breakdown_bytes.get)
 
 
-def _unit_activations(cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units) -> tuple[np.ndarray, np.ndarray, float]:
+def _unit_activations(
+    cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units
+) -> tuple[np.ndarray, np.ndarray, float]:
     """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes)."""
     n = len(units)
     elem = WIRE_BYTES_PER_ELEMENT[precision]
@@ -308,7 +310,8 @@ def oom_detail(
         if policy != remat and remat != "full" and not (remat == "minimal" and policy == "selective"):
             suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
     if data % 2 == 0:
-        suggestions.append(f"parallelism.fsdp = {fsdp * 2} (shard model states over 2x more chips): {verdict(replan(fsdp=fsdp * 2))}")
+        more = replan(fsdp=fsdp * 2)
+        suggestions.append(f"parallelism.fsdp = {fsdp * 2} (shard model states over 2x more chips): {verdict(more)}")
     if per_chip_batch > 1:
         suggestions.append(
             f"halve the per-chip batch to {per_chip_batch // 2} (smaller global batch or 2x the chips): "

@@ -149,7 +149,8 @@ def resolve_mesh(
     shape = tuple(int(n) for n in shape)
     if math.prod(sizes[a] for a in MESH_AXES) != math.prod(shape):
         raise TopologyError(
-            f"mesh {'x'.join(str(sizes[a]) for a in MESH_AXES)} (data x fsdp x tensor) does not cover the {math.prod(shape)} chips of the slice"
+            f"mesh {'x'.join(str(sizes[a]) for a in MESH_AXES)} (data x fsdp x tensor) does not cover "
+            f"the {math.prod(shape)} chips of the slice"
         )
     used = [1] * len(shape)  # chips of each torus axis already taken by inner mesh axes
     parts: dict[str, list[tuple[int, int]]] = {a: [] for a in MESH_AXES}
@@ -160,7 +161,8 @@ def resolve_mesh(
             got = math.prod(c for _, c in listed)
             if got != sizes[name]:
                 raise TopologyError(
-                    f"mapping gives mesh axis {name!r} {got} chips ({', '.join(mapping.get(name, [])) or 'none'}), but its size is {sizes[name]}"
+                    f"mapping gives mesh axis {name!r} {got} chips ({', '.join(mapping.get(name, [])) or 'none'}), "
+                    f"but its size is {sizes[name]}"
                 )
             parts[name] = listed
         for axis, n in enumerate(shape):
@@ -180,7 +182,8 @@ def resolve_mesh(
                 if g == 1:
                     raise TopologyError(
                         f"mesh axis {name!r} of size {sizes[name]} cannot be laid onto torus {'x'.join(map(str, shape))}: "
-                        f"{need} chips left to place do not divide axis {TORUS_AXES[axis]!r}'s remaining {shape[axis] // used[axis]}"
+                        f"{need} chips left to place do not divide axis {TORUS_AXES[axis]!r}'s "
+                        f"remaining {shape[axis] // used[axis]}"
                     )
                 parts[name].append((axis, g))
                 used[axis] *= g
@@ -248,7 +251,9 @@ def layer_units(cost: ModelCost) -> list[LayerUnit]:
         units += [LayerUnit(f"layer{i}", layer_p, layer_f, tokens * d_model) for i in range(L)]
         units.append(LayerUnit("unembed", head_p, float(flops[~is_layer].sum()) / total_flops, 0.0))
         return units
-    units = [LayerUnit(n, float(p), float(f) / total_flops, float(o)) for n, p, f, o in zip(ops.names, w, flops, ops.out_elems_per_sample)]
+    units = [
+        LayerUnit(n, float(p), float(f) / total_flops, float(o)) for n, p, f, o in zip(ops.names, w, flops, ops.out_elems_per_sample)
+    ]
     extra = cost.params - float(w.sum())
     first = units[0]
     units[0] = LayerUnit(first.name, first.params + extra, first.flops_frac, first.act_out_elems)
@@ -361,7 +366,9 @@ def plan_collectives(
         # Rows looked up by this chip's batch travel as fp32 both ways (pull values, push gradients).
         chip_bytes = per_chip_batch * cost.sparse_elems_per_sample * 4.0
         workers = mesh["data"].size * fsdp.size * tensor.size * slices
-        ps_pull = max(chip_bytes * chips_per_host / dcn_bytes_per_s_per_host, chip_bytes * workers / (ps_hosts * ps_bytes_per_s_per_host))
+        worker_nic_s = chip_bytes * chips_per_host / dcn_bytes_per_s_per_host
+        server_nic_s = chip_bytes * workers / (ps_hosts * ps_bytes_per_s_per_host)
+        ps_pull = max(worker_nic_s, server_nic_s)
         ps_push = ps_pull
         ps_pull += dcn_latency_s
         ps_push += dcn_latency_s

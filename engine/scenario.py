@@ -242,7 +242,9 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         except TopologyError as e:
             problems.append(("parallelism.mapping", str(e)))
     if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1):
-        problems.append(("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1"))
+        problems.append(
+            ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
+        )
     if not problems:
         shards = s.batch_shards
         if s.training.global_batch % shards:

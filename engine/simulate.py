@@ -153,7 +153,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash)
     fwd_s = comp.forward_s
     bwd_s = comp.fwd_bwd_s - fwd_s
-    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}, par.mapping)
+    mesh_sizes = {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}
+    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, mesh_sizes, par.mapping)
     ps = par.parameter_server or ParameterServerSection()
     use_ps = par.strategy == "parameter_server"
     comm = plan_collectives(
