@@ -58,6 +58,8 @@ def _fmt_summary(s: dict[str, Any]) -> str:
     lines.append(f"  MFU           {pct(s.get('mfu'))}   HFU {pct(s.get('hfu'))}")
     parts = ", ".join(f"{k} {pct(v)}" for k, v in s["breakdown"].items() if v > 0)
     lines.append(f"  chip time     {parts}")
+    if s.get("mesh"):
+        lines.append(f"  mesh          {s['mesh']}")
     if s.get("peak_hbm_bytes") is not None:
         lines.append(f"  HBM peak      {s['peak_hbm_bytes'] / 2**30:.2f} GiB of {s['hbm_capacity_bytes'] / 2**30:.2f} GiB")
     if s.get("oom"):

@@ -62,6 +62,29 @@ class TestResolveMesh:
         with pytest.raises(TopologyError, match="cannot be laid onto torus"):
             resolve_mesh((2, 6), (False, False), _sizes(1, 3, 4))
 
+    @settings(max_examples=60, deadline=None)
+    @given(
+        shape=st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]), min_size=1, max_size=3),
+        split=st.data(),
+    )
+    def test_default_mapping_covers_the_slice_exactly_or_refuses(self, shape, split):
+        n = math.prod(shape)
+        divisors = [d for d in range(1, n + 1) if n % d == 0]
+        tensor = split.draw(st.sampled_from(divisors))
+        fsdp = split.draw(st.sampled_from([d for d in divisors if (n // tensor) % d == 0]))
+        sizes = _sizes(n // (tensor * fsdp), fsdp, tensor)
+        try:
+            mesh = resolve_mesh(shape, [True] * len(shape), sizes)
+        except TopologyError:
+            return
+        used = [1] * len(shape)
+        for axis in mesh.axes:
+            assert math.prod(seg.chips for seg in axis.segments) == axis.size
+            for seg in axis.segments:
+                used[seg.torus_axis] *= seg.chips
+                assert seg.wrap == (seg.chips == shape[seg.torus_axis])
+        assert used == list(shape)
+
     def test_scenario_reports_mapping_under_its_key(self):
         raw = {
             "name": "m",
