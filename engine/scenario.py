@@ -133,6 +133,7 @@ class ParallelismSection(_Section):
 class SimSection(_Section):
     seed: Annotated[int, Field(ge=0)] = 0
     jitter_frac: Annotated[float, Field(ge=0, le=1)] | None = None  # None: the calibrated default
+    trace: Literal["full", "summary"] = "full"  # summary: per-step/per-chip aggregates only, no event rows
 
 
 class Scenario(_Section):

@@ -28,10 +28,23 @@ from .models import ModelCost, model_cost
 from .parallelism import plan_collectives, resolve_mesh
 from .scenario import ParameterServerSection, Scenario
 from .topology import Pod, build_pod
-from .trace import CHIPS_SCHEMA, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
+from .trace import (
+    CHIP_KIND_SCHEMA,
+    CHIPS_SCHEMA,
+    EVENT_KINDS,
+    EVENTS_SCHEMA,
+    KIND_CODE,
+    STEP_KIND_SCHEMA,
+    STEPS_SCHEMA,
+    RunFacts,
+    RunResult,
+    Trace,
+    events_batch,
+    kind_array,
+)
 from .units import GB_BYTES, NS_PER_S
 
-__all__ = ["Segment", "SimContext", "simulate", "assemble_steps", "STEP_BLOCK"]
+__all__ = ["Segment", "SimContext", "Assembled", "simulate", "assemble", "assemble_steps", "STEP_BLOCK"]
 
 #: steps laid out per block; bounds peak memory at ~STEP_BLOCK x chips x segments x 8 bytes x a few
 STEP_BLOCK = 128
@@ -53,22 +66,41 @@ def _to_ns(dur_s: np.ndarray | float) -> np.ndarray:
     return np.rint(np.asarray(dur_s, dtype=np.float64) * NS_PER_S).astype(np.int64)
 
 
-def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.Table, pa.Table]:
-    """Lay segments out on every chip's timeline; returns (events, steps) tables.
+@dataclass(frozen=True)
+class Assembled:
+    """Laid-out steps: events (empty in summary mode), step boundaries, and exact aggregates by kind."""
+
+    events: pa.Table
+    steps: pa.Table
+    step_kind: pa.Table
+    chip_kind: pa.Table
+
+
+def assemble(segments: list[Segment], steps: int, chips: int, detail: str = "full") -> Assembled:
+    """Lay segments out on every chip's timeline.
 
     A segment's duration is a scalar, a (chips,) array, or a 2-D array whose first
     axis is steps ((steps, 1) or (steps, chips)). Zero-length events are dropped.
     Within a step, a chip's events are contiguous from the step start to its end.
+
+    Parameters
+    ----------
+    detail
+        ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
+        per-step and per-chip aggregates (for sweeps and very large pods).
     """
     seg_ns = [_to_ns(seg.dur_s) for seg in segments]
+    n_kinds = len(EVENT_KINDS)
     step_ns = np.zeros(steps, dtype=np.int64)
-    # First pass: relative times within each step, per block, to find step lengths.
+    step_kind_sum = np.zeros((steps, n_kinds), dtype=np.int64)
+    step_kind_max = np.zeros((steps, n_kinds), dtype=np.int64)
+    chip_kind_sum = np.zeros((n_kinds, chips), dtype=np.int64)
     blocks = []
     for s0 in range(0, steps, STEP_BLOCK):
         s1 = min(steps, s0 + STEP_BLOCK)
         shape = (s1 - s0, chips)
         cursor = np.zeros(shape, dtype=np.int64)
-        parts = []  # (kind_code, start_rel, dur)
+        parts = []  # (kind_code, start_rel, dur), each (steps in block, chips)
         for seg, ns in zip(segments, seg_ns):
             dur = np.broadcast_to(ns[s0:s1] if ns.ndim == 2 else ns, shape)
             if seg.barrier:
@@ -80,7 +112,15 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
         end = cursor.max(axis=1, keepdims=True)
         parts.append((KIND_CODE["sync_wait"], cursor, end - cursor))
         step_ns[s0:s1] = end[:, 0]
-        blocks.append((s0, s1, parts))
+        # Exact per-chip totals by kind (a chip may have several events of one kind in a step).
+        per_kind = np.zeros((n_kinds, *shape), dtype=np.int64)
+        for code, _, dur in parts:
+            per_kind[code] += dur
+        step_kind_sum[s0:s1] = per_kind.sum(axis=2).T
+        step_kind_max[s0:s1] = per_kind.max(axis=2).T
+        chip_kind_sum += per_kind.sum(axis=1)
+        if detail == "full":
+            blocks.append((s0, s1, parts))
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
 
     batches = []
@@ -97,11 +137,32 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
         chip_col = np.broadcast_to(chip_ids[None, :, None], (n_steps, chips, k))
         abs_start = starts + step_start[s0:s1, None, None]
         batches.append(events_batch(chip_col[keep], step_col[keep], codes[keep], abs_start[keep], durs[keep]))
-    events = pa.Table.from_batches(batches)
+    events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
     steps_table = pa.table(
         {"step": np.arange(steps, dtype=np.int32), "start_ns": step_start, "step_ns": step_ns}, schema=STEPS_SCHEMA
     )
-    return events, steps_table
+    sk_step, sk_kind = np.nonzero(step_kind_sum)
+    step_kind = pa.table(
+        [
+            pa.array(sk_step.astype(np.int32)),
+            kind_array(sk_kind),
+            pa.array(step_kind_sum[sk_step, sk_kind]),
+            pa.array(step_kind_max[sk_step, sk_kind]),
+        ],
+        schema=STEP_KIND_SCHEMA,
+    )
+    ck_kind, ck_chip = np.nonzero(chip_kind_sum)
+    chip_kind = pa.table(
+        [pa.array(ck_chip.astype(np.int32)), kind_array(ck_kind), pa.array(chip_kind_sum[ck_kind, ck_chip])],
+        schema=CHIP_KIND_SCHEMA,
+    )
+    return Assembled(events=events, steps=steps_table, step_kind=step_kind, chip_kind=chip_kind)
+
+
+def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.Table, pa.Table]:
+    """Full-detail layout; returns (events, steps). See :func:`assemble`."""
+    out = assemble(segments, steps, chips)
+    return out.events, out.steps
 
 
 @dataclass(frozen=True)
@@ -192,7 +253,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
-    events, steps_table = assemble_steps(segments, steps, chips)
+    laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
     def memory(**changes) -> MemoryPlan:
@@ -237,5 +298,12 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
         },
     )
-    trace = Trace(events=events, steps=steps_table, chips=chip_table, extra=extra_tables)
+    trace = Trace(
+        events=laid.events,
+        steps=laid.steps,
+        chips=chip_table,
+        step_kind=laid.step_kind,
+        chip_kind=laid.chip_kind,
+        extra=extra_tables,
+    )
     return RunResult(scenario=scenario, trace=trace, facts=facts)
