@@ -29,7 +29,7 @@ Per-step collectives by strategy (one representative chip, steady state):
   gather and the last reduce-scatter of a pass cannot hide.
 * tensor parallel (Megatron-LM, Shoeybi et al. 2019): two all-reduces of the
   layer's activations forward and two backward per transformer layer over
-  ``tensor``. They sit on the critical path (the next matmul needs the result),
+  ``tensor`` (two more in the backward pass under full remat, for the recomputed forward). They sit on the critical path (the next matmul needs the result),
   so they are fully exposed; XLA's collective-matmul decomposition can hide them
   but is not modelled.
 * parameter server (TF ``ParameterServerStrategy``): the sparse parameters
@@ -300,6 +300,7 @@ def plan_collectives(
     dcn_latency_s: float,
     ps_hosts: int = 0,
     ps_bytes_per_s_per_host: float = 0.0,
+    remat: str = "none",
 ) -> CollectivePlan:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -307,6 +308,9 @@ def plan_collectives(
     (backward includes any recomputation); they are spread over layer units by
     FLOP share to decide what each unit's communication can hide behind.
     ``ps_hosts > 0`` selects the parameter-server strategy for ``cost.sparse_params``.
+    Under ``remat = "full"`` the recomputed forward repeats each layer's tensor-parallel
+    all-reduces inside the backward pass (Korthikanti et al. 2022, sec. 5); the other
+    policies recompute only work inside a head shard, which needs no communication.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
@@ -344,6 +348,9 @@ def plan_collectives(
                 (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes, t),
                 (i, u.name, "backward", "all-reduce", "tensor", per_layer * a_bytes, t),
             ]
+            if remat == "full":
+                tp_b[i] += t
+                rows.append((i, u.name, "recompute", "all-reduce", "tensor", per_layer * a_bytes, t))
     # Forward: gather of unit i prefetched during compute of unit i-1; the first is exposed.
     fwd_fsdp = ag[0] + float(np.maximum(0.0, ag[1:] - cf[:-1]).sum()) if n else 0.0
     # Backward runs units in reverse: gather of i hides behind backward of i+1, together with the

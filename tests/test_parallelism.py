@@ -164,6 +164,10 @@ class TestPlanCollectives:
         # 2 all-reduces per layer of b x s x d bf16 activations
         assert (tp["bytes"] == 2 * 2 * 128 * 1024 * 2.0).all()
         assert plan.forward_s == pytest.approx(tp[tp.phase == "forward"]["time_ns"].sum() / 1e9, abs=len(tp) * 1e-9)
+        # full remat re-runs the forward inside the backward pass, all-reduces included
+        _, full = _plan(mesh, 1e3, 2e3, remat="full")
+        assert full.backward_s == pytest.approx(2 * plan.backward_s, rel=1e-12)
+        assert full.forward_s == plan.forward_s
 
     def test_data_parallel_gradient_sync_only(self):
         mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(64, 1, 1))
