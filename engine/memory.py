@@ -27,7 +27,8 @@ paper sec. 4.2.3); ``minimal`` saves only the outputs of the weight matmuls
 uses; ``full`` keeps only each layer's input (``2sbh`` per layer) and recomputes
 one layer at a time in the backward pass. Other
 models save each GEMM's input, attention-style activation operands and half
-their elementwise traffic; ``full`` keeps one boundary per block.
+their elementwise traffic; ``full`` keeps one boundary per block, while
+``selective`` and ``minimal`` (attention-specific) save the same as ``none``.
 
 Temporaries: the bf16 (or gathered, under FSDP) copies of two layers' weights
 (the one in use and the one prefetched), a layer's unsharded gradient before
