@@ -21,7 +21,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .catalog import ChipSpec, load_catalog
+from .compilation import CompileSection
 from .errors import ScenarioError
+from .faults import FailureSection, StragglerSection
+from .input_pipeline import InputSection
 
 __all__ = [
     "Scenario",
@@ -124,6 +127,11 @@ class Scenario(_Section):
     training: TrainingSection
     parallelism: ParallelismSection = ParallelismSection()
     sim: SimSection = SimSection()
+    # Idle-time mechanisms (engine/input_pipeline.py, compilation.py, faults.py); absent = off.
+    input: InputSection | None = None
+    compile: CompileSection | None = None
+    stragglers: StragglerSection | None = None
+    failures: FailureSection | None = None
 
     # Derived views (not inputs) -------------------------------------------------
     @property

@@ -24,6 +24,7 @@ import pyarrow as pa
 from .calibration import Calibration, load_calibration
 from .collectives import all_reduce_time_s, dcn_all_reduce_time_s
 from .compute import step_compute
+from .idle import idle_facts, plan_idle
 from .memory import GRADIENT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, hbm_footprint
 from .models import ModelCost, model_cost
 from .scenario import Scenario
@@ -173,12 +174,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     noise = np.exp(jitter * ctx.rng("jitter").standard_normal((steps, chips), dtype=np.float32)) if jitter > 0 else 1.0
 
-    segments = [
-        Segment("compute", comp.fwd_bwd_s * noise),
-        Segment("collective", sync_s, barrier=True),
-        Segment("compute", update_s),
-        Segment("other", cal.step_overhead_s),
-    ]
+    idle = plan_idle(ctx, comp, sync_s=sync_s, update_s=update_s, noise=noise)
+    segments = [Segment(kind, dur_s, barrier) for kind, dur_s, barrier in idle.segments]
     events, steps_table = assemble_steps(segments, steps, chips)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
@@ -210,5 +207,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         hbm_capacity_bytes=mem.capacity_bytes,
         oom=mem.oom,
         hbm_breakdown_bytes=mem.breakdown_bytes,
+        extra=idle_facts(idle, events, steps_table),
     )
-    return RunResult(scenario=scenario, trace=Trace(events=events, steps=steps_table, chips=chip_table), facts=facts)
+    trace = Trace(events=events, steps=steps_table, chips=chip_table, extra=dict(idle.tables))
+    return RunResult(scenario=scenario, trace=trace, facts=facts)

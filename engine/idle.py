@@ -1,0 +1,216 @@
+"""Why chips sit idle: combine input pipeline, compilation, stragglers and failures into a step plan.
+
+:func:`plan_idle` turns the scenario's ``[input]``, ``[compile]``,
+``[stragglers]`` and ``[failures]`` sections into the ordered segments of every
+step, so :mod:`engine.simulate` only assembles them. Each chip's step is, in order:
+
+``input_wait`` (its host's batch is late) -> ``recompile`` (new shape signature)
+-> ``compute`` (forward + backward, x straggler factor) -> barrier ->
+``collective`` -> ``compute`` (update) -> ``other`` (step overhead) -> barrier ->
+``other`` (checkpoint write) -> barrier -> ``other`` (restart + restore) ->
+``recompile`` (after restart) -> ``other`` (re-executed lost work).
+
+Attribution is exclusive, by this priority (after XProf's step-time breakdown,
+where time waiting on the host outranks device work): a chip waiting for its
+host is ``input_wait`` even if other chips are still computing; waiting at a
+barrier for slower chips is ``sync_wait``; fault recovery and checkpointing are
+``other`` except the recompile they force.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .compilation import COMPILES_SCHEMA, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
+from .compute import PASSES_BY_REMAT, ComputeCost, step_compute
+from .faults import checkpoint_steps, checkpoint_write_s, plan_failures, straggler_factors
+from .input_pipeline import run_input_queue, step_lengths_s
+from .memory import MASTER_WEIGHT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM
+from .models import model_cost
+from .units import NS_PER_S
+
+__all__ = ["IdlePlan", "plan_idle", "idle_facts"]
+
+#: a chip is named a straggler when its compute factor exceeds 1 by more than this
+STRAGGLER_MIN_SLOWDOWN = 0.01
+
+
+@dataclass(frozen=True)
+class IdlePlan:
+    """Segments of every step as ``(kind, dur_s, barrier)``, extra tables, and what the run lost."""
+
+    segments: list[tuple[str, Any, bool]]
+    tables: dict[str, pa.Table]
+    badput_s: float  # wall seconds that did not advance training
+    facts: dict[str, Any]
+
+
+def _fwd_bwd_for(ctx: Any, comp: ComputeCost, jit: bool) -> Any:
+    """Seconds of forward + backward at a (per-chip batch, seq) shape, jitted or eager."""
+    s = ctx.scenario
+    tr, par = s.training, s.parallelism
+    params = load_compile_cost()
+    default_seq = ctx.cost.tokens_per_sample or 0
+    passes = PASSES_BY_REMAT.get(tr.remat, 3.0)
+
+    def at(batch: int, seq: int) -> float:
+        if batch == s.per_chip_batch and seq == default_seq:
+            c = comp
+            cost = ctx.cost
+        else:
+            cost = model_cost(s.model.model_copy(update={"seq_len": seq})) if seq else ctx.cost
+            c = step_compute(cost, ctx.pod.chip, ctx.cal, batch, tr.precision, tr.remat, tensor=par.tensor)
+        if jit:
+            return c.fwd_bwd_s
+        return eager_fwd_bwd_s(c.matmul_s, c.memory_s, float(cost.ops.launches.sum()) * passes, params)
+
+    return at
+
+
+def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, noise: Any) -> IdlePlan:
+    """Plan every step's segments for a :class:`~engine.simulate.SimContext`.
+
+    Parameters
+    ----------
+    comp
+        Compute of one chip at the scenario's shape (jitted).
+    sync_s, update_s
+        Gradient all-reduce and optimizer-update seconds per step.
+    noise
+        Per-(step, chip) multiplicative compute noise, or 1.0.
+    """
+    s = ctx.scenario
+    tr = s.training
+    steps, chips, cal = ctx.steps, ctx.chips, ctx.cal
+    host_of_chip = ctx.pod.chip_table["host"]
+    factors = straggler_factors(s.stragglers, host_of_chip, ctx.rng("stragglers"))
+
+    cc = s.compile
+    if cc is None:
+        fwd = np.full(steps, comp.fwd_bwd_s)
+        compile_s = np.zeros(steps)
+        program_compile_s = 0.0
+        compiles = COMPILES_SCHEMA.empty_table()
+        signatures = None
+    else:
+        batch, seq = step_signatures(
+            cc,
+            steps=steps,
+            per_chip_batch=s.per_chip_batch,
+            batch_shards=s.batch_shards,
+            global_batch=tr.global_batch,
+            seq_len=ctx.cost.tokens_per_sample,
+            dataset_samples=s.input.dataset_samples if s.input is not None else None,
+            rng=ctx.rng("shapes"),
+        )
+        plan = plan_compiles(
+            cc,
+            batch=batch,
+            seq=seq,
+            fwd_bwd_for=_fwd_bwd_for(ctx, comp, cc.jit),
+            program_ops=len(ctx.cost.ops.names),
+            chips=chips,
+            params=load_compile_cost(),
+        )
+        fwd, compile_s, program_compile_s, compiles, signatures = (
+            plan.fwd_bwd_s, plan.compile_s, plan.program_compile_s, plan.compiles, plan.signatures
+        )
+
+    compute = fwd[:, None] * noise * factors[None, :]
+    update = update_s * factors
+    fl = s.failures
+    ckpt_bytes = ctx.cost.params * (MASTER_WEIGHT_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    ckpt_s = np.zeros(steps)
+    if fl is not None:
+        size = fl.checkpoint_bytes if fl.checkpoint_bytes is not None else ckpt_bytes
+        ckpt_s = np.where(checkpoint_steps(fl, steps), checkpoint_write_s(fl, size, ctx.pod.hosts), 0.0)
+    pre = np.broadcast_to(compile_s[:, None] + compute, (steps, chips))
+    post = sync_s + float(update.max()) + cal.step_overhead_s + ckpt_s
+
+    segments: list[tuple[str, Any, bool]] = []
+    input_facts: dict[str, Any] = {}
+    if s.input is not None:
+        q = run_input_queue(
+            s.input,
+            global_batch=tr.global_batch,
+            hosts=ctx.pod.hosts,
+            host_of_chip=host_of_chip,
+            pre_s=pre,
+            post_s=post,
+            rng=ctx.rng("input"),
+        )
+        segments.append(("input_wait", q.wait_s[:, host_of_chip], False))
+        step_s = q.step_s
+        input_facts = {"input_batch_s": float(np.median(q.produce_s))}
+    else:
+        step_s = step_lengths_s(pre, post)
+    if cc is not None:
+        segments.append(("recompile", compile_s[:, None], False))
+    segments += [
+        ("compute", compute, False),
+        ("collective", sync_s, True),
+        ("compute", update, False),
+        ("other", cal.step_overhead_s, False),
+    ]
+
+    fail = plan_failures(
+        fl,
+        step_s=step_s,
+        chips=chips,
+        hosts=ctx.pod.hosts,
+        default_checkpoint_bytes=ckpt_bytes,
+        program_compile_s=program_compile_s,
+        rng=ctx.rng("failures"),
+    )
+    if fl is not None:
+        segments += [
+            ("other", ckpt_s[:, None], True),
+            ("other", fail.restart_s[:, None], True),
+            ("recompile", fail.recompile_s[:, None], False),
+            ("other", fail.lost_s[:, None], False),
+        ]
+        if program_compile_s > 0 and len(fail.failed_steps):
+            restart_rows = pa.table(
+                {
+                    "step": fail.failed_steps.astype(np.int32),
+                    "signature": [signatures[i] for i in fail.failed_steps],
+                    "cause": ["restart"] * len(fail.failed_steps),
+                    "compile_ns": np.full(len(fail.failed_steps), round(program_compile_s * NS_PER_S), dtype=np.int64),
+                },
+                schema=COMPILES_SCHEMA,
+            )
+            compiles = pa.concat_tables([compiles, restart_rows]).sort_by([("step", "ascending"), ("cause", "ascending")])
+
+    total_compile_s = float(compile_s.sum() + fail.recompile_s.sum())
+    badput_s = total_compile_s + float(ckpt_s.sum() + fail.restart_s.sum() + fail.lost_s.sum())
+    stragglers = np.flatnonzero(factors > 1.0 + STRAGGLER_MIN_SLOWDOWN)
+    facts = {
+        "recompiles": max(compiles.num_rows - 1, 0),
+        "compile_s": total_compile_s,
+        "stragglers": [int(c) for c in stragglers],
+        "straggler_slowdown_max": float(factors.max()),
+        "failures": int(len(fail.failed_steps)),
+        "lost_steps": fail.lost_steps,
+        "checkpoint_s": float(ckpt_s.sum()),
+        **input_facts,
+    }
+    return IdlePlan(segments=segments, tables={"compiles": compiles}, badput_s=badput_s, facts=facts)
+
+
+def idle_facts(plan: IdlePlan, events: pa.Table, steps_table: pa.Table) -> dict[str, Any]:
+    """Run facts measured on the assembled trace: input-wait share and goodput."""
+    dur = events.column("dur_ns")
+    total_ns = pc.sum(dur).as_py() or 0
+    is_wait = pc.equal(events.column("kind").cast(pa.string()), "input_wait")
+    wait_ns = pc.sum(pc.filter(dur, is_wait)).as_py() or 0
+    wall_s = (pc.sum(steps_table.column("step_ns")).as_py() or 0) / NS_PER_S
+    return {
+        **plan.facts,
+        "input_wait_frac": wait_ns / total_ns if total_ns else 0.0,
+        "goodput": max(0.0, 1.0 - plan.badput_s / wall_s) if wall_s else None,
+    }
