@@ -5,16 +5,18 @@
 step, so :mod:`engine.simulate` only assembles them. Each chip's step is, in order:
 
 ``input_wait`` (its host's batch is late) -> ``recompile`` (new shape signature)
--> ``compute`` (forward + backward, x straggler factor) -> barrier ->
+-> ``compute`` (forward + backward, x straggler factor) -> ``input_wait`` (for
+another host's late batch) -> barrier ->
 ``collective`` -> ``compute`` (update) -> ``other`` (step overhead) -> barrier ->
 ``other`` (checkpoint write) -> barrier -> ``other`` (restart + restore) ->
 ``recompile`` (after restart) -> ``other`` (re-executed lost work).
 
 Attribution is exclusive, by this priority (after XProf's step-time breakdown,
 where time waiting on the host outranks device work): a chip waiting for its
-host is ``input_wait`` even if other chips are still computing; waiting at a
-barrier for slower chips is ``sync_wait``; fault recovery and checkpointing are
-``other`` except the recompile they force.
+host is ``input_wait``; a chip idle at the first barrier because *another*
+host's batch was late is also ``input_wait`` (up to how much later that host
+was); only the remaining barrier wait, for slower chips, is ``sync_wait``.
+Fault recovery and checkpointing are ``other`` except the recompile they force.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class IdlePlan:
     tables: dict[str, pa.Table]
     badput_s: float  # wall seconds that did not advance training
     facts: dict[str, Any]
+    special_steps: np.ndarray  # steps holding a compile, checkpoint or failure (not steady state)
 
 
 def _fwd_bwd_for(ctx: Any, comp: ComputeCost, jit: bool) -> Any:
@@ -134,6 +137,7 @@ def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, no
 
     segments: list[tuple[str, Any, bool]] = []
     input_facts: dict[str, Any] = {}
+    peer_input_s = None
     if s.input is not None:
         q = run_input_queue(
             s.input,
@@ -144,15 +148,24 @@ def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, no
             post_s=post,
             rng=ctx.rng("input"),
         )
-        segments.append(("input_wait", q.wait_s[:, host_of_chip], False))
+        own = q.wait_s[:, host_of_chip]
+        segments.append(("input_wait", own, False))
         step_s = q.step_s
+        # Priority: a chip idle at the first barrier because another host's batch was late
+        # is waiting on input, not on a slow peer. Up to (latest host's wait - own wait) of
+        # its barrier slack becomes input_wait; the rest stays sync_wait.
+        slack = q.front_s[:, None] - (own + pre)
+        late = q.wait_s.max(axis=1, keepdims=True) - own
+        peer_input_s = np.clip(np.minimum(slack, late), 0.0, None)
         input_facts = {"input_batch_s": float(np.median(q.produce_s))}
     else:
         step_s = step_lengths_s(pre, post)
     if cc is not None:
         segments.append(("recompile", compile_s[:, None], False))
+    segments.append(("compute", compute, False))
+    if peer_input_s is not None:
+        segments.append(("input_wait", peer_input_s, False))
     segments += [
-        ("compute", compute, False),
         ("collective", sync_s, True),
         ("compute", update, False),
         ("other", cal.step_overhead_s, False),
@@ -199,18 +212,31 @@ def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, no
         "checkpoint_s": float(ckpt_s.sum()),
         **input_facts,
     }
-    return IdlePlan(segments=segments, tables={"compiles": compiles}, badput_s=badput_s, facts=facts)
+    special = np.flatnonzero((compile_s > 0) | (ckpt_s > 0) | (fail.restart_s > 0))
+    return IdlePlan(segments=segments, tables={"compiles": compiles}, badput_s=badput_s, facts=facts, special_steps=special)
 
 
 def idle_facts(plan: IdlePlan, events: pa.Table, steps_table: pa.Table) -> dict[str, Any]:
-    """Run facts measured on the assembled trace: input-wait share and goodput."""
-    dur = events.column("dur_ns")
-    total_ns = pc.sum(dur).as_py() or 0
-    is_wait = pc.equal(events.column("kind").cast(pa.string()), "input_wait")
-    wait_ns = pc.sum(pc.filter(dur, is_wait)).as_py() or 0
-    wall_s = (pc.sum(steps_table.column("step_ns")).as_py() or 0) / NS_PER_S
+    """Run facts measured on the assembled trace: input-wait share and goodput.
+
+    ``input_wait_frac`` is the share of chip time spent in ``input_wait`` over the
+    steady-state steps (no compile, checkpoint or failure), i.e. of step time, so a
+    long one-off compile does not hide an input-bound step. If every step is
+    special, all steps count.
+    """
+    step_ns = steps_table.column("step_ns").to_numpy()
+    steady = np.ones(len(step_ns), dtype=bool)
+    steady[plan.special_steps] = False
+    if not steady.any():
+        steady[:] = True
+    in_steady = pc.is_in(events.column("step"), pa.array(np.flatnonzero(steady).astype(np.int32)))
+    is_wait = pc.and_(in_steady, pc.equal(events.column("kind").cast(pa.string()), "input_wait"))
+    wait_ns = pc.sum(pc.filter(events.column("dur_ns"), is_wait)).as_py() or 0
+    chips = int(pc.max(events.column("chip")).as_py() or 0) + 1 if events.num_rows else 0
+    steady_chip_ns = float(step_ns[steady].sum()) * chips
+    wall_s = float(step_ns.sum()) / NS_PER_S
     return {
         **plan.facts,
-        "input_wait_frac": wait_ns / total_ns if total_ns else 0.0,
+        "input_wait_frac": wait_ns / steady_chip_ns if steady_chip_ns else 0.0,
         "goodput": max(0.0, 1.0 - plan.badput_s / wall_s) if wall_s else None,
     }

@@ -115,6 +115,7 @@ class InputPlan:
     wait_s: np.ndarray  # (steps, hosts)
     step_s: np.ndarray  # (steps,) step length including input waits (before failures)
     produce_s: np.ndarray  # (steps, hosts) production time of each batch
+    front_s: np.ndarray  # (steps,) time from step start to the first barrier (slowest chip)
 
 
 def batch_production_s(section: InputSection, host_batch: int, cached: np.ndarray) -> np.ndarray:
@@ -191,6 +192,7 @@ def run_input_queue(
     taken = np.zeros((steps, hosts))
     wait = np.zeros((steps, hosts))
     step_s = np.zeros(steps)
+    front = np.zeros(steps)
     now = 0.0
     for i in range(steps):
         if k == 0:
@@ -202,6 +204,7 @@ def run_input_queue(
         finished = start + produce[i]
         wait[i] = np.maximum(0.0, finished - now)
         taken[i] = now + wait[i]
-        step_s[i] = (wait[i][host_of_chip] + pre_s[i]).max() + post_s[i]
+        front[i] = (wait[i][host_of_chip] + pre_s[i]).max()
+        step_s[i] = front[i] + post_s[i]
         now += step_s[i]
-    return InputPlan(wait_s=wait, step_s=step_s, produce_s=produce)
+    return InputPlan(wait_s=wait, step_s=step_s, produce_s=produce, front_s=front)
