@@ -62,7 +62,26 @@ def _fmt_summary(s: dict[str, Any]) -> str:
         lines.append(f"  HBM peak      {s['peak_hbm_bytes'] / 2**30:.2f} GiB of {s['hbm_capacity_bytes'] / 2**30:.2f} GiB")
     if s.get("oom"):
         lines.append("  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)")
+    lines += _fmt_idle(s)
     return "\n".join(lines)
+
+
+def _fmt_idle(s: dict[str, Any]) -> list[str]:
+    """Input wait, compiles, goodput, stragglers, then the advisor's findings."""
+    lines = []
+    if s.get("input_wait_frac") is not None:
+        lines.append(f"  input wait    {100 * s['input_wait_frac']:.1f}% of steady-state chip time")
+    if s.get("compile_s"):
+        lines.append(f"  compiles      {s.get('recompiles', 0)} recompile(s), {s['compile_s']:,.1f} s compiling")
+    if s.get("goodput") is not None:
+        lines.append(f"  goodput       {100 * s['goodput']:.1f}% of wall time advanced training")
+    if s.get("stragglers"):
+        lines.append(f"  stragglers    chips {', '.join(map(str, s['stragglers'][:20]))}{' ...' if len(s['stragglers']) > 20 else ''}")
+    advice = s.get("advice") or []
+    if advice:
+        lines.append("advice:")
+        lines += [f"  [{a['severity']}] {a['message']}" for a in advice]
+    return lines
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -15,6 +15,8 @@ import duckdb
 
 from engine.trace import EVENT_KINDS
 
+from .advisor import advise
+
 __all__ = ["build_summary", "SUMMARY_KEYS"]
 
 SUMMARY_KEYS = (
@@ -84,4 +86,5 @@ def build_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]
     }
     for key, value in (facts.get("extra") or {}).items():
         summary.setdefault(key, value)
+    summary.setdefault("advice", advise(summary))  # last: rules read every other key
     return summary
