@@ -152,9 +152,8 @@ def plan_failures(
     failed[[s for s in section.fail_at_steps if s < steps]] = True
     failed_steps = np.flatnonzero(failed)
     # Steps since the last durable checkpoint: last checkpoint j < i, lost = j+1 .. i.
-    ckpt_idx = np.flatnonzero(is_ckpt)
-    before = np.searchsorted(ckpt_idx, failed_steps, side="left") - 1
-    last_ckpt = np.where(before >= 0, ckpt_idx[np.maximum(before, 0)], -1)
+    ckpt_idx = np.concatenate([[-1], np.flatnonzero(is_ckpt)])  # -1: "before step 0" (start from scratch)
+    last_ckpt = ckpt_idx[np.searchsorted(ckpt_idx, failed_steps, side="left") - 1]
     cum = np.concatenate([[0.0], np.cumsum(step_s)])
     lost_s = zeros.copy()
     lost_s[failed_steps] = cum[failed_steps + 1] - cum[last_ckpt + 1]
