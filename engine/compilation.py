@@ -130,7 +130,8 @@ def step_signatures(
     seq = np.zeros(steps, dtype=np.int64)
     if section.shapes == "variable_seq_len":
         if seq_len is None:
-            raise ScenarioError("scenario", [("compile.shapes", "variable_seq_len needs a sequence model (model.kind = 'transformer')")])
+            problem = ("compile.shapes", "variable_seq_len needs a sequence model (model.kind = 'transformer')")
+            raise ScenarioError("scenario", [problem])
         lo = section.seq_len_min or seq_len
         if lo > seq_len:
             raise ScenarioError("scenario", [("compile.seq_len_min", f"{lo} exceeds model.seq_len {seq_len}")])

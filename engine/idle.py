@@ -44,9 +44,9 @@ STRAGGLER_MIN_SLOWDOWN = 0.01
 
 @dataclass(frozen=True)
 class IdlePlan:
-    """Segments of every step as ``(kind, dur_s, barrier)``, extra tables, and what the run lost."""
+    """Segments of every step, extra tables, and what the run lost."""
 
-    segments: list[tuple[str, Any, bool]]
+    segments: list[Any]  # engine.simulate.Segment
     tables: dict[str, pa.Table]
     badput_s: float  # wall seconds that did not advance training
     facts: dict[str, Any]
@@ -75,32 +75,58 @@ def _fwd_bwd_for(ctx: Any, comp: ComputeCost, jit: bool) -> Any:
     return at
 
 
-def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, noise: Any) -> IdlePlan:
-    """Plan every step's segments for a :class:`~engine.simulate.SimContext`.
+def _split_at_first_barrier(base: list[Any]) -> tuple[list[Any], list[Any]]:
+    for i, seg in enumerate(base):
+        if seg.barrier:
+            return base[:i], base[i:]
+    return list(base), []
+
+
+def _after_barrier_s(post: list[Any], steps: int, chips: int) -> np.ndarray:
+    """(steps,) seconds from the first barrier to the step end, laid out as the assembler does."""
+    cursor = np.zeros((steps, 1))
+    for seg in post:
+        if seg.barrier:
+            cursor = cursor.max(axis=1, keepdims=True)
+        cursor = cursor + np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips))
+    return cursor.max(axis=1)
+
+
+def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
+    """Wrap a step's base segments with the idle-time mechanisms.
 
     Parameters
     ----------
+    ctx
+        The run's :class:`~engine.simulate.SimContext`.
     comp
-        Compute of one chip at the scenario's shape (jitted).
-    sync_s, update_s
-        Gradient all-reduce and optimizer-update seconds per step.
-    noise
-        Per-(step, chip) multiplicative compute noise, or 1.0.
+        Compute of one chip at the scenario's shape (jitted), as used by ``base``.
+    base
+        The step's device work as :class:`~engine.simulate.Segment` s. Contract:
+        the ``compute`` before the first barrier is the forward/backward pass (it is
+        rescaled per step to the step's input shape); every ``compute`` segment is
+        multiplied by the chip's straggler factor.
+
+    Returns
+    -------
+    IdlePlan
+        ``segments`` (Segment objects) ready for :func:`~engine.simulate.assemble_steps`.
     """
+    from .simulate import Segment  # here, not at module level: simulate imports this module
+
     s = ctx.scenario
     tr = s.training
-    steps, chips, cal = ctx.steps, ctx.chips, ctx.cal
+    steps, chips = ctx.steps, ctx.chips
     host_of_chip = ctx.pod.chip_table["host"]
     factors = straggler_factors(s.stragglers, host_of_chip, ctx.rng("stragglers"))
 
     cc = s.compile
-    if cc is None:
-        fwd = np.full(steps, comp.fwd_bwd_s)
-        compile_s = np.zeros(steps)
-        program_compile_s = 0.0
-        compiles = COMPILES_SCHEMA.empty_table()
-        signatures = None
-    else:
+    shape_factor = np.ones((steps, 1))
+    compile_s = np.zeros(steps)
+    program_compile_s = 0.0
+    compiles = COMPILES_SCHEMA.empty_table()
+    signatures: list[str] = []
+    if cc is not None:
         batch, seq = step_signatures(
             cc,
             steps=steps,
@@ -120,24 +146,39 @@ def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, no
             chips=chips,
             params=load_compile_cost(),
         )
-        fwd, compile_s, program_compile_s, compiles, signatures = (
-            plan.fwd_bwd_s, plan.compile_s, plan.program_compile_s, plan.compiles, plan.signatures
-        )
+        if comp.fwd_bwd_s > 0:
+            shape_factor = (plan.fwd_bwd_s / comp.fwd_bwd_s)[:, None]
+        compile_s, program_compile_s = plan.compile_s, plan.program_compile_s
+        compiles, signatures = plan.compiles, plan.signatures
 
-    compute = fwd[:, None] * noise * factors[None, :]
-    update = update_s * factors
+    def scaled(seg: Any, shape: bool) -> Any:
+        if seg.kind != "compute":
+            return seg
+        dur = np.asarray(seg.dur_s, dtype=np.float64)
+        # scalar / (chips,) stay 1-D: the assembler reads any 2-D duration as (steps, ...)
+        dur = dur * factors if dur.ndim < 2 else dur * factors[None, :]
+        return Segment(seg.kind, dur * shape_factor if shape else dur, seg.barrier)
+
+    head, tail = _split_at_first_barrier(base)
+    head = [scaled(seg, shape=True) for seg in head]
+    tail = [scaled(seg, shape=False) for seg in tail]
+
     fl = s.failures
     ckpt_bytes = ctx.cost.params * (MASTER_WEIGHT_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     ckpt_s = np.zeros(steps)
     if fl is not None:
         size = fl.checkpoint_bytes if fl.checkpoint_bytes is not None else ckpt_bytes
         ckpt_s = np.where(checkpoint_steps(fl, steps), checkpoint_write_s(fl, size, ctx.pod.hosts), 0.0)
-    pre = np.broadcast_to(compile_s[:, None] + compute, (steps, chips))
-    post = sync_s + float(update.max()) + cal.step_overhead_s + ckpt_s
+        tail.append(Segment("other", ckpt_s[:, None], barrier=True))
 
-    segments: list[tuple[str, Any, bool]] = []
+    pre = np.broadcast_to(compile_s[:, None], (steps, chips)).copy()  # each chip's work before the first barrier
+    for seg in head:
+        pre += np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips))
+    post = _after_barrier_s(tail, steps, chips)
+
+    segments: list[Any] = []
     input_facts: dict[str, Any] = {}
-    peer_input_s = None
+    peer: list[Any] = []
     if s.input is not None:
         q = run_input_queue(
             s.input,
@@ -149,27 +190,20 @@ def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, no
             rng=ctx.rng("input"),
         )
         own = q.wait_s[:, host_of_chip]
-        segments.append(("input_wait", own, False))
+        segments.append(Segment("input_wait", own))
         step_s = q.step_s
         # Priority: a chip idle at the first barrier because another host's batch was late
         # is waiting on input, not on a slow peer. Up to (latest host's wait - own wait) of
         # its barrier slack becomes input_wait; the rest stays sync_wait.
         slack = q.front_s[:, None] - (own + pre)
         late = q.wait_s.max(axis=1, keepdims=True) - own
-        peer_input_s = np.clip(np.minimum(slack, late), 0.0, None)
+        peer = [Segment("input_wait", np.clip(np.minimum(slack, late), 0.0, None))]
         input_facts = {"input_batch_s": float(np.median(q.produce_s))}
     else:
         step_s = step_lengths_s(pre, post)
     if cc is not None:
-        segments.append(("recompile", compile_s[:, None], False))
-    segments.append(("compute", compute, False))
-    if peer_input_s is not None:
-        segments.append(("input_wait", peer_input_s, False))
-    segments += [
-        ("collective", sync_s, True),
-        ("compute", update, False),
-        ("other", cal.step_overhead_s, False),
-    ]
+        segments.append(Segment("recompile", compile_s[:, None]))
+    segments += head + peer + tail
 
     fail = plan_failures(
         fl,
@@ -182,10 +216,9 @@ def plan_idle(ctx: Any, comp: ComputeCost, *, sync_s: float, update_s: float, no
     )
     if fl is not None:
         segments += [
-            ("other", ckpt_s[:, None], True),
-            ("other", fail.restart_s[:, None], True),
-            ("recompile", fail.recompile_s[:, None], False),
-            ("other", fail.lost_s[:, None], False),
+            Segment("other", fail.restart_s[:, None], barrier=True),
+            Segment("recompile", fail.recompile_s[:, None]),
+            Segment("other", fail.lost_s[:, None]),
         ]
         if program_compile_s > 0 and len(fail.failed_steps):
             restart_rows = pa.table(

@@ -174,9 +174,14 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     noise = np.exp(jitter * ctx.rng("jitter").standard_normal((steps, chips), dtype=np.float32)) if jitter > 0 else 1.0
 
-    idle = plan_idle(ctx, comp, sync_s=sync_s, update_s=update_s, noise=noise)
-    segments = [Segment(kind, dur_s, barrier) for kind, dur_s, barrier in idle.segments]
-    events, steps_table = assemble_steps(segments, steps, chips)
+    segments = [
+        Segment("compute", comp.fwd_bwd_s * noise),
+        Segment("collective", sync_s, barrier=True),
+        Segment("compute", update_s),
+        Segment("other", cal.step_overhead_s),
+    ]
+    idle = plan_idle(ctx, comp, segments)  # input waits, recompiles, stragglers, failures
+    events, steps_table = assemble_steps(idle.segments, steps, chips)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
     mem = hbm_footprint(

@@ -76,7 +76,8 @@ def _fmt_idle(s: dict[str, Any]) -> list[str]:
     if s.get("goodput") is not None:
         lines.append(f"  goodput       {100 * s['goodput']:.1f}% of wall time advanced training")
     if s.get("stragglers"):
-        lines.append(f"  stragglers    chips {', '.join(map(str, s['stragglers'][:20]))}{' ...' if len(s['stragglers']) > 20 else ''}")
+        more = " ..." if len(s["stragglers"]) > 20 else ""
+        lines.append(f"  stragglers    chips {', '.join(map(str, s['stragglers'][:20]))}{more}")
     advice = s.get("advice") or []
     if advice:
         lines.append("advice:")

@@ -32,7 +32,9 @@ def main(path: str = "/work/shared/reference/published.json") -> None:
     print(f"per_op_s = {a / ops:.4g}   per_chip_s = {b:.4g}   (ResNet-50 distinct ops: {ops})")
     for r in rows:
         pred = a + b * r["chips"]
-        print(f"{r['round']:>5} {r['system']:<32} chips {r['chips']:>5}  published {r['init_s_median']:7.1f} s  model {pred:7.1f} s  error {100 * (pred / r['init_s_median'] - 1):+6.1f}%")
+        err = 100 * (pred / r["init_s_median"] - 1)
+        row = f"{r['round']:>5} {r['system']:<34} chips {r['chips']:>5}"
+        print(f"{row}  published {r['init_s_median']:7.1f} s  model {pred:7.1f} s  error {err:+6.1f}%")
 
 
 if __name__ == "__main__":

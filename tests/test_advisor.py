@@ -27,7 +27,11 @@ def _rules(advice):
 class TestRules:
     @pytest.mark.parametrize(
         ("frac", "rule", "severity"),
-        [(0.30, "input_bound_high", "critical"), (0.20, "input_bound_high", "critical"), (0.10, "input_bound_moderate", "warning")],
+        [
+            (0.30, "input_bound_high", "critical"),
+            (0.20, "input_bound_high", "critical"),
+            (0.10, "input_bound_moderate", "warning"),
+        ],
     )
     def test_input_wait_tiers_fire_once_per_group(self, frac, rule, severity):
         advice = advise({"input_wait_frac": frac, "step_time_s": 0.01})
@@ -80,7 +84,8 @@ def test_keras_run_stores_idle_keys_compiles_table_and_advice(db):
         assert all(isinstance(v, (int, float)) for v in a["evidence"].values())
     with db.read() as con:
         rows = con.execute(
-            "SELECT step, signature, cause, compile_ns, typeof(step), typeof(compile_ns) FROM extra_compiles WHERE run_id = $id ORDER BY step",
+            "SELECT step, signature, cause, compile_ns, typeof(step), typeof(compile_ns)"
+            " FROM extra_compiles WHERE run_id = $id ORDER BY step",
             {"id": s["run_id"]},
         ).fetchall()
     # first compile, then the epoch's partial last batch (60,000 = 468 x 128 + 96 -> 12 per chip)

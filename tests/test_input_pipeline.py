@@ -123,9 +123,9 @@ class TestKerasExample:
         assert cached < uncached
 
 
-@pytest.mark.parametrize("value", ["auto", 0, -1, 2.5, True])
-def test_bad_parallel_calls_names_the_key(write_toml, value):
-    text = KERAS.read_text().replace("num_parallel_calls = 1 ", f"num_parallel_calls = {value!r} ".replace("'", '"').replace("True", "true"))
+@pytest.mark.parametrize("toml_value", ['"auto"', "0", "-1", "2.5", "true"])
+def test_bad_parallel_calls_names_the_key(write_toml, toml_value):
+    text = KERAS.read_text().replace("num_parallel_calls = 1 ", f"num_parallel_calls = {toml_value} ")
     with pytest.raises(ScenarioError) as e:
         load_scenario(write_toml(text))
     assert any(key == "input.num_parallel_calls" for key, _ in e.value.problems)
