@@ -151,8 +151,10 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
         compile_s, program_compile_s = plan.compile_s, plan.program_compile_s
         compiles, signatures = plan.compiles, plan.signatures
 
+    rescale = cc is not None or s.stragglers is not None
+
     def scaled(seg: Any, shape: bool) -> Any:
-        if seg.kind != "compute":
+        if seg.kind != "compute" or not rescale:
             return seg
         dur = np.asarray(seg.dur_s, dtype=np.float64)
         # scalar / (chips,) stay 1-D: the assembler reads any 2-D duration as (steps, ...)
@@ -171,10 +173,11 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
         ckpt_s = np.where(checkpoint_steps(fl, steps), checkpoint_write_s(fl, size, ctx.pod.hosts), 0.0)
         tail.append(Segment("other", ckpt_s[:, None], barrier=True))
 
-    pre = np.broadcast_to(compile_s[:, None], (steps, chips)).copy()  # each chip's work before the first barrier
-    for seg in head:
-        pre += np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips))
-    post = _after_barrier_s(tail, steps, chips)
+    if s.input is not None or fl is not None:  # only the queue and lost work need step lengths up front
+        pre = np.broadcast_to(compile_s[:, None], (steps, chips)).copy()  # each chip's work before the first barrier
+        for seg in head:
+            pre += np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips))
+        post = _after_barrier_s(tail, steps, chips)
 
     segments: list[Any] = []
     input_facts: dict[str, Any] = {}
@@ -199,8 +202,10 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
         late = q.wait_s.max(axis=1, keepdims=True) - own
         peer = [Segment("input_wait", np.clip(np.minimum(slack, late), 0.0, None))]
         input_facts = {"input_batch_s": float(np.median(q.produce_s))}
-    else:
+    elif fl is not None:
         step_s = step_lengths_s(pre, post)
+    else:
+        step_s = np.zeros(steps)  # unused: no failures to cost
     if cc is not None:
         segments.append(Segment("recompile", compile_s[:, None]))
     segments += head + peer + tail
