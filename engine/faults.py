@@ -34,7 +34,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ScenarioError
 
-__all__ = ["StragglerSection", "FailureSection", "FailurePlan", "straggler_factors", "checkpoint_steps", "plan_failures"]
+__all__ = [
+    "StragglerSection",
+    "FailureSection",
+    "FailurePlan",
+    "straggler_factors",
+    "checkpoint_steps",
+    "plan_failures",
+    "failure_rate_per_s",
+    "young_interval_s",
+    "expected_goodput",
+]
 
 _HOUR_S = 3600.0
 
@@ -109,6 +119,36 @@ class FailurePlan:
     lost_steps: int
 
 
+def failure_rate_per_s(section: FailureSection, chips: int, hosts: int) -> float:
+    """Job failure rate: any chip or host failing stops a synchronous job (rates add)."""
+    rate = 0.0
+    if section.chip_mtbf_hours:
+        rate += chips / (section.chip_mtbf_hours * _HOUR_S)
+    if section.host_mtbf_hours:
+        rate += hosts / (section.host_mtbf_hours * _HOUR_S)
+    return rate
+
+
+def young_interval_s(checkpoint_write_s: float, rate_per_s: float) -> float | None:
+    """Optimal seconds of work between checkpoints, sqrt(2 x write time x job MTBF).
+
+    Young 1974, "A first order approximation to the optimum checkpoint interval" (CACM 17(9)).
+    None when nothing fails or checkpoints are free.
+    """
+    if rate_per_s <= 0 or checkpoint_write_s <= 0:
+        return None
+    return float(np.sqrt(2.0 * checkpoint_write_s / rate_per_s))
+
+
+def expected_goodput(interval_s: float, checkpoint_write_s: float, recovery_s: float, rate_per_s: float) -> float:
+    """Long-run goodput, first order: per checkpoint period of ``interval_s`` useful seconds,
+    wall = interval + write + (failures in the period) x (recovery + half a period redone).
+    """
+    period = interval_s + checkpoint_write_s
+    wall = period + rate_per_s * period * (recovery_s + period / 2.0)
+    return interval_s / wall if wall > 0 else 1.0
+
+
 def checkpoint_write_s(section: FailureSection, checkpoint_bytes: float, hosts: int) -> float:
     """Each host writes its share in parallel."""
     return checkpoint_bytes / (hosts * section.storage_write_bytes_per_s_per_host)
@@ -142,11 +182,7 @@ def plan_failures(
     ckpt_bytes = section.checkpoint_bytes if section.checkpoint_bytes is not None else default_checkpoint_bytes
     is_ckpt = checkpoint_steps(section, steps)
     checkpoint_s = np.where(is_ckpt, checkpoint_write_s(section, ckpt_bytes, hosts), 0.0)
-    rate_per_s = 0.0
-    if section.chip_mtbf_hours:
-        rate_per_s += chips / (section.chip_mtbf_hours * _HOUR_S)
-    if section.host_mtbf_hours:
-        rate_per_s += hosts / (section.host_mtbf_hours * _HOUR_S)
+    rate_per_s = failure_rate_per_s(section, chips, hosts)
     p_fail = -np.expm1(-rate_per_s * step_s)  # P(at least one failure during the step)
     failed = rng.random(steps) < p_fail
     failed[[s for s in section.fail_at_steps if s < steps]] = True

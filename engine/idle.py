@@ -30,7 +30,15 @@ import pyarrow.compute as pc
 
 from .compilation import COMPILES_SCHEMA, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
 from .compute import PASSES_BY_REMAT, ComputeCost, step_compute
-from .faults import checkpoint_steps, checkpoint_write_s, plan_failures, straggler_factors
+from .faults import (
+    checkpoint_steps,
+    checkpoint_write_s,
+    expected_goodput,
+    failure_rate_per_s,
+    plan_failures,
+    straggler_factors,
+    young_interval_s,
+)
 from .input_pipeline import run_input_queue, step_lengths_s
 from .memory import MASTER_WEIGHT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM
 from .models import model_cost
@@ -250,8 +258,28 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
         "checkpoint_s": float(ckpt_s.sum()),
         **input_facts,
     }
+    if fl is not None:
+        facts |= _checkpoint_facts(fl, step_s, ckpt_s, fail, program_compile_s, ckpt_bytes, ctx.pod.hosts, chips)
     special = np.flatnonzero((compile_s > 0) | (ckpt_s > 0) | (fail.restart_s > 0))
     return IdlePlan(segments=segments, tables={"compiles": compiles}, badput_s=badput_s, facts=facts, special_steps=special)
+
+
+def _checkpoint_facts(fl: Any, step_s: np.ndarray, ckpt_s: np.ndarray, fail: Any, compile_s: float,
+                      default_bytes: float, hosts: int, chips: int) -> dict[str, Any]:  # fmt: skip
+    """Long-run view of the checkpoint policy: Young's optimal interval and the expected goodput."""
+    size = fl.checkpoint_bytes if fl.checkpoint_bytes is not None else default_bytes
+    write_s = checkpoint_write_s(fl, size, hosts)
+    rate = failure_rate_per_s(fl, chips, hosts)
+    step = float(np.median(step_s)) if len(step_s) else 0.0
+    recovery_s = fl.restart_s + size / (hosts * fl.storage_read_bytes_per_s_per_host) + compile_s
+    opt_s = young_interval_s(write_s, rate)
+    out: dict[str, Any] = {"job_mtbf_hours": (1.0 / rate / 3600.0) if rate > 0 else None}
+    out["checkpoint_every_steps_optimal"] = max(1, round(opt_s / step)) if opt_s is not None and step > 0 else None
+    if fl.checkpoint_every_steps and step > 0:
+        out["goodput_expected"] = expected_goodput(fl.checkpoint_every_steps * step, write_s, recovery_s, rate)
+        if out["checkpoint_every_steps_optimal"]:
+            out["checkpoint_interval_ratio"] = fl.checkpoint_every_steps / out["checkpoint_every_steps_optimal"]
+    return out
 
 
 def idle_facts(plan: IdlePlan, events: pa.Table, steps_table: pa.Table) -> dict[str, Any]:

@@ -115,3 +115,30 @@ def test_more_frequent_checkpoints_lose_less_work():
     rare = simulate(load_scenario(path, overrides={"failures.checkpoint_every_steps": 100, "training.steps": 140}))
     often = simulate(load_scenario(path, overrides={"failures.checkpoint_every_steps": 10, "training.steps": 140}))
     assert often.facts.extra["lost_steps"] < rare.facts.extra["lost_steps"]
+
+
+class TestCheckpointPolicy:
+    def test_young_interval_known_answer(self):
+        from engine.faults import young_interval_s
+
+        # write 2 s, one failure per 10,000 s: sqrt(2 x 2 x 10,000) = 200 s
+        assert young_interval_s(2.0, 1e-4) == pytest.approx(200.0)
+        assert young_interval_s(2.0, 0.0) is None
+
+    def test_expected_goodput_known_answer_and_optimum(self):
+        from engine.faults import expected_goodput
+
+        # 100 s work + 10 s write; rate 1e-3/s: 0.11 failures per period, each 50 + 55 s -> wall 121.55 s
+        assert expected_goodput(100.0, 10.0, 50.0, 1e-3) == pytest.approx(100.0 / 121.55)
+        assert expected_goodput(100.0, 10.0, 50.0, 0.0) == pytest.approx(100.0 / 110.0)
+        opt = np.sqrt(2 * 10.0 / 1e-4)
+        best = expected_goodput(opt, 10.0, 50.0, 1e-4)
+        assert best > expected_goodput(opt / 4, 10.0, 50.0, 1e-4) and best > expected_goodput(opt * 4, 10.0, 50.0, 1e-4)
+
+    def test_run_reports_policy_facts_and_advice(self, db):
+        from profiler import api
+
+        s = api.run_file(SCENARIOS / "llm-1b-v5p-64-failures.toml", db, overrides={"training.steps": 140})
+        assert s["checkpoint_every_steps_optimal"] > 50 and 0 < s["goodput_expected"] <= 1
+        rules = {a["rule"] for a in s["advice"]}
+        assert "checkpoint_too_frequent" in rules and "failures_goodput" in rules
