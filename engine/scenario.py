@@ -21,7 +21,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .catalog import ChipSpec, load_catalog
+from .compilation import CompileSection
 from .errors import ScenarioError, TopologyError
+from .faults import FailureSection, StragglerSection
+from .input_pipeline import InputSection
 from .links import fault_problems
 from .topology import is_supported_shape, supported_shapes, wraparound_for
 
@@ -185,6 +188,11 @@ class Scenario(_Section):
     parallelism: ParallelismSection = ParallelismSection()
     sim: SimSection = SimSection()
     interconnect: InterconnectSection = InterconnectSection()
+    # Idle-time mechanisms (engine/input_pipeline.py, compilation.py, faults.py); absent = off.
+    input: InputSection | None = None
+    compile: CompileSection | None = None
+    stragglers: StragglerSection | None = None
+    failures: FailureSection | None = None
 
     # Derived views (not inputs) -------------------------------------------------
     @property

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from .calibration import Calibration, load_calibration
 from .compute import step_compute
+from .idle import idle_facts, plan_idle
 from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .models import ModelCost, model_cost
 from .interconnect import gradient_sync, overlap_table
@@ -265,7 +266,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
-    laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
+    idle = plan_idle(ctx, comp, segments)  # input waits, recompiles, stragglers, failures
+    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
     def memory(**changes) -> MemoryPlan:
@@ -317,6 +319,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             "parallelism_strategy": par.strategy,
             "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
             **grad_extra,
+            **idle_facts(idle, laid.step_kind, laid.steps, chips),
         },
     )
     trace = Trace(
@@ -325,6 +328,6 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         chips=chip_table,
         step_kind=laid.step_kind,
         chip_kind=laid.chip_kind,
-        extra=extra_tables,
+        extra={**extra_tables, **idle.tables},
     )
     return RunResult(scenario=scenario, trace=trace, facts=facts)

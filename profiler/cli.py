@@ -64,6 +64,7 @@ def _fmt_summary(s: dict[str, Any]) -> str:
         lines.append(f"  HBM peak      {s['peak_hbm_bytes'] / 2**30:.2f} GiB of {s['hbm_capacity_bytes'] / 2**30:.2f} GiB")
     if s.get("oom"):
         lines.extend(_fmt_oom(s))
+    lines += _fmt_idle(s)
     return "\n".join(lines)
 
 
@@ -81,6 +82,25 @@ def _fmt_oom(s: dict[str, Any]) -> list[str]:
         f"  the largest term is {term}. What would make it fit:",
     ]
     lines += [f"    - {text}" for text in d.get("suggestions", [])]
+    return lines
+
+
+def _fmt_idle(s: dict[str, Any]) -> list[str]:
+    """Input wait, compiles, goodput, stragglers, then the advisor's findings."""
+    lines = []
+    if s.get("input_wait_frac") is not None:
+        lines.append(f"  input wait    {100 * s['input_wait_frac']:.1f}% of steady-state chip time")
+    if s.get("compile_s"):
+        lines.append(f"  compiles      {s.get('recompiles', 0)} recompile(s), {s['compile_s']:,.1f} s compiling")
+    if s.get("goodput") is not None:
+        lines.append(f"  goodput       {100 * s['goodput']:.1f}% of wall time advanced training")
+    if s.get("stragglers"):
+        more = " ..." if len(s["stragglers"]) > 20 else ""
+        lines.append(f"  stragglers    chips {', '.join(map(str, s['stragglers'][:20]))}{more}")
+    advice = s.get("advice") or []
+    if advice:
+        lines.append("advice:")
+        lines += [f"  [{a['severity']}] {a['message']}" for a in advice]
     return lines
 
 
