@@ -59,6 +59,19 @@ class IdlePlan:
     badput_s: float  # wall seconds that did not advance training
     facts: dict[str, Any]
     special_steps: np.ndarray  # steps holding a compile, checkpoint or failure (not steady state)
+    # Per-step work relative to the scenario's nominal shape (partial batches, variable sequence
+    # lengths): model FLOPs, tokens and samples actually executed. Ones when shapes are fixed.
+    work_scale: np.ndarray | None = None
+    token_scale: np.ndarray | None = None
+    sample_scale: np.ndarray | None = None
+
+    def steady_mean(self, per_step: np.ndarray | None) -> float:
+        """Mean of a per-step value over steady-state steps (all steps if none is steady)."""
+        if per_step is None:
+            return 1.0
+        steady = np.ones(len(per_step), dtype=bool)
+        steady[self.special_steps] = False
+        return float(per_step[steady].mean() if steady.any() else per_step.mean())
 
 
 def _fwd_bwd_for(ctx: Any, comp: ComputeCost, jit: bool) -> Any:
@@ -159,6 +172,9 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
         compile_s, program_compile_s = plan.compile_s, plan.program_compile_s
         compiles, signatures = plan.compiles, plan.signatures
 
+    work_scale = token_scale = sample_scale = None
+    if cc is not None:
+        work_scale, token_scale, sample_scale = _work_scales(ctx, batch, seq)
     rescale = cc is not None or s.stragglers is not None
 
     def scaled(seg: Any, shape: bool) -> Any:
@@ -261,7 +277,43 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
     if fl is not None:
         facts |= _checkpoint_facts(fl, step_s, ckpt_s, fail, program_compile_s, ckpt_bytes, ctx.pod.hosts, chips)
     special = np.flatnonzero((compile_s > 0) | (ckpt_s > 0) | (fail.restart_s > 0))
-    return IdlePlan(segments=segments, tables={"compiles": compiles}, badput_s=badput_s, facts=facts, special_steps=special)
+    return IdlePlan(
+        segments=segments,
+        tables={"compiles": compiles},
+        badput_s=badput_s,
+        facts=facts,
+        special_steps=special,
+        work_scale=work_scale,
+        token_scale=token_scale,
+        sample_scale=sample_scale,
+    )
+
+
+def _work_scales(ctx: Any, batch: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Model FLOPs, tokens and samples of each step's executed shape, relative to the nominal shape.
+
+    MFU counts the FLOPs of the shape a step executes (padding included, as MaxText
+    does); attention makes FLOPs per token grow with the sequence, hence a cost per
+    distinct length rather than a token ratio.
+    """
+    s = ctx.scenario
+    nominal_b = float(s.per_chip_batch)
+    nominal_seq = ctx.cost.tokens_per_sample
+    sample_scale = batch / nominal_b
+    if not nominal_seq:
+        return sample_scale, sample_scale, sample_scale
+    lengths, inverse = np.unique(seq, return_inverse=True)
+    per_sample = np.array(
+        [
+            ctx.cost.train_flops_per_sample
+            if length == nominal_seq
+            else model_cost(s.model.model_copy(update={"seq_len": int(length)})).train_flops_per_sample
+            for length in lengths
+        ]
+    )[inverse]
+    work_scale = batch * per_sample / (nominal_b * ctx.cost.train_flops_per_sample)
+    token_scale = batch * seq / (nominal_b * nominal_seq)
+    return work_scale, token_scale, sample_scale
 
 
 def _checkpoint_facts(fl: Any, step_s: np.ndarray, ckpt_s: np.ndarray, fail: Any, compile_s: float,

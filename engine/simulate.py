@@ -302,10 +302,15 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         topology=scenario.pod.topology,
         steps=steps,
         params=cost.params,
-        samples_per_step=tr.global_batch,
-        tokens_per_step=tr.global_batch * cost.tokens_per_sample if cost.tokens_per_sample else None,
-        model_flops_per_step=cost.train_flops_per_sample * tr.global_batch,
-        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas,
+        # steady-state means of the executed shapes (partial batches, variable sequence lengths)
+        samples_per_step=round(tr.global_batch * idle.steady_mean(idle.sample_scale)),
+        tokens_per_step=(
+            round(tr.global_batch * cost.tokens_per_sample * idle.steady_mean(idle.token_scale))
+            if cost.tokens_per_sample
+            else None
+        ),
+        model_flops_per_step=cost.train_flops_per_sample * tr.global_batch * idle.steady_mean(idle.work_scale),
+        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas * idle.steady_mean(idle.work_scale),
         peak_flops_per_s_per_chip=chip.peak_flops_per_s(tr.precision),
         peak_hbm_bytes=mem.peak_bytes,
         hbm_capacity_bytes=mem.capacity_bytes,
