@@ -36,7 +36,7 @@ from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration
 from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries
 from .validation import predict, summarize
 
-__all__ = ["FITTED", "Bound", "FitResult", "fit", "cross_validate", "calibrate", "write_calibration_toml"]
+__all__ = ["FITTED", "Bound", "FitResult", "fit", "cross_validate", "calibrate", "write_calibration_toml", "format_fit"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,15 @@ def cross_validate(cases: Sequence[Case], folds: int = 5, fitter: Callable[..., 
     return out
 
 
+def _display_path(path: Path) -> str:
+    """Repository-relative when inside the repository, so the written file does not name a machine's paths."""
+    root = DEFAULT_CALIBRATION_PATH.parent.parent
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -160,7 +169,7 @@ def calibrate(
     report = {
         "path": str(out_path),
         "date": (today or dt.date.today()).isoformat(),
-        "reference": str(ref_path),
+        "reference": _display_path(ref_path),
         "reference_sha256": _sha256(ref_path),
         "cases": ids,
         "folds": max(2, min(folds, len(e2e))),
@@ -171,7 +180,7 @@ def calibrate(
         "in_sample": summarize([residuals[i] for i in ids], ids),
         "held_out": summarize([held_out[i] for i in ids], ids),
         "residuals_pct": residuals,
-        "held_out_pct": held_out,
+        "held_out_pct": dict(sorted(held_out.items())),
     }
     write_calibration_toml(out_path, cal, report)
     return report
@@ -218,3 +227,18 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         for k, v in report[table].items():
             lines.append(f'"{k}" = {_toml_value(v)}')
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def format_fit(report: dict[str, Any]) -> str:
+    """Human-readable summary of a :func:`calibrate` report."""
+    lines = [f"fitted on {len(report['cases'])} end-to-end cases of {report['reference']} ({report['evaluations']} evaluations)"]
+    for k, v in report["fitted"].items():
+        lines.append(f"  {k:<18} {v:.6g}   (prior {report['prior'][k]:.6g})")
+    for label, key in (("in-sample", "in_sample"), (f"held-out ({report['folds']}-fold)", "held_out")):
+        s = report[key]
+        lines.append(
+            f"{label:<20} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
+            f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
+        )
+    lines.append(f"wrote {report['path']}")
+    return "\n".join(lines)
