@@ -36,7 +36,7 @@ from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration
 from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries
 from .validation import predict, summarize
 
-__all__ = ["FITTED", "Bound", "FitResult", "fit", "cross_validate", "calibrate", "write_calibration_toml", "format_fit"]
+__all__ = ["FITTED", "Bound", "FitResult", "fit", "cross_validate", "leave_one_family_out", "calibrate", "write_calibration_toml", "format_fit"]
 
 
 @dataclass(frozen=True)
@@ -120,18 +120,33 @@ def fit(cases: Sequence[Case], start: Calibration | None = None, params: dict[st
     return FitResult(calibration=cal, loss=best, evaluations=evals)
 
 
-def cross_validate(cases: Sequence[Case], folds: int = 5, fitter: Callable[..., FitResult] = fit) -> dict[str, float]:
-    """Held-out % error of every case, predicted by a fit on the other folds (folds by sorted id)."""
-    ordered = sorted(cases, key=lambda c: c.id)
-    k = max(2, min(folds, len(ordered)))
+def _held_out(groups: list[list[Case]], cases: Sequence[Case], fitter: Callable[..., FitResult]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for f in range(k):
-        test = [c for i, c in enumerate(ordered) if i % k == f]
-        train = [c for i, c in enumerate(ordered) if i % k != f]
+    for test in groups:
+        test_ids = {c.id for c in test}
+        train = [c for c in cases if c.id not in test_ids]
+        if not train:
+            continue
         cal = fitter(train).calibration
         for c in test:
             out[c.id] = 100.0 * (predict(c, cal) - c.published) / c.published
-    return out
+    return dict(sorted(out.items()))
+
+
+def cross_validate(cases: Sequence[Case], folds: int = 5, fitter: Callable[..., FitResult] = fit) -> dict[str, float]:
+    """Held-out % error of every case, predicted by a fit on the other folds (fold = index in sorted ids mod K)."""
+    ordered = sorted(cases, key=lambda c: c.id)
+    k = max(2, min(folds, len(ordered)))
+    return _held_out([ordered[f::k] for f in range(k)], ordered, fitter)
+
+
+def leave_one_family_out(cases: Sequence[Case], fitter: Callable[..., FitResult] = fit) -> dict[str, float]:
+    """Held-out % error when a whole family (MaxText, MLPerf ResNet-50, PaLM, ...) is left out of the fit.
+
+    Harsher than K-fold: near-duplicate configurations of one source cannot vouch for each other.
+    """
+    families = sorted({c.family for c in cases})
+    return _held_out([[c for c in cases if c.family == f] for f in families], cases, fitter)
 
 
 def _display_path(path: Path) -> str:
@@ -148,14 +163,19 @@ def _sha256(path: Path) -> str:
 
 
 def calibrate(
-    reference: str | Path | None = None, out: str | Path | None = None, folds: int = 5, today: dt.date | None = None
+    reference: str | Path | None = None,
+    out: str | Path | None = None,
+    folds: int = 5,
+    family_folds: bool = True,
+    today: dt.date | None = None,
 ) -> dict[str, Any]:
     """Fit on the reference file's end-to-end cases, cross-validate, write the calibration file.
 
     Returns
     -------
     dict with ``fitted`` (parameter -> value), ``in_sample`` and ``held_out`` summaries,
-    ``residuals_pct`` and ``held_out_pct`` (case id -> % error), ``cases``, ``path``.
+    ``residuals_pct`` and ``held_out_pct`` (case id -> % error), ``family_held_out`` and
+    ``family_held_out_pct`` (leave-one-family-out; empty when ``family_folds`` is False), ``cases``, ``path``.
     """
     ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
     out_path = Path(out) if out is not None else DEFAULT_CALIBRATION_PATH
@@ -165,6 +185,7 @@ def calibrate(
     cal = result.calibration
     residuals = {c.id: 100.0 * (predict(c, cal) - c.published) / c.published for c in e2e}
     held_out = cross_validate(e2e, folds)
+    by_family = leave_one_family_out(e2e) if family_folds else {}
     ids = [c.id for c in e2e]
     report = {
         "path": str(out_path),
@@ -180,7 +201,9 @@ def calibrate(
         "in_sample": summarize([residuals[i] for i in ids], ids),
         "held_out": summarize([held_out[i] for i in ids], ids),
         "residuals_pct": residuals,
-        "held_out_pct": dict(sorted(held_out.items())),
+        "held_out_pct": held_out,
+        "family_held_out": summarize(list(by_family.values()), list(by_family)),
+        "family_held_out_pct": by_family,
     }
     write_calibration_toml(out_path, cal, report)
     return report
@@ -222,7 +245,7 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         lines.append(f"{key} = {_toml_value(report[key])}")
     lines.append('objective = "mean |ln(predicted / published)| over end-to-end cases"')
     lines.append(f"fitted = {_toml_value(list(report['fitted']))}")
-    for table in ("prior", "in_sample", "held_out", "residuals_pct", "held_out_pct"):
+    for table in ("prior", "in_sample", "held_out", "family_held_out", "residuals_pct", "held_out_pct", "family_held_out_pct"):
         lines += ["", f"[fit.{table}]"]
         for k, v in report[table].items():
             lines.append(f'"{k}" = {_toml_value(v)}')
@@ -234,8 +257,14 @@ def format_fit(report: dict[str, Any]) -> str:
     lines = [f"fitted on {len(report['cases'])} end-to-end cases of {report['reference']} ({report['evaluations']} evaluations)"]
     for k, v in report["fitted"].items():
         lines.append(f"  {k:<18} {v:.6g}   (prior {report['prior'][k]:.6g})")
-    for label, key in (("in-sample", "in_sample"), (f"held-out ({report['folds']}-fold)", "held_out")):
+    for label, key in (
+        ("in-sample", "in_sample"),
+        (f"held-out ({report['folds']}-fold)", "held_out"),
+        ("held-out (family)", "family_held_out"),
+    ):
         s = report[key]
+        if not s.get("n"):
+            continue
         lines.append(
             f"{label:<20} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
             f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"

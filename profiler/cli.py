@@ -96,7 +96,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibrate
 
-    report = calibrate.calibrate(args.reference, args.out, folds=args.folds)
+    report = calibrate.calibrate(args.reference, args.out, folds=args.folds, family_folds=not args.no_family_folds)
     print(json.dumps(report) if args.json else calibrate.format_fit(report))
     return EXIT_OK
 
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     c.add_argument("--out", help="calibration TOML to write (default: data/calibration.toml)")
     c.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    c.add_argument("--no-family-folds", action="store_true", help="skip leave-one-family-out validation (faster)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_calibrate)
     return p

@@ -134,11 +134,12 @@ class TestSummary:
 def _synthetic_cases(true: Calibration) -> list[Case]:
     """Cases whose 'published' value is the engine's own prediction at a known calibration."""
     out = []
-    for i, (layers, batch) in enumerate(((4096, 64), (8192, 256))):
+    # One chip and large batches: compute-bound, so the step time depends clearly on MXU efficiency.
+    for i, (width, batch) in enumerate(((4096, 2048), (4096, 8192))):
         raw = {
-            "name": f"syn{i}", "pod": {"chip": "tpu-v4", "topology": "2x2x2"},
-            "model": {"kind": "mlp", "layer_sizes": [layers, layers, layers]},
-            "training": {"global_batch": batch * 8, "steps": 2}, "sim": {"jitter_frac": 0.0},
+            "name": f"syn{i}", "pod": {"chip": "tpu-v4", "topology": "1"},
+            "model": {"kind": "mlp", "layer_sizes": [width, width, width]},
+            "training": {"global_batch": batch, "steps": 2}, "sim": {"jitter_frac": 0.0},
         }  # fmt: skip
         c = Case(id=f"syn{i}", kind="end_to_end", family="syn", chip="tpu-v4", model="mlp", metric="step time",
                  unit="s", published=1.0, how="step_time", scenarios=(raw,))  # fmt: skip
@@ -155,6 +156,18 @@ class TestCalibration:
         assert result.calibration.mxu_efficiency == pytest.approx(0.55, abs=0.02)
         assert result.loss < 0.01
 
+    def test_held_out_case_is_predicted_by_a_fit_that_never_saw_it(self):
+        """Two families generated at different efficiencies: each held-out family is predicted at the other's."""
+        a = _synthetic_cases(Calibration(mxu_efficiency=0.5, step_overhead_s=0.0))
+        b = [Case(**{**c.__dict__, "id": c.id + "b", "family": "other", "published": c.published * 0.5}) for c in a]
+        only_mxu = lambda cases: calibrate.fit(  # noqa: E731
+            cases, start=Calibration(step_overhead_s=0.0), params={"mxu_efficiency": calibrate.Bound(0.3, 1.0)}
+        )
+        out = calibrate.leave_one_family_out(a + b, fitter=only_mxu)
+        assert set(out) == {c.id for c in a + b}
+        # Fitted on 'b' (twice as fast), 'a' is over-predicted in step time, and vice versa.
+        assert all(out[c.id] < -20 for c in a) and all(out[c.id] > 20 for c in b)
+
     def test_written_file_loads_back(self, tmp_path):
         cal = Calibration(mxu_efficiency=0.7, step_overhead_s=1.5e-3)
         report = {
@@ -162,6 +175,7 @@ class TestCalibration:
             "loss": 0.1, "cases": ["a"], "fitted": {"mxu_efficiency": 0.7}, "prior": {"mxu_efficiency": 0.8},
             "in_sample": {"n": 1, "median_abs_pct": 1.0}, "held_out": {"n": 1, "median_abs_pct": 2.0},
             "residuals_pct": {"a": 1.0}, "held_out_pct": {"a": 2.0},
+            "family_held_out": validation.summarize([]), "family_held_out_pct": {},
         }  # fmt: skip
         path = tmp_path / "cal.toml"
         calibrate.write_calibration_toml(path, cal, report)
