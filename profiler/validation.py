@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 
 from engine import Scenario, scenario_from_dict, simulate
-from engine.calibration import Calibration, load_calibration
+from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration, load_calibration
 from engine.collectives import all_reduce_time_s, ring_phase
 from engine.models import model_cost
 
-from .reference import Case, Skipped, load_reference, map_entries
+from .reference import DEFAULT_REFERENCE_PATH, Case, Skipped, load_reference, map_entries
 
 __all__ = [
     "CaseResult",
@@ -36,6 +36,7 @@ __all__ = [
     "predict",
     "run_validation",
     "summarize",
+    "summary_of",
     "format_report",
     "results_frame",
 ]
@@ -159,10 +160,6 @@ def run_validation(reference: str | Path | None = None, calibration: str | Path 
     ReferenceFileError
         If the reference file is unreadable or malformed.
     """
-    from .reference import DEFAULT_REFERENCE_PATH
-
-    from engine.calibration import DEFAULT_CALIBRATION_PATH
-
     ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
     cal_path = Path(calibration) if calibration is not None else DEFAULT_CALIBRATION_PATH
     cal = load_calibration(cal_path)

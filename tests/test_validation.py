@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +59,7 @@ class TestHardwareMapping:
     def test_default_topology_covers_every_chip(self, chip, log2):
         topo, slices = reference.default_topology(chip, 2**log2)
         dims = [int(d) for d in topo.split("x")]
-        assert slices * int(__import__("math").prod(dims)) == 2**log2
+        assert slices * math.prod(dims) == 2**log2
 
 
 class TestMaxTextConventions:
