@@ -36,7 +36,17 @@ from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration
 from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries
 from .validation import predict, summarize
 
-__all__ = ["FITTED", "Bound", "FitResult", "fit", "cross_validate", "leave_one_family_out", "calibrate", "write_calibration_toml", "format_fit"]
+__all__ = [
+    "FITTED",
+    "Bound",
+    "FitResult",
+    "fit",
+    "cross_validate",
+    "leave_one_family_out",
+    "calibrate",
+    "write_calibration_toml",
+    "format_fit",
+]
 
 
 @dataclass(frozen=True)
@@ -228,7 +238,8 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         "# General model parameters of Podscope's engine: the few knobs calibration may tune.",
         "#",
         f"# Written by `python -m profiler calibrate` on {date}: the keys marked FITTED were fitted to the",
-        f"# {len(report['cases'])} end-to-end cases of {Path(report['reference']).name} (objective: mean |ln(predicted/published)|);",
+        f"# {len(report['cases'])} end-to-end cases of {Path(report['reference']).name} "
+        "(objective: mean |ln(predicted/published)|);",
         "# the rest are priors. [fit] records the inputs and the residuals. No entry here encodes a published outcome:",
         "# residuals are errors of the fitted model, kept so a reader can judge the fit.",
     ]

@@ -202,7 +202,9 @@ def maxtext_scale_dims(scale: int) -> dict[str, int]:
     }
 
 
-def maxtext_flops_per_chip_per_step(params: float, heads: int, layers: int, head_dim: int, seq: int, per_chip_batch: float) -> float:
+def maxtext_flops_per_chip_per_step(
+    params: float, heads: int, layers: int, head_dim: int, seq: int, per_chip_batch: float
+) -> float:
     """Training FLOPs per chip per step as MaxText counted them in 2023-24.
 
     ``6 * params * seq * batch`` for the weights plus causal-halved attention

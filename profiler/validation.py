@@ -69,7 +69,10 @@ class Validation:
     calibration: str
 
     def to_json(self) -> dict[str, Any]:
-        """The ``validate --json`` object: ``cases`` [{id, metric, predicted, published, error_pct, ...}], ``summary``, ``skipped``."""
+        """The ``validate --json`` object.
+
+        Keys: ``cases`` [{id, metric, predicted, published, error_pct, ...}], ``summary``, ``skipped``.
+        """
         return {
             "reference": self.reference,
             "calibration": self.calibration,
@@ -165,7 +168,9 @@ def run_validation(reference: str | Path | None = None, calibration: str | Path 
     cal = load_calibration(cal_path)
     cases, skipped = map_entries(load_reference(ref_path))
     results = [_result(c, predict(c, cal)) for c in cases]
-    return Validation(cases=results, skipped=skipped, summary=summary_of(results), reference=str(ref_path), calibration=str(cal_path))
+    return Validation(
+        cases=results, skipped=skipped, summary=summary_of(results), reference=str(ref_path), calibration=str(cal_path)
+    )
 
 
 def summary_of(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
