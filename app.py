@@ -15,6 +15,7 @@ st.set_page_config(page_title="Podscope", page_icon=":material/memory:", layout=
 
 PAGES = [
     st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", default=True),
+    st.Page("views/validation.py", title="Validation", icon=":material/fact_check:"),
 ]
 
 common.seed_if_empty()

@@ -85,7 +85,7 @@ def step_compute(
     d = chip.mxu_dim
     flops_padded = 2.0 * _pad(m_rows, d) * _pad(ops.k, d) * _pad(n_shard, d) * ops.count
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * ops.count
-    bytes_ = (m_rows * ops.k * ops.count + w_elems + m_rows * n_shard * ops.count) * elem
+    bytes_ = (b * ops.in_elems_per_repeat * ops.count + w_elems + m_rows * n_shard * ops.count) * elem
     bytes_ += b * ops.elementwise_elems_total / tensor * elem
     # AQT quantises the weight matmuls only; activation x activation einsums stay in bf16.
     peak = np.where(ops.w_is_activation & (precision == "int8"), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))

@@ -18,6 +18,7 @@ __all__ = [
     "ProfilerError",
     "RunNotFoundError",
     "TraceImportError",
+    "ReferenceFileError",
 ]
 
 
@@ -53,3 +54,16 @@ class RunNotFoundError(ProfilerError):
 
 class TraceImportError(PodscopeError):
     """A trace file to import is malformed, too large or otherwise unusable."""
+
+
+class ReferenceFileError(PodscopeError):
+    """A published-reference file (validation input) is unreadable or malformed.
+
+    Carries ``(dotted_key, message)`` problems like :class:`ScenarioError`.
+    """
+
+    def __init__(self, source: str, problems: Sequence[tuple[str, str]]):
+        self.source = source
+        self.problems = list(problems)
+        lines = [f"{source}: {key}: {msg}" if key else f"{source}: {msg}" for key, msg in self.problems]
+        super().__init__("invalid reference file\n  " + "\n  ".join(lines))

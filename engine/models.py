@@ -50,6 +50,14 @@ class GemmOps:
     w_is_activation: np.ndarray  # True when the right operand is per-sample (attention)
     elementwise_elems: np.ndarray  # per-sample elements touched by elementwise work after ONE repeat of the op
     launches: np.ndarray  # kernel launches per pass (heads of one layer run as one batched op)
+    # Per-sample elements of the left operand read from HBM, one repeat. None: the m x k GEMM input.
+    # A convolution reads its input feature map once (the im2col patches are formed on chip), which
+    # is kh*kw times fewer bytes than its m x k im2col matrix.
+    in_elems: np.ndarray | None = None
+
+    @property
+    def in_elems_per_repeat(self) -> np.ndarray:
+        return self.in_elems if self.in_elems is not None else self.m * self.k
 
     @property
     def flops_per_sample(self) -> np.ndarray:
@@ -87,7 +95,9 @@ class ModelCost:
         return TRAIN_FLOPS_MULTIPLIER * self.fwd_flops_per_sample
 
 
-def _ops(rows: list[tuple[str, int, int, int, int, bool, int]], launches: list[int] | None = None) -> GemmOps:
+def _ops(
+    rows: list[tuple[str, int, int, int, int, bool, int]], launches: list[int] | None = None, in_elems: list[int] | None = None
+) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
         names=tuple(names),
@@ -98,6 +108,7 @@ def _ops(rows: list[tuple[str, int, int, int, int, bool, int]], launches: list[i
         w_is_activation=np.asarray(wact, dtype=bool),
         elementwise_elems=np.asarray(elem, dtype=np.float64),
         launches=np.asarray(launches if launches is not None else count, dtype=np.float64),
+        in_elems=np.asarray(in_elems, dtype=np.float64) if in_elems is not None else None,
     )
 
 
@@ -116,17 +127,20 @@ def _mlp(model: MlpModel) -> ModelCost:
 
 def _resnet50(model: ResNet50Model) -> ModelCost:
     rows: list[tuple[str, int, int, int, int, bool, int]] = []
+    in_elems: list[int] = []
     params = 0
 
-    def conv(name: str, hw_out: int, kernel: int, c_in: int, c_out: int) -> None:
+    def conv(name: str, hw_out: int, kernel: int, c_in: int, c_out: int, hw_in: int | None = None) -> None:
         nonlocal params
         params += kernel * kernel * c_in * c_out + 2 * c_out  # weights (no bias) + batch-norm gamma/beta
         # batch-norm statistics + normalise + ReLU: ~2 extra passes over the output
         rows.append((name, hw_out * hw_out, kernel * kernel * c_in, c_out, 1, False, 2 * hw_out * hw_out * c_out))
+        hw_read = hw_in if hw_in is not None else hw_out
+        in_elems.append(hw_read * hw_read * c_in)
 
     size = model.image_size
     hw = -(-size // 2)  # 7x7 stride-2 stem, 'same' padding
-    conv("stem", hw, 7, 3, 64)
+    conv("stem", hw, 7, 3, 64, hw_in=size)
     hw = -(-hw // 2)  # 3x3 stride-2 max-pool
     c_in = 64
     blocks = 0
@@ -137,15 +151,16 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
             c_out = 4 * width
             tag = f"s{stage}b{b}"
             conv(f"{tag}.conv1", hw, 1, c_in, width)  # stride on the 3x3 (ResNet v1.5)
-            conv(f"{tag}.conv2", hw_out, 3, width, width)
+            conv(f"{tag}.conv2", hw_out, 3, width, width, hw_in=hw)
             conv(f"{tag}.conv3", hw_out, 1, width, c_out)
             if b == 0:
-                conv(f"{tag}.proj", hw_out, 1, c_in, c_out)
+                conv(f"{tag}.proj", hw_out, 1, c_in, c_out, hw_in=hw)
             c_in, hw = c_out, hw_out
             blocks += 1
     params += c_in * model.classes + model.classes
     rows.append(("fc", 1, c_in, model.classes, 1, False, model.classes))
-    return ModelCost("resnet50", params, _ops(rows), None, blocks)
+    in_elems.append(c_in)
+    return ModelCost("resnet50", params, _ops(rows, in_elems=in_elems), None, blocks)
 
 
 def _transformer(model: TransformerModel) -> ModelCost:

@@ -45,6 +45,7 @@ the representative chip) instead of per-layer events, so a 4,096-chip x
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -156,7 +157,6 @@ def resolve_mesh(
             f"mesh {'x'.join(str(sizes[a]) for a in MESH_AXES)} (data x fsdp x tensor) does not cover "
             f"the {math.prod(shape)} chips of the slice"
         )
-    used = [1] * len(shape)  # chips of each torus axis already taken by inner mesh axes
     parts: dict[str, list[tuple[int, int]]] = {a: [] for a in MESH_AXES}
     order = ("tensor", "fsdp", "data")  # inner to outer
     if mapping:
@@ -174,24 +174,21 @@ def resolve_mesh(
             if total != n:
                 raise TopologyError(f"mapping uses {total} chips of torus axis {TORUS_AXES[axis]!r}, which has {n}")
     else:
-        axis = len(shape) - 1
-        for name in order:
-            need = sizes[name]
-            while need > 1:
-                while axis >= 0 and shape[axis] // used[axis] == 1:
-                    axis -= 1
-                if axis < 0:
-                    raise TopologyError(f"mesh axis {name!r} ({sizes[name]}) does not fit on the torus {shape}")
-                g = math.gcd(need, shape[axis] // used[axis])
-                if g == 1:
-                    raise TopologyError(
-                        f"mesh axis {name!r} of size {sizes[name]} cannot be laid onto torus {'x'.join(map(str, shape))}: "
-                        f"{need} chips left to place do not divide axis {TORUS_AXES[axis]!r}'s "
-                        f"remaining {shape[axis] // used[axis]}"
-                    )
-                parts[name].append((axis, g))
-                used[axis] *= g
-                need //= g
+        # Default: inner mesh axes take the innermost torus axes (z, then y, then x). If the sizes
+        # do not divide that way (PaLM's 12-way tensor axis on a 12x16x16 slice), try the other
+        # torus-axis orders and keep the first that fits; only if none does is the mesh an error.
+        orders = [tuple(reversed(range(len(shape))))]
+        orders += [o for o in itertools.permutations(range(len(shape))) if o != orders[0]]
+        first_error: TopologyError | None = None
+        for visit in orders:
+            try:
+                parts = _greedy_layout(shape, sizes, order, visit)
+                break
+            except TopologyError as e:
+                first_error = first_error or e
+        else:
+            assert first_error is not None
+            raise first_error
     axes = []
     for name in MESH_AXES:
         segs = []
@@ -202,6 +199,34 @@ def resolve_mesh(
             segs.append(Segment1D(axis, count, bool(wrap[axis]) and whole, stride))
         axes.append(MeshAxis(name, sizes[name], tuple(segs)))
     return Mesh(tuple(axes))
+
+
+def _greedy_layout(
+    shape: tuple[int, ...], sizes: Mapping[str, int], order: Sequence[str], visit: Sequence[int]
+) -> dict[str, list[tuple[int, int]]]:
+    """Place mesh axes (inner to outer) onto torus axes taken in ``visit`` order, greedily."""
+    used = [1] * len(shape)
+    parts: dict[str, list[tuple[int, int]]] = {a: [] for a in MESH_AXES}
+    pos = 0
+    for name in order:
+        need = sizes[name]
+        while need > 1:
+            while pos < len(visit) and shape[visit[pos]] // used[visit[pos]] == 1:
+                pos += 1
+            if pos == len(visit):
+                raise TopologyError(f"mesh axis {name!r} ({sizes[name]}) does not fit on the torus {shape}")
+            axis = visit[pos]
+            g = math.gcd(need, shape[axis] // used[axis])
+            if g == 1:
+                raise TopologyError(
+                    f"mesh axis {name!r} of size {sizes[name]} cannot be laid onto torus {'x'.join(map(str, shape))}: "
+                    f"{need} chips left to place do not divide axis {TORUS_AXES[axis]!r}'s "
+                    f"remaining {shape[axis] // used[axis]}"
+                )
+            parts[name].append((axis, g))
+            used[axis] *= g
+            need //= g
+    return parts
 
 
 def mesh_collective_s(op: str, bytes_total: float, axis: MeshAxis, link_bytes_per_s: float, hop_latency_s: float) -> float:

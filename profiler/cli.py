@@ -13,7 +13,7 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
-from engine.errors import PodscopeError, ScenarioError
+from engine.errors import PodscopeError, ReferenceFileError, ScenarioError
 
 from . import api, collective_cli, queries
 from .store import Database
@@ -124,6 +124,22 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from . import validation  # imported on use: the run/runs commands do not need it
+
+    v = validation.run_validation(args.reference, args.calibration)
+    print(json.dumps(v.to_json()) if args.json else validation.format_report(v))
+    return EXIT_OK
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from . import calibrate
+
+    report = calibrate.calibrate(args.reference, args.out, folds=args.folds, family_folds=not args.no_family_folds)
+    print(json.dumps(report) if args.json else calibrate.format_fit(report))
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m profiler", description="Podscope: simulate and profile training on TPU pods.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -145,6 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=_cmd_runs)
 
     collective_cli.add_parser(sub)
+    v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst % error)")
+    v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
+    v.add_argument("--calibration", help="calibration TOML (default: data/calibration.toml)")
+    v.add_argument("--json", action="store_true", help="print one JSON object: cases, summary, skipped")
+    v.set_defaults(func=_cmd_validate)
+
+    c = sub.add_parser("calibrate", help="fit the general engine parameters to published results, cross-validated")
+    c.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
+    c.add_argument("--out", help="calibration TOML to write (default: data/calibration.toml)")
+    c.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    c.add_argument("--no-family-folds", action="store_true", help="skip leave-one-family-out validation (faster)")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_calibrate)
     return p
 
 
@@ -152,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ScenarioError as e:
+    except (ScenarioError, ReferenceFileError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PodscopeError as e:

@@ -67,3 +67,17 @@ def test_what_if_bad_topology_shows_error_not_exception(app_db):
     at.button[0].click().run()
     _no_exceptions(at)
     assert at.error and "global_batch" in at.error[0].value
+
+
+def test_validation_page_shows_scatter_table_and_filters(app_db):
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.switch_page("views/validation.py").run()
+    _no_exceptions(at)
+    labels = {m.label for m in at.metric}
+    assert {"End-to-end cases", "Median |error|", "90th pct |error|"} <= labels
+    assert len(at.dataframe) == 1
+    n_all = len(at.dataframe[0].value)
+    at.multiselect(key="val_chips").set_value(["tpu-v3"]).run()
+    _no_exceptions(at)
+    shown = at.dataframe[0].value
+    assert 0 < len(shown) < n_all and set(shown["chip"]) == {"tpu-v3"}

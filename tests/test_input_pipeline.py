@@ -104,7 +104,7 @@ class TestKerasExample:
         both, _ = _wait_frac(num_parallel_calls="autotune", prefetch="autotune")
         assert base > 0.5
         assert more_threads < base / 3  # decode spread over cores: most of the gap closes
-        assert both < more_threads / 2  # a deeper buffer absorbs the remaining bursts
+        assert both <= more_threads / 2  # a deeper buffer absorbs (at least half of) the remaining bursts
 
     def test_prefetch_overlaps_production_with_compute(self):
         none, _ = _wait_frac(prefetch=0)

@@ -56,3 +56,22 @@ def test_large_transformer_is_close_to_6n():
     cost = model_cost(m)
     per_token = cost.train_flops_per_sample / 1024
     assert per_token == pytest.approx(6 * cost.params, rel=0.05)
+
+
+def test_convolutions_read_their_input_once_not_the_im2col_matrix():
+    ops = model_cost(ResNet50Model(kind="resnet50")).ops
+    i = {name: j for j, name in enumerate(ops.names)}
+    # Stem: the 224x224x3 image is read once; its im2col matrix is 112*112 rows x 7*7*3 columns.
+    assert ops.in_elems_per_repeat[i["stem"]] == 224 * 224 * 3
+    assert ops.m[i["stem"]] * ops.k[i["stem"]] == 112 * 112 * 147
+    # First 3x3 of stage 2 (stride 2 on the 3x3, ResNet v1.5): reads the 56x56x128 map, writes 28x28.
+    assert ops.in_elems_per_repeat[i["s1b0.conv2"]] == 56 * 56 * 128
+    assert ops.m[i["s1b0.conv2"]] == 28 * 28
+    # A 1x1 convolution's input is its GEMM input.
+    j = i["s0b0.conv3"]
+    assert ops.in_elems_per_repeat[j] == ops.m[j] * ops.k[j]
+
+
+def test_transformer_gemm_inputs_default_to_m_by_k():
+    ops = model_cost(TransformerModel(kind="transformer", layers=1, d_model=8, heads=2, d_ff=16, vocab=10, seq_len=4)).ops
+    assert (ops.in_elems_per_repeat == ops.m * ops.k).all()

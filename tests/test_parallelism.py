@@ -58,9 +58,11 @@ class TestResolveMesh:
         with pytest.raises(TopologyError, match=needle):
             resolve_mesh((4, 4, 4), (True,) * 3, sizes, mapping)
 
-    def test_mesh_that_does_not_factor(self):
-        with pytest.raises(TopologyError, match="cannot be laid onto torus"):
-            resolve_mesh((2, 6), (False, False), _sizes(1, 3, 4))
+    def test_mesh_that_only_factors_in_another_axis_order(self):
+        # innermost first, tensor=4 takes y:2 and then cannot finish on y's remaining 3; x first works
+        mesh = resolve_mesh((2, 6), (False, False), _sizes(1, 3, 4))
+        assert [(s.torus_axis, s.chips) for s in mesh["tensor"].segments] == [(0, 2), (1, 2)]
+        assert [(s.torus_axis, s.chips) for s in mesh["fsdp"].segments] == [(1, 3)]
 
     @settings(max_examples=60, deadline=None)
     @given(
@@ -257,3 +259,13 @@ def test_simulated_run_has_contract_tables_and_few_events_per_chip_step():
     kinds = set(r.trace.events.column("kind").to_pylist())
     assert "collective" in kinds
     assert math.isclose(extra["chip_memory"].column("peak_bytes")[0].as_py(), r.facts.peak_hbm_bytes)
+
+
+def test_default_layout_tries_other_axis_orders_when_innermost_does_not_divide():
+    # PaLM 540B: 12-way tensor parallelism on a 12x16x16 v4 slice; 12 does not divide z = 16, but x is 12.
+    mesh = resolve_mesh((12, 16, 16), (True, True, True), {"data": 1, "fsdp": 256, "tensor": 12})
+    assert [(s.torus_axis, s.chips) for s in mesh["tensor"].segments] == [(0, 12)]
+    assert mesh["fsdp"].size == 256
+    # the innermost-first default is kept whenever it fits
+    mesh = resolve_mesh((4, 4, 4), (True, True, True), {"data": 16, "fsdp": 1, "tensor": 4})
+    assert [(s.torus_axis, s.chips) for s in mesh["tensor"].segments] == [(2, 4)]

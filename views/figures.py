@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-__all__ = ["KIND_COLORS", "breakdown_bar", "step_time_line", "empty_figure"]
+__all__ = ["KIND_COLORS", "breakdown_bar", "step_time_line", "empty_figure", "validation_scatter"]
 
 KIND_COLORS = {
     "compute": "#4C78A8",
@@ -70,3 +70,25 @@ def step_time_line(df: pd.DataFrame, title: str = "Step time") -> go.Figure:
     fig.add_scatter(x=df["step"], y=df["step_s"] * 1e3, mode="lines", name="step time", line_color="#4C78A8")
     fig.update_layout(xaxis_title="step", yaxis_title="ms", showlegend=False)
     return _layout(fig, title)
+
+
+def validation_scatter(df: pd.DataFrame, title: str = "Predicted vs published") -> go.Figure:
+    """Log-log scatter of predicted against published, one colour per family, with the ideal y = x line.
+
+    Columns: id, family, metric, unit, predicted, published, error_pct. Metrics with different units
+    share the axes because both are log-scaled: distance from the diagonal is the relative error.
+    """
+    fig = go.Figure()
+    lo = float(min(df["predicted"].min(), df["published"].min())) / 1.5
+    hi = float(max(df["predicted"].max(), df["published"].max())) * 1.5
+    fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="ideal (y = x)", line=dict(color="#9D9D9D", dash="dash"))
+    for family, g in df.groupby("family", sort=True):
+        fig.add_scatter(
+            x=g["published"], y=g["predicted"], mode="markers", name=str(family), marker=dict(size=9),
+            customdata=g[["id", "metric", "error_pct"]].to_numpy(),
+            hovertemplate="%{customdata[0]}<br>%{customdata[1]}<br>published %{x:.4g}, predicted %{y:.4g}"
+                          "<br>error %{customdata[2]:+.1f}%<extra></extra>",
+        )  # fmt: skip
+    fig.update_xaxes(type="log", title="published")
+    fig.update_yaxes(type="log", title="predicted")
+    return _layout(fig, title, height=480)

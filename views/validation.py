@@ -1,0 +1,58 @@
+"""Validation: how close Podscope's predictions come to published TPU results.
+
+Results are computed on demand from the bundled reference file and the current
+calibration (:func:`profiler.validation.results_frame`, about a second) and cached.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from profiler import validation
+from views import figures
+
+
+@st.cache_data(show_spinner="Simulating the published configurations...")
+def _results():
+    return validation.results_frame()
+
+
+def _summary(df) -> None:
+    e2e = df[df["fit"]]
+    s = validation.summarize(e2e["error_pct"].to_numpy(), list(e2e["id"]))
+    cols = st.columns(4)
+    cols[0].metric("End-to-end cases", f"{s['n']}")
+    fmt = lambda x: "n/a" if x is None else f"{x:.1f}%"  # noqa: E731
+    cols[1].metric("Median |error|", fmt(s["median_abs_pct"]))
+    cols[2].metric("90th pct |error|", fmt(s["p90_abs_pct"]))
+    cols[3].metric("Worst |error|", fmt(s["worst_abs_pct"]))
+
+
+def main() -> None:
+    st.title("Validation")
+    st.caption(
+        "Every published figure Podscope can express, predicted from the entry's inputs alone "
+        "(`python -m profiler validate` prints the same table, and lists what cannot be expressed and why)."
+    )
+    df = _results()
+    if df.empty:
+        st.info("No expressible cases in the reference file.")
+        return
+    c1, c2 = st.columns(2)
+    chips = c1.multiselect("Chip generation", sorted(df["chip"].unique()), key="val_chips")
+    models = c2.multiselect("Model", sorted(df["model"].unique()), key="val_models")
+    view = df
+    if chips:
+        view = view[view["chip"].isin(chips)]
+    if models:
+        view = view[view["model"].isin(models)]
+    if view.empty:
+        st.info("No cases match the filter.")
+        return
+    _summary(view)
+    st.plotly_chart(figures.validation_scatter(view), width="stretch")
+    cols = ["id", "chip", "model", "metric", "predicted", "published", "error_pct", "note"]
+    st.dataframe(view[cols].sort_values("error_pct", key=abs, ascending=False), hide_index=True, width="stretch")
+
+
+main()
