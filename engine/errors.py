@@ -15,6 +15,7 @@ __all__ = [
     "PodscopeError",
     "ScenarioError",
     "TopologyError",
+    "SimulationError",
     "ProfilerError",
     "RunNotFoundError",
     "TraceImportError",
@@ -41,6 +42,14 @@ class ScenarioError(PodscopeError):
 
 class TopologyError(PodscopeError):
     """A slice shape, mesh mapping or routing request the interconnect cannot serve."""
+
+
+class SimulationError(PodscopeError):
+    """A valid scenario whose simulated times the trace cannot represent.
+
+    Trace times are int64 nanoseconds (about 292 years per run); a scenario with
+    absurd sizes (a 10^30-sample batch) validates field by field but overflows them.
+    """
 
 
 class ProfilerError(PodscopeError):
