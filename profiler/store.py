@@ -396,10 +396,12 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
     staged = _stage(result, run_name, source)
     events = result.trace.events
     if events.num_rows <= EVENT_CHUNK_ROWS:
-        with db.write() as con, _transaction(con):
-            run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
-            _insert_arrow(con, "events", events, run_id, _EVENT_COLUMNS)
-            _publish(con, staged, result, run_id)
+        with db.write() as con:
+            _collect_abandoned(con)
+            with _transaction(con):
+                run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+                _insert_arrow(con, "events", events, run_id, _EVENT_COLUMNS)
+                _publish(con, staged, result, run_id)
         return run_id
 
     with db.write() as con:
