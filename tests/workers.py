@@ -1,10 +1,12 @@
 """Real writer and reader processes for the crash and concurrency tests (and benchmarks/concurrency.py).
 
-``python -m tests.workers write DB CHIPS_TOPOLOGY STEPS RUNS [--pause-at MARK]``
+``python -m tests.workers write DB CHIPS_TOPOLOGY STEPS RUNS [--pause-at MARK] [--chunk-rows N]``
     Simulates one ResNet-50 run on a v4 slice of the given topology and stores it RUNS
     times. Prints one line per milestone (``chunk N``, ``runs-row``, ``wrote ID``) and
     flushes, so a parent can SIGKILL it at a known point. ``--pause-at MARK`` sleeps
     ten seconds right after printing that milestone, inside the open transaction.
+    ``--chunk-rows N`` overrides ``store.EVENT_CHUNK_ROWS`` (a huge N writes each run in
+    one transaction, the behaviour before chunking).
 
 ``python -m tests.workers read DB SECONDS``
     Polls the queries the dashboard's Overview page runs, as the dashboard does
@@ -120,6 +122,8 @@ def read(db_path: str, seconds: float) -> None:
 def main(argv: list[str]) -> None:
     if argv[0] == "write":
         pause_at = argv[argv.index("--pause-at") + 1] if "--pause-at" in argv else None
+        if "--chunk-rows" in argv:
+            store.EVENT_CHUNK_ROWS = int(argv[argv.index("--chunk-rows") + 1])
         write(argv[1], argv[2], int(argv[3]), int(argv[4]), pause_at)
     elif argv[0] == "read":
         read(argv[1], float(argv[2]))
