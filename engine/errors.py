@@ -19,6 +19,7 @@ __all__ = [
     "ProfilerError",
     "RunNotFoundError",
     "TraceImportError",
+    "PathNotAllowedError",
 ]
 
 
@@ -62,3 +63,7 @@ class RunNotFoundError(ProfilerError):
 
 class TraceImportError(PodscopeError):
     """A trace file to import is malformed, too large or otherwise unusable."""
+
+
+class PathNotAllowedError(PodscopeError):
+    """A user-supplied file path that is empty, malformed or outside the allowed folder."""
