@@ -280,3 +280,32 @@ def test_valid_scenarios_simulate_to_tiling_traces(chip, shape, slices, steps, p
     ev = result.trace.events
     per_chip_time = np.bincount(ev.column("chip").to_numpy(), weights=ev.column("dur_ns").to_numpy(), minlength=chips)
     assert (per_chip_time == result.trace.steps.column("step_ns").to_numpy().sum()).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# The same through the real CLI: exit status 2, one message on stderr, nothing written.
+
+
+@pytest.mark.parametrize(
+    "text, key, valid",
+    [
+        (SMALL_TOML.replace("[pod]", "[pod"), "", "malformed TOML"),
+        (SMALL_TOML.replace("steps = 20", "steps = 20\nsteps_per_epoch = 3"), "training.steps_per_epoch", "valid keys here"),
+        (SMALL_TOML + "[parallelism]\ndata = 4\ntensor = 4\n", "parallelism", "axes whose product is 8"),
+        (SMALL_TOML.replace('"tpu-v4"', '"tpu-v9"'), "pod.chip", "valid: tpu-v2"),
+        (SMALL_TOML.replace("[1024, 4096, 1024]", "[1000000000000, 1000000000000]"), "", "implausibly large"),
+    ],
+    ids=["malformed", "unknown-key", "mesh", "chip", "absurd-size"],
+)
+def test_cli_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, text, key, valid):
+    from tests.test_cli import cli
+
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    db = tmp_path / "db.duckdb"
+    p = cli("run", str(path), "--json", db=db)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == "" and not db.exists()
+    assert p.stderr.count("error:") == 1 and "Traceback" not in p.stderr
+    assert f"{path}: {key}: " in p.stderr if key else str(path) in p.stderr
+    assert valid in p.stderr
