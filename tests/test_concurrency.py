@@ -33,7 +33,7 @@ def test_reader_and_writer_processes_never_fail_and_reader_sees_new_runs(tmp_pat
     db_path = tmp_path / "runs.duckdb"
     first = write_run(Database(db_path), simulate(small_scenario), name="existing")
     reader = _start("read", str(db_path), "120")
-    writer = _start("write", str(db_path), "8x16x16", "200", "2")  # 2,048 chips: ~2 M events, 5 chunks per run
+    writer = _start("write", str(db_path), "8x8x16", "200", "2")  # 1,024 chips: ~1 M events, 3 chunks per run
     w_out, w_err = writer.communicate(timeout=240)
     # One last poll after the writer finished is the 'refresh': stop the reader after it.
     reader_poll_after_write = _start("read", str(db_path), "0.5")
