@@ -175,6 +175,9 @@ def parse_topology(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+#: largest scenario file read; real ones are under 2 KiB
+MAX_SCENARIO_BYTES = 1024 * 1024
+
 #: upper bound on chips x steps in one run: the trace holds ~5 events per chip-step, so this
 #: caps a run at ~80 M events (~2 GB in memory, ~1 GB in DuckDB), far past the 4,096-chip,
 #: 100-step runs the engine is built for; longer studies simulate fewer steps.
@@ -293,7 +296,11 @@ def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) 
     """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        with path.open("rb") as f:  # bounded read: a device or a huge file must not exhaust memory
+            data = f.read(MAX_SCENARIO_BYTES + 1)
+        if len(data) > MAX_SCENARIO_BYTES:
+            raise ScenarioError(str(path), [("", f"larger than {MAX_SCENARIO_BYTES // 1024} KiB; a scenario is a few dozen lines of TOML")])
+        raw = tomllib.loads(data.decode("utf-8"))
     except OSError as e:
         raise ScenarioError(str(path), [("", f"cannot read file: {e.strerror or e}")]) from None
     except UnicodeDecodeError as e:

@@ -309,3 +309,14 @@ def test_cli_bad_input_exits_2_with_one_message_and_writes_nothing(tmp_path, tex
     assert p.stderr.count("error:") == 1 and "Traceback" not in p.stderr
     assert f"{path}: {key}: " in p.stderr if key else str(path) in p.stderr
     assert valid in p.stderr
+
+
+def test_oversized_or_endless_files_are_refused_after_a_bounded_read(tmp_path):
+    big = tmp_path / "big.toml"
+    big.write_text("# padding\n" * 200_000)  # 2 MB of comments: valid TOML, absurd scenario
+    _, message = _problems(big)
+    assert "big.toml" in message and "larger than 1024 KiB" in message
+    _, message = _problems("/dev/zero")  # never ends: read stops at the bound
+    assert "larger than" in message
+    _, message = _problems(tmp_path)  # a folder
+    assert "cannot read file" in message
