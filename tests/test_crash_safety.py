@@ -102,3 +102,32 @@ def test_sigkill_mid_write_leaves_earlier_runs_intact_and_no_partial_run(tmp_pat
     after = _snapshot(db)
     assert {k: v for k, v in after.items() if k != after_id} == before
     assert after[after_id][0]["events"] == after[after_id][1][RUN_TABLES.index("events")]
+
+
+@pytest.mark.slow
+def test_sigkill_after_commit_before_checkpoint_replays_the_wal(tmp_path, small_scenario):
+    """The writer dies with its run committed only to DuckDB's write-ahead log: reopening replays it, whole."""
+    db = Database(tmp_path / "runs.duckdb")
+    write_run(db, simulate(small_scenario), name="before")
+    before = _snapshot(db)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers", "write", str(db.path), "8x8x8", "100", "1", "--unclosed"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in proc.stdout:
+            if line.strip() == "committed-unclosed":
+                break
+        else:
+            pytest.fail("writer ended before committing")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert Path(f"{db.path}.wal").exists()  # the commit is in the WAL, not yet checkpointed
+    after = _snapshot(db)
+    new = set(after) - set(before)
+    assert len(new) == 1 and {k: after[k] for k in before} == before
+    summary, counts = after[new.pop()]
+    assert summary["name"] == "big-0" and summary["events"] == counts[RUN_TABLES.index("events")] > 0

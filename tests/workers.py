@@ -6,7 +6,8 @@
     flushes, so a parent can SIGKILL it at a known point. ``--pause-at MARK`` sleeps
     ten seconds right after printing that milestone, inside the open transaction.
     ``--chunk-rows N`` overrides ``store.EVENT_CHUNK_ROWS`` (a huge N writes each run in
-    one transaction, the behaviour before chunking).
+    one transaction, the behaviour before chunking). ``--unclosed`` commits without
+    closing the connection (so without DuckDB's checkpoint) and announces ``committed-unclosed``.
 
 ``python -m tests.workers read DB SECONDS``
     Polls the queries the dashboard's Overview page runs, as the dashboard does
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,11 +73,23 @@ def _instrument(pause_at: str | None) -> None:
     store._insert_runs_row = insert_runs_row
 
 
-def write(db_path: str, topology: str, steps: int, runs: int, pause_at: str | None) -> None:
+class _UnclosedDatabase(Database):
+    """Commits but never closes (so never checkpoints): the WAL holds the run when the process dies."""
+
+    @contextmanager
+    def write(self):
+        con = self._open(read_only=False)
+        con.execute(store.SCHEMA_SQL)
+        yield con  # the caller commits; the connection stays open, so DuckDB does not checkpoint
+        _say("committed-unclosed")
+        time.sleep(10.0)
+
+
+def write(db_path: str, topology: str, steps: int, runs: int, pause_at: str | None, unclosed: bool = False) -> None:
     result = simulate(big_scenario(topology, steps))
     _say(f"simulated {result.trace.events.num_rows}")
     _instrument(pause_at)
-    db = Database(db_path)
+    db = _UnclosedDatabase(db_path) if unclosed else Database(db_path)
     for i in range(runs):
         run_id = write_run(db, result, name=f"big-{i}")
         _say(f"wrote {run_id}")
@@ -124,7 +138,7 @@ def main(argv: list[str]) -> None:
         pause_at = argv[argv.index("--pause-at") + 1] if "--pause-at" in argv else None
         if "--chunk-rows" in argv:
             store.EVENT_CHUNK_ROWS = int(argv[argv.index("--chunk-rows") + 1])
-        write(argv[1], argv[2], int(argv[3]), int(argv[4]), pause_at)
+        write(argv[1], argv[2], int(argv[3]), int(argv[4]), pause_at, unclosed="--unclosed" in argv)
     elif argv[0] == "read":
         read(argv[1], float(argv[2]))
     else:
