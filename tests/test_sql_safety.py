@@ -19,7 +19,7 @@ from engine import RunNotFoundError, simulate
 from engine.trace import Trace
 from profiler import delete_run, queries, resolve_run, write_run
 from profiler.cli import EXIT_ERROR, EXIT_OK
-from profiler.store import Database, _run_tables
+from profiler.store import _run_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 NASTY = [
