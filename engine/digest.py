@@ -1,7 +1,8 @@
 """A fingerprint of a simulated run, to check that the same scenario and seed reproduce it exactly.
 
 The digest is SHA-256 over the Arrow IPC stream bytes of every trace table (events,
-steps, chips, then the extra tables in name order) and the run facts as canonical
+steps, chips, the engine's step_kind and chip_kind aggregates, then the extra tables in
+name order) and the run facts as canonical
 JSON. Equal digests mean byte-identical traces, including column types and batch
 layout, not merely equal values.
 """
@@ -38,7 +39,8 @@ def run_digest(result: RunResult) -> str:
     h = hashlib.sha256()
     trace = result.trace
     tables = [("events", trace.events), ("steps", trace.steps), ("chips", trace.chips)]
-    tables += sorted(trace.extra.items())
+    tables += [(name, t) for name, t in (("step_kind", trace.step_kind), ("chip_kind", trace.chip_kind)) if t is not None]
+    tables += sorted((f"extra_{name}", t) for name, t in trace.extra.items())
     for name, table in tables:
         data = _ipc_bytes(table)
         h.update(f"{name}:{len(data)}:".encode())

@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .catalog import ChipSpec, load_catalog
 from .errors import ScenarioError
+from .links import fault_problems
+from .topology import is_supported_shape, supported_shapes, wraparound_for
 from .validation_messages import problem_from_error
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "TrainingSection",
     "ParallelismSection",
     "SimSection",
+    "InterconnectSection",
     "load_scenario",
     "scenario_from_dict",
     "apply_overrides",
@@ -114,6 +117,43 @@ class ParallelismSection(_Section):
 class SimSection(_Section):
     seed: Annotated[int, Field(ge=0)] = 0
     jitter_frac: Annotated[float, Field(ge=0, le=1)] | None = None  # None: the calibrated default
+    trace: Literal["full", "summary"] = "full"  # summary: per-step/per-chip aggregates only, no event rows
+
+
+NonNegInt = Annotated[int, Field(ge=0)]
+Coordinate = Annotated[list[NonNegInt], Field(min_length=1, max_length=3)]
+
+
+class LinkRef(_Section):
+    """One ICI link: the slice-local coordinates of its two end chips (neighbours)."""
+
+    a: Coordinate
+    b: Coordinate
+    slice: NonNegInt = 0
+
+
+class DegradedLink(LinkRef):
+    bandwidth_frac: Annotated[float, Field(gt=0, le=1)]
+
+
+class InterconnectSection(_Section):
+    """How collectives run on the ICI: schedule, link direction, overlap and link faults.
+
+    ``schedule = "simultaneous"`` (all torus axes busy at once on separate pieces) is
+    the default because it is what the published TPU figures describe; see
+    engine/collectives.py. ``overlap`` lets the gradient all-reduce run in
+    ``buckets`` during the backward pass; only the exposed part is charged.
+    ``unidirectional`` makes wraparound axes run one-way rings; a mesh axis' ring
+    already uses each direction once (out and back), so it is unchanged.
+    Faults name links by the slice-local coordinates of their two end chips.
+    """
+
+    schedule: Literal["sequential", "simultaneous"] = "simultaneous"
+    unidirectional: bool = False
+    overlap: bool = False
+    buckets: PositiveInt = 4
+    degraded_links: list[DegradedLink] = []
+    failed_links: list[LinkRef] = []
 
 
 class Scenario(_Section):
@@ -125,6 +165,7 @@ class Scenario(_Section):
     training: TrainingSection
     parallelism: ParallelismSection = ParallelismSection()
     sim: SimSection = SimSection()
+    interconnect: InterconnectSection = InterconnectSection()
 
     # Derived views (not inputs) -------------------------------------------------
     @property
@@ -224,10 +265,10 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
                  f"valid: axes whose product is {n} (or leave data unset)")
         )
     chip_steps = n * s.pod.slices * s.training.steps
-    if chip_steps > MAX_CHIP_STEPS:
+    if chip_steps > MAX_CHIP_STEPS and s.sim.trace == "full":  # summary mode keeps no per-event rows
         problems.append(
             ("training.steps", f"{n * s.pod.slices} chips x {s.training.steps} steps = {chip_steps:,} chip-steps; "
-             f"valid: at most {MAX_CHIP_STEPS:,} per run (simulate fewer steps)")
+             f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set sim.trace = \"summary\")")
         )
     if not problems:
         shards = s.batch_shards
@@ -236,6 +277,15 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
                 ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards (data x fsdp x slices); "
                  f"valid: a multiple of {shards}, e.g. {max(1, round(s.training.global_batch / shards)) * shards}")
             )
+    # Checked last so a shape problem does not hide the batch or mesh problems above.
+    if chip is not None and len(shape) <= chip.torus_dims and n <= chip.max_slice_chips:
+        if not is_supported_shape(chip, shape):
+            offered = ", ".join(supported_shapes(chip))
+            problems.append(("pod.topology", f"{chip.key} does not offer a {s.pod.topology!r} slice; supported: {offered}"))
+        else:
+            ic = s.interconnect
+            wrap = wraparound_for(chip, shape)
+            problems += fault_problems(shape, wrap, s.pod.slices, ic.degraded_links, ic.failed_links)
     return problems
 
 

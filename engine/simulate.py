@@ -22,17 +22,30 @@ import numpy as np
 import pyarrow as pa
 
 from .calibration import Calibration, load_calibration
+from .compute import PASSES_BY_REMAT, step_compute
 from .errors import SimulationError
-from .collectives import all_reduce_time_s, dcn_all_reduce_time_s
-from .compute import step_compute
+from .interconnect import GradientSync, gradient_sync, overlap_table
 from .memory import GRADIENT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, hbm_footprint
 from .models import ModelCost, model_cost
 from .scenario import Scenario
 from .topology import Pod, build_pod
-from .trace import CHIPS_SCHEMA, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
+from .trace import (
+    CHIP_KIND_SCHEMA,
+    CHIPS_SCHEMA,
+    EVENT_KINDS,
+    EVENTS_SCHEMA,
+    KIND_CODE,
+    STEP_KIND_SCHEMA,
+    STEPS_SCHEMA,
+    RunFacts,
+    RunResult,
+    Trace,
+    events_batch,
+    kind_array,
+)
 from .units import NS_PER_S
 
-__all__ = ["Segment", "SimContext", "simulate", "assemble_steps", "STEP_BLOCK"]
+__all__ = ["Segment", "SimContext", "Assembled", "simulate", "assemble", "assemble_steps", "STEP_BLOCK"]
 
 #: steps laid out per block; bounds peak memory at ~STEP_BLOCK x chips x segments x 8 bytes x a few
 STEP_BLOCK = 128
@@ -66,12 +79,28 @@ def _to_ns(kind: str, dur_s: np.ndarray | float) -> np.ndarray:
     return np.rint(ns).astype(np.int64)
 
 
-def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.Table, pa.Table]:
-    """Lay segments out on every chip's timeline; returns (events, steps) tables.
+@dataclass(frozen=True)
+class Assembled:
+    """Laid-out steps: events (empty in summary mode), step boundaries, and exact aggregates by kind."""
+
+    events: pa.Table
+    steps: pa.Table
+    step_kind: pa.Table
+    chip_kind: pa.Table
+
+
+def assemble(segments: list[Segment], steps: int, chips: int, detail: str = "full") -> Assembled:
+    """Lay segments out on every chip's timeline.
 
     A segment's duration is a scalar, a (chips,) array, or a 2-D array whose first
     axis is steps ((steps, 1) or (steps, chips)). Zero-length events are dropped.
     Within a step, a chip's events are contiguous from the step start to its end.
+
+    Parameters
+    ----------
+    detail
+        ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
+        per-step and per-chip aggregates (for sweeps and very large pods).
     """
     seg_ns = [_to_ns(seg.kind, seg.dur_s) for seg in segments]
     # A step never exceeds the sum of its segments' longest durations (barrier waits only
@@ -82,14 +111,17 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
             f"{steps} steps of up to {longest_step_ns / NS_PER_S:.3g} s overflow the trace clock "
             f"({MAX_RUN_NS / NS_PER_S:.3g} s per run): the model, batch or steps are implausibly large"
         )
+    n_kinds = len(EVENT_KINDS)
     step_ns = np.zeros(steps, dtype=np.int64)
-    # First pass: relative times within each step, per block, to find step lengths.
+    step_kind_sum = np.zeros((steps, n_kinds), dtype=np.int64)
+    step_kind_max = np.zeros((steps, n_kinds), dtype=np.int64)
+    chip_kind_sum = np.zeros((n_kinds, chips), dtype=np.int64)
     blocks = []
     for s0 in range(0, steps, STEP_BLOCK):
         s1 = min(steps, s0 + STEP_BLOCK)
         shape = (s1 - s0, chips)
         cursor = np.zeros(shape, dtype=np.int64)
-        parts = []  # (kind_code, start_rel, dur)
+        parts = []  # (kind_code, start_rel, dur), each (steps in block, chips)
         for seg, ns in zip(segments, seg_ns):
             dur = np.broadcast_to(ns[s0:s1] if ns.ndim == 2 else ns, shape)
             if seg.barrier:
@@ -101,7 +133,15 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
         end = cursor.max(axis=1, keepdims=True)
         parts.append((KIND_CODE["sync_wait"], cursor, end - cursor))
         step_ns[s0:s1] = end[:, 0]
-        blocks.append((s0, s1, parts))
+        # Exact per-chip totals by kind (a chip may have several events of one kind in a step).
+        per_kind = np.zeros((n_kinds, *shape), dtype=np.int64)
+        for code, _, dur in parts:
+            per_kind[code] += dur
+        step_kind_sum[s0:s1] = per_kind.sum(axis=2).T
+        step_kind_max[s0:s1] = per_kind.max(axis=2).T
+        chip_kind_sum += per_kind.sum(axis=1)
+        if detail == "full":
+            blocks.append((s0, s1, parts))
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
 
     batches = []
@@ -118,25 +158,37 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
         chip_col = np.broadcast_to(chip_ids[None, :, None], (n_steps, chips, k))
         abs_start = starts + step_start[s0:s1, None, None]
         batches.append(events_batch(chip_col[keep], step_col[keep], codes[keep], abs_start[keep], durs[keep]))
-    events = pa.Table.from_batches(batches)
+    events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
     steps_table = pa.table(
         {"step": np.arange(steps, dtype=np.int32), "start_ns": step_start, "step_ns": step_ns}, schema=STEPS_SCHEMA
     )
-    return events, steps_table
-
-
-def _gradient_sync_s(pod: Pod, grad_bytes_per_chip: float, cal: Calibration) -> float:
-    """Exposed gradient all-reduce: over all torus axes, then across slices over DCN."""
-    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
-    ici_s, _ = all_reduce_time_s(grad_bytes_per_chip, pod.slice.shape, pod.slice.wrap, link, cal.ici_hop_latency_s)
-    dcn_s = dcn_all_reduce_time_s(
-        grad_bytes_per_chip / pod.chips_per_slice,
-        pod.slices,
-        min(pod.chip.chips_per_host, pod.chips_per_slice),
-        pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
-        cal.dcn_latency_s,
+    sk_step, sk_kind = np.nonzero(step_kind_sum)
+    step_kind = pa.table(
+        [
+            pa.array(sk_step.astype(np.int32)),
+            kind_array(sk_kind),
+            pa.array(step_kind_sum[sk_step, sk_kind]),
+            pa.array(step_kind_max[sk_step, sk_kind]),
+        ],
+        schema=STEP_KIND_SCHEMA,
     )
-    return ici_s + dcn_s
+    ck_kind, ck_chip = np.nonzero(chip_kind_sum)
+    chip_kind = pa.table(
+        [pa.array(ck_chip.astype(np.int32)), kind_array(ck_kind), pa.array(chip_kind_sum[ck_kind, ck_chip])],
+        schema=CHIP_KIND_SCHEMA,
+    )
+    return Assembled(events=events, steps=steps_table, step_kind=step_kind, chip_kind=chip_kind)
+
+
+def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.Table, pa.Table]:
+    """Full-detail layout; returns (events, steps). See :func:`assemble`."""
+    out = assemble(segments, steps, chips)
+    return out.events, out.steps
+
+
+def _gradient_sync_s(ctx: "SimContext", grad_bytes_per_chip: float, backward_s: float) -> GradientSync:
+    """Gradient all-reduce over all torus axes and across slices, per ``[interconnect]`` (engine/interconnect.py)."""
+    return gradient_sync(ctx.pod, grad_bytes_per_chip, ctx.cal, ctx.scenario.interconnect, backward_s)
 
 
 @dataclass(frozen=True)
@@ -187,7 +239,10 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor)
     shard = par.fsdp * par.tensor
     grad_bytes = cost.params * GRADIENT_BYTES_PER_PARAM / par.tensor
-    sync_s = _gradient_sync_s(pod, grad_bytes, cal)
+    # Backward is 2 of the step's forward-pass equivalents, after 1 (no remat) or 2 (remat) forwards.
+    passes = PASSES_BY_REMAT[tr.remat]
+    backward_s = comp.fwd_bwd_s * 2 / passes
+    sync = _gradient_sync_s(ctx, grad_bytes, backward_s)
     update_bytes = cost.params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
@@ -196,12 +251,18 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
 
     segments = [
         Segment("compute", comp.fwd_bwd_s * noise),
-        Segment("collective", sync_s, barrier=True),
+        Segment("collective", sync.exposed_s, barrier=True),
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
-    events, steps_table = assemble_steps(segments, steps, chips)
+    laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
+    steps_table = laid.steps
+    step_s = float(np.median(steps_table.column("step_ns").to_numpy())) / NS_PER_S
+    extra_tables = {
+        "link_load": sync.link_load(pod, cal, step_s),
+        "collective_overlap": overlap_table(sync, steps_table, comp.fwd_bwd_s - backward_s, backward_s),
+    }
 
     mem = hbm_footprint(
         cost,
@@ -231,5 +292,18 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         hbm_capacity_bytes=mem.capacity_bytes,
         oom=mem.oom,
         hbm_breakdown_bytes=mem.breakdown_bytes,
+        extra={
+            "grad_allreduce_s": sync.total_s,
+            "grad_allreduce_exposed_s": sync.exposed_s,
+            "grad_allreduce_overlapped_s": sync.overlapped_s,
+        },
     )
-    return RunResult(scenario=scenario, trace=Trace(events=events, steps=steps_table, chips=chip_table), facts=facts)
+    trace = Trace(
+        events=laid.events,
+        steps=laid.steps,
+        chips=chip_table,
+        extra=extra_tables,
+        step_kind=laid.step_kind,
+        chip_kind=laid.chip_kind,
+    )
+    return RunResult(scenario=scenario, trace=trace, facts=facts)

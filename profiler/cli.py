@@ -15,7 +15,7 @@ from typing import Any
 
 from engine.errors import PodscopeError, ScenarioError
 
-from . import api, queries
+from . import api, collective_cli, queries
 from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("run", help="run id, or name (the newest run of that name)")
     db_arg(d)
     d.set_defaults(func=_cmd_delete)
+
+    collective_cli.add_parser(sub)
     return p
 
 

@@ -37,8 +37,8 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,6 +57,7 @@ __all__ = [
     "DatabaseBusyError",
     "resolve_db_path",
     "write_run",
+    "write_runs",
     "delete_run",
     "resolve_run",
 ]
@@ -70,6 +71,8 @@ _POLL_MIN_S, _POLL_MAX_S = 0.005, 0.05
 EVENT_CHUNK_ROWS = 500_000
 #: pause between chunks, longer than a reader's poll interval so a waiting reader gets the file
 WRITER_YIELD_S = 2 * _POLL_MAX_S
+#: write_runs releases its connection after holding it this long, so a sweep cannot lock readers out
+WRITER_HOLD_S = 0.5
 #: a pending run from another host (whose process cannot be checked) is abandoned after this long
 ABANDONED_AFTER_S = 6 * 3600.0
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -102,10 +105,13 @@ CREATE TABLE IF NOT EXISTS chip_kind (run_id INTEGER NOT NULL, chip INTEGER, kin
 CREATE TABLE IF NOT EXISTS pending_runs (run_id INTEGER PRIMARY KEY, pid INTEGER, host VARCHAR, started_at TIMESTAMP WITH TIME ZONE);
 """
 
+#: Fallback for traces that arrive without aggregates (imports): derived from events in SQL.
 _SUMMARY_SQL = (
     """
     INSERT INTO step_kind
-    SELECT $run_id, step, kind, sum(dur_ns), max(dur_ns) FROM events WHERE run_id = $run_id GROUP BY step, kind
+    SELECT $run_id, step, kind, sum(ns), max(ns)
+    FROM (SELECT step, chip, kind, sum(dur_ns) AS ns FROM events WHERE run_id = $run_id GROUP BY step, chip, kind)
+    GROUP BY step, kind
     """,
     """
     INSERT INTO chip_kind
@@ -163,7 +169,9 @@ class Database:
         delay = _POLL_MIN_S
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                con.execute("SET enable_progress_bar = false")
+                return con
             except duckdb.Error as e:
                 if not _is_lock_error(e):
                     raise ProfilerError(f"cannot open database {self.path}: {e}") from e
@@ -212,6 +220,8 @@ class Database:
 
 
 def _insert_arrow(con: duckdb.DuckDBPyConnection, table_name: str, data: pa.Table, run_id: int, columns: list[str]) -> None:
+    if data.num_rows == 0:
+        return  # e.g. events of a summary-mode run: a statement costs more than the run
     view = f"_podscope_in_{table_name}"
     con.register(view, data)
     try:
@@ -287,8 +297,13 @@ def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
         _insert_arrow(mem, "steps", trace.steps, 0, ["step", "start_ns", "step_ns"])
         for name_, table in trace.extra.items():
             _insert_extra(mem, name_, table, 0)  # so summary code may read extras; published from the Arrow
-        for sql in _SUMMARY_SQL:
-            mem.execute(sql, {"run_id": 0})
+        if trace.step_kind is not None and trace.chip_kind is not None:
+            # exact aggregates from the engine (also the only ones in summary mode)
+            _insert_arrow(mem, "step_kind", trace.step_kind, 0, ["step", "CAST(kind AS VARCHAR)", "chip_ns", "max_chip_ns"])
+            _insert_arrow(mem, "chip_kind", trace.chip_kind, 0, ["chip", "CAST(kind AS VARCHAR)", "ns"])
+        else:
+            for sql in _SUMMARY_SQL:
+                mem.execute(sql, {"run_id": 0})
         summary = build_summary(mem, 0)
         cur = mem.cursor()  # a fresh cursor: build_summary may leave a result open on `mem`
         small = {t: cur.sql(f"SELECT * EXCLUDE (run_id) FROM {_ident(t)}").to_arrow_table() for t in _SMALL_TABLES}
@@ -391,19 +406,66 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
     ProfilerError
         On any storage failure; no partial run is visible afterwards.
     """
-    scenario = result.scenario
-    run_name = name or (scenario.name if scenario is not None else "run")
-    staged = _stage(result, run_name, source)
-    events = result.trace.events
-    if events.num_rows <= EVENT_CHUNK_ROWS:
+    staged = _stage(result, _run_name(result, name), source)
+    if result.trace.events.num_rows <= EVENT_CHUNK_ROWS:
         with db.write() as con:
             _collect_abandoned(con)
-            with _transaction(con):
-                run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
-                _insert_arrow(con, "events", events, run_id, _EVENT_COLUMNS)
-                _publish(con, staged, result, run_id)
-        return run_id
+            return _write_whole(con, staged, result)
+    return _write_chunked(db, staged, result)
 
+
+def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "simulated") -> list[int]:
+    """Store many runs, each in its own transaction, reusing one connection between them.
+
+    Opening and checkpointing a DuckDB file costs tens of milliseconds, more than
+    storing a summary-mode run; a sweep's single writer uses this to keep up. The
+    connection is released after ``WRITER_HOLD_S`` of use (and for every large run,
+    which is written in chunks) so readers are not locked out for a whole sweep.
+    ``results`` is consumed while the file may be held: pass finished results.
+    A failure leaves every run written before it intact and nothing of the failed one.
+    """
+    ids: list[int] = []
+    held: ExitStack | None = None
+    held_since = 0.0
+    try:
+        for result in results:
+            staged = _stage(result, _run_name(result, None), source)
+            large = result.trace.events.num_rows > EVENT_CHUNK_ROWS
+            if held is not None and (large or time.monotonic() - held_since > WRITER_HOLD_S):
+                held.close()
+                held = None
+                time.sleep(WRITER_YIELD_S)  # let a reader polling for the file in
+            if large:
+                ids.append(_write_chunked(db, staged, result))
+                continue
+            if held is None:
+                held = ExitStack()
+                con = held.enter_context(db.write())
+                _collect_abandoned(con)
+                held_since = time.monotonic()
+            ids.append(_write_whole(con, staged, result))
+    finally:
+        if held is not None:
+            held.close()
+    return ids
+
+
+def _run_name(result: RunResult, name: str | None) -> str:
+    return name or (result.scenario.name if result.scenario is not None else "run")
+
+
+def _write_whole(con: duckdb.DuckDBPyConnection, staged: _StagedRun, result: RunResult) -> int:
+    """A run of at most EVENT_CHUNK_ROWS events: one transaction."""
+    with _transaction(con):
+        run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+        _insert_arrow(con, "events", result.trace.events, run_id, _EVENT_COLUMNS)
+        _publish(con, staged, result, run_id)
+    return run_id
+
+
+def _write_chunked(db: Database, staged: _StagedRun, result: RunResult) -> int:
+    """A large run: reserve the id, append events in chunk transactions, publish last."""
+    events = result.trace.events
     with db.write() as con:
         _collect_abandoned(con)
         with _transaction(con):
