@@ -59,3 +59,21 @@ def test_failure_after_some_chunks_leaves_no_rows(tmp_path, monkeypatch, small_s
         for table in _run_tables(con):
             assert con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id <> ?', [keep]).fetchone()[0] == 0, table
         assert con.execute("SELECT count(*) FROM pending_runs").fetchone()[0] == 0
+
+
+def test_write_runs_mixes_whole_and_chunked_runs(tmp_path, monkeypatch, small_scenario, small_scenario_path):
+    """A sweep's batch writer: small runs share a connection, a large one goes through the chunked path."""
+    from engine import load_scenario
+
+    small = simulate(small_scenario)
+    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
+    monkeypatch.setattr(store, "EVENT_CHUNK_ROWS", small.trace.events.num_rows)  # small fits exactly; longer runs chunk
+    longer = simulate(load_scenario(small_scenario_path, {"training.steps": 40}))
+    db = Database(tmp_path / "runs.duckdb")
+    ids = store.write_runs(db, [small, longer, small])
+    assert len(set(ids)) == 3
+    with db.read() as con:
+        for run_id, result in zip(ids, [small, longer, small]):
+            stored = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [run_id]).fetchone()[0]
+            assert stored == result.trace.events.num_rows == queries.run_summary(con, run_id)["events"]
+        assert con.execute("SELECT count(*) FROM pending_runs").fetchone()[0] == 0
