@@ -53,7 +53,9 @@ def model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | N
             if match:
                 cls = match[0]
                 continue
-        if cls is None or isinstance(part, int) or part not in cls.model_fields:
+        if isinstance(part, int) and cls is not None:
+            continue  # an item of a list of tables: same model as the list
+        if cls is None or part not in cls.model_fields:
             return None
         classes = _model_classes(cls.model_fields[part].annotation)
         if len(classes) == 1:

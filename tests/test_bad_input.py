@@ -40,6 +40,8 @@ def _problems(path, overrides=None) -> tuple[list[tuple[str, str]], str]:
         ({"pod.bogus": 1}, "pod.bogus", "valid keys here: chip, topology, slices"),
         ({"trainig.steps": 1}, "trainig", "valid keys here: name, pod, model, training"),
         ({"model.layers": 3}, "model.layers", "valid keys here: kind, layer_sizes"),
+        ({"interconnect.failed_links": [{"a": [0, 0, 0], "b": [1, 0, 0], "bw": 1}]}, "interconnect.failed_links.0.bw",
+         "valid keys here: a, b, slice"),
         # wrong types: the expected type and the value given
         ({"training.steps": "many"}, "training.steps", "valid integer, unable to parse string as an integer (got 'many')"),
         ({"training.global_batch": 1.5}, "training.global_batch", "valid integer"),
@@ -168,7 +170,8 @@ _KEYS = [
     "model.vocab", "model.seq_len", "model.kv_heads", "model.head_dim", "model.mlp", "training",
     "training.global_batch", "training.steps", "training.precision", "training.optimizer", "training.remat",
     "parallelism", "parallelism.data", "parallelism.fsdp", "parallelism.tensor", "sim", "sim.seed",
-    "sim.jitter_frac", "pod.bogus", "bogus",
+    "sim.jitter_frac", "sim.trace", "interconnect", "interconnect.schedule", "interconnect.overlap",
+    "interconnect.buckets", "interconnect.failed_links", "interconnect.degraded_links", "pod.bogus", "bogus",
 ]  # fmt: skip
 
 _scalars = st.one_of(
