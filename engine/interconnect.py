@@ -146,7 +146,9 @@ class GradientSync:
         return pa.concat_tables(tables)
 
 
-def gradient_sync(pod: Pod, grad_bytes_per_chip: float, cal: Calibration, section, backward_s: float) -> GradientSync:
+def gradient_sync(
+    pod: Pod, grad_bytes_per_chip: float, cal: Calibration, section, backward_s: float, axes: Sequence[int] | None = None
+) -> GradientSync:
     """The gradient all-reduce of a data-parallel step under the scenario's ``[interconnect]``.
 
     Parameters
@@ -157,8 +159,11 @@ def gradient_sync(pod: Pod, grad_bytes_per_chip: float, cal: Calibration, sectio
         The scenario's :class:`~engine.scenario.InterconnectSection`.
     backward_s
         Backward-pass duration (s), for overlap.
+    axes
+        Torus axes the data-parallel mesh axis spans (default: all); across slices the
+        shard is then all-reduced over the DCN.
     """
-    kw = dict(schedule=section.schedule, unidirectional=section.unidirectional,
+    kw = dict(axes=axes, schedule=section.schedule, unidirectional=section.unidirectional,
               degraded=section.degraded_links, failed=section.failed_links)
     res, fabrics, loads = collective_on_pod("all-reduce", grad_bytes_per_chip, pod, cal, **kw)
     buckets = section.buckets if section.overlap else 1

@@ -21,7 +21,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .catalog import ChipSpec, load_catalog
-from .errors import ScenarioError
+from .compilation import CompileSection
+from .errors import ScenarioError, TopologyError
+from .faults import FailureSection, StragglerSection
+from .input_pipeline import InputSection
 from .links import fault_problems
 from .topology import is_supported_shape, supported_shapes, wraparound_for
 from .validation_messages import problem_from_error
@@ -34,6 +37,7 @@ __all__ = [
     "TransformerModel",
     "TrainingSection",
     "ParallelismSection",
+    "ParameterServerSection",
     "SimSection",
     "InterconnectSection",
     "load_scenario",
@@ -59,6 +63,10 @@ class PodSection(_Section):
 class MlpModel(_Section):
     kind: Literal["mlp"]
     layer_sizes: Annotated[list[PositiveInt], Field(min_length=2)]
+    # optional embedding table in front of the MLP (a sparse recommender model, DLRM-style)
+    embedding_rows: PositiveInt | None = None
+    embedding_dim: PositiveInt = 64
+    embedding_lookups: PositiveInt = 1  # rows looked up per sample
 
 
 class ResNet50Model(_Section):
@@ -79,6 +87,9 @@ class TransformerModel(_Section):
     head_dim: PositiveInt | None = None
     mlp: Literal["gelu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
+    # "flash": blockwise attention (Dao et al. 2022; Pallas splash attention on TPU) never stores the
+    # seq x seq probabilities and recomputes them in the backward pass
+    attention: Literal["standard", "flash"] = "standard"
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "TransformerModel":
@@ -105,13 +116,25 @@ class TrainingSection(_Section):
     steps: PositiveInt
     precision: Literal["bf16", "int8", "fp32"] = "bf16"
     optimizer: Literal["sgd", "momentum", "adam", "adafactor"] = "adam"
-    remat: Literal["none", "full"] = "none"
+    remat: Literal["none", "full", "selective", "minimal"] = "none"
+
+
+class ParameterServerSection(_Section):
+    """TF ParameterServerStrategy: embedding tables live on CPU parameter-server hosts over DCN."""
+
+    hosts: PositiveInt = 1  # parameter-server hosts holding the sparse (embedding) parameters
+    dcn_gbps_per_host: Annotated[float, Field(gt=0)] = 25.0  # each PS host's NIC, GB/s (same class as a TPU host's)
 
 
 class ParallelismSection(_Section):
     data: PositiveInt | None = None  # default: whatever the other axes leave
     fsdp: PositiveInt = 1
     tensor: PositiveInt = 1
+    strategy: Literal["spmd", "parameter_server"] = "spmd"
+    # mesh axis -> torus axes it spans, e.g. {tensor = ["z"], fsdp = ["x", "y"]}; "y:2" takes a
+    # 2-chip part of axis y. Empty: the default mapping of engine/parallelism.py (tensor innermost).
+    mapping: dict[Literal["data", "fsdp", "tensor"], list[str]] = Field(default_factory=dict)
+    parameter_server: ParameterServerSection | None = None
 
 
 class SimSection(_Section):
@@ -166,6 +189,11 @@ class Scenario(_Section):
     parallelism: ParallelismSection = ParallelismSection()
     sim: SimSection = SimSection()
     interconnect: InterconnectSection = InterconnectSection()
+    # Idle-time mechanisms (engine/input_pipeline.py, compilation.py, faults.py); absent = off.
+    input: InputSection | None = None
+    compile: CompileSection | None = None
+    stragglers: StragglerSection | None = None
+    failures: FailureSection | None = None
 
     # Derived views (not inputs) -------------------------------------------------
     @property
@@ -269,6 +297,18 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         problems.append(
             ("training.steps", f"{n * s.pod.slices} chips x {s.training.steps} steps = {chip_steps:,} chip-steps; "
              f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set sim.trace = \"summary\")")
+        )
+    if not problems and chip is not None:
+        from .parallelism import resolve_mesh  # imported here: parallelism imports models, which imports this module
+
+        sizes = {"data": s.data_parallel, "fsdp": p.fsdp, "tensor": p.tensor}
+        try:
+            resolve_mesh(shape, wraparound_for(chip, shape), sizes, p.mapping)
+        except TopologyError as e:
+            problems.append(("parallelism.mapping", str(e)))
+    if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1):
+        problems.append(
+            ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
         )
     if not problems:
         shards = s.batch_shards

@@ -22,12 +22,14 @@ import numpy as np
 import pyarrow as pa
 
 from .calibration import Calibration, load_calibration
-from .compute import PASSES_BY_REMAT, step_compute
+from .compute import step_compute
 from .errors import SimulationError
-from .interconnect import GradientSync, gradient_sync, overlap_table
-from .memory import GRADIENT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, hbm_footprint
+from .idle import idle_facts, plan_idle
+from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .models import ModelCost, model_cost
-from .scenario import Scenario
+from .interconnect import gradient_sync, overlap_table
+from .parallelism import plan_collectives, resolve_mesh, whole_torus_axes
+from .scenario import ParameterServerSection, Scenario
 from .topology import Pod, build_pod
 from .trace import (
     CHIP_KIND_SCHEMA,
@@ -43,7 +45,7 @@ from .trace import (
     events_batch,
     kind_array,
 )
-from .units import NS_PER_S
+from .units import GB_BYTES, NS_PER_S
 
 __all__ = ["Segment", "SimContext", "Assembled", "simulate", "assemble", "assemble_steps", "STEP_BLOCK"]
 
@@ -186,11 +188,6 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
     return out.events, out.steps
 
 
-def _gradient_sync_s(ctx: "SimContext", grad_bytes_per_chip: float, backward_s: float) -> GradientSync:
-    """Gradient all-reduce over all torus axes and across slices, per ``[interconnect]`` (engine/interconnect.py)."""
-    return gradient_sync(ctx.pod, grad_bytes_per_chip, ctx.cal, ctx.scenario.interconnect, backward_s)
-
-
 @dataclass(frozen=True)
 class SimContext:
     """Everything a mechanism needs to contribute to a run, derived once from the scenario."""
@@ -236,45 +233,88 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     steps, chips = ctx.steps, ctx.chips
     b = scenario.per_chip_batch
 
-    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor)
+    flash = getattr(scenario.model, "attention", "standard") == "flash"
+    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash)
+    fwd_s = comp.forward_s
+    bwd_s = comp.fwd_bwd_s - fwd_s
+    mesh_sizes = {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}
+    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, mesh_sizes, par.mapping)
+    ps = par.parameter_server or ParameterServerSection()
+    use_ps = par.strategy == "parameter_server"
+    comm = plan_collectives(
+        cost,
+        mesh,
+        fwd_compute_s=fwd_s,
+        bwd_compute_s=bwd_s,
+        per_chip_batch=b,
+        precision=tr.precision,
+        slices=pod.slices,
+        chips_per_host=min(chip.chips_per_host, pod.chips_per_slice),
+        link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
+        hop_latency_s=cal.ici_hop_latency_s,
+        dcn_bytes_per_s_per_host=chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
+        dcn_latency_s=cal.dcn_latency_s,
+        ps_hosts=ps.hosts if use_ps else 0,
+        ps_bytes_per_s_per_host=ps.dcn_gbps_per_host * GB_BYTES * cal.dcn_efficiency,
+        remat=tr.remat,
+    )
     shard = par.fsdp * par.tensor
-    grad_bytes = cost.params * GRADIENT_BYTES_PER_PARAM / par.tensor
-    # Backward is 2 of the step's forward-pass equivalents, after 1 (no remat) or 2 (remat) forwards.
-    passes = PASSES_BY_REMAT[tr.remat]
-    backward_s = comp.fwd_bwd_s * 2 / passes
-    sync = _gradient_sync_s(ctx, grad_bytes, backward_s)
-    update_bytes = cost.params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    dense_params = cost.params - (cost.sparse_params if use_ps else 0)
+    update_bytes = dense_params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     noise = np.exp(jitter * ctx.rng("jitter").standard_normal((steps, chips), dtype=np.float32)) if jitter > 0 else 1.0
 
+    # Per-layer FSDP/TP collectives are aggregated into one exposed event per pass (their per-layer
+    # detail is the `layer_collectives` table), keeping events at a few per chip-step at any scale.
+    # Data-parallel gradient sync: on whole torus axes the interconnect model prices it (schedule,
+    # bucketed overlap with the backward pass, link faults, per-link load); a `data` axis that splits
+    # a torus axis falls back to the mesh model's strided-ring estimate, with no overlap.
+    data_axes = whole_torus_axes(mesh["data"], pod.slice.shape)
+    sync = None
+    grad_sync_s = comm.data_sync_s
+    if data_axes is not None and comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
+        sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
+        grad_sync_s = sync.exposed_s
+
     segments = [
-        Segment("compute", comp.fwd_bwd_s * noise),
-        Segment("collective", sync.exposed_s, barrier=True),
+        Segment("compute", fwd_s * noise),
+        Segment("collective", comm.forward_s),
+        Segment("compute", bwd_s * noise),
+        Segment("collective", comm.backward_s),
+        Segment("collective", grad_sync_s + comm.ps_push_s, barrier=True),
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
-    laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
+    idle = plan_idle(ctx, comp, segments)  # input waits, recompiles, stragglers, failures
+    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
-    steps_table = laid.steps
-    step_s = float(np.median(steps_table.column("step_ns").to_numpy())) / NS_PER_S
-    extra_tables = {
-        "link_load": sync.link_load(pod, cal, step_s),
-        "collective_overlap": overlap_table(sync, steps_table, comp.fwd_bwd_s - backward_s, backward_s),
-    }
 
-    mem = hbm_footprint(
-        cost,
-        per_chip_batch=b,
-        precision=tr.precision,
-        optimizer=tr.optimizer,
-        remat=tr.remat,
-        fsdp=par.fsdp,
-        tensor=par.tensor,
-        capacity_bytes=chip.hbm_bytes,
-    )
+    def memory(**changes) -> MemoryPlan:
+        args = dict(
+            per_chip_batch=b, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
+            tensor=par.tensor, capacity_bytes=chip.hbm_bytes, reserved_frac=cal.hbm_reserved_frac, sparse_off_chip=use_ps,
+        )  # fmt: skip
+        args.update(changes)
+        return hbm_plan(cost, scenario.model, **args)
+
+    mem = memory()
     replicas = scenario.batch_shards  # model replicas' worth of chips: each processes per_chip_batch
+    extra_tables = {
+        "memory_timeline": mem.timeline,
+        # SPMD: every chip holds the same shard sizes, so every chip peaks alike
+        "chip_memory": pa.table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, mem.peak_bytes)}),
+        "layer_collectives": comm.per_layer,
+    }
+    grad_extra: dict[str, float] = {"grad_allreduce_s": comm.data_sync_s, "grad_allreduce_exposed_s": comm.data_sync_s,
+                                    "grad_allreduce_overlapped_s": 0.0}  # fmt: skip
+    if sync is not None:
+        step_s = float(np.median(laid.steps.column("step_ns").to_numpy())) / NS_PER_S
+        extra_tables["link_load"] = sync.link_load(pod, cal, step_s)
+        extra_tables["collective_overlap"] = overlap_table(sync, laid.steps, fwd_s, bwd_s)
+        grad_extra = {"grad_allreduce_s": sync.total_s, "grad_allreduce_exposed_s": sync.exposed_s,
+                      "grad_allreduce_overlapped_s": sync.overlapped_s}  # fmt: skip
     facts = RunFacts(
         chip=chip.key,
         chips=chips,
@@ -283,27 +323,37 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         topology=scenario.pod.topology,
         steps=steps,
         params=cost.params,
-        samples_per_step=tr.global_batch,
-        tokens_per_step=tr.global_batch * cost.tokens_per_sample if cost.tokens_per_sample else None,
-        model_flops_per_step=cost.train_flops_per_sample * tr.global_batch,
-        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas,
+        # steady-state means of the executed shapes (partial batches, variable sequence lengths)
+        samples_per_step=round(tr.global_batch * idle.steady_mean(idle.sample_scale)),
+        tokens_per_step=(
+            round(tr.global_batch * cost.tokens_per_sample * idle.steady_mean(idle.token_scale))
+            if cost.tokens_per_sample
+            else None
+        ),
+        model_flops_per_step=cost.train_flops_per_sample * tr.global_batch * idle.steady_mean(idle.work_scale),
+        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas * idle.steady_mean(idle.work_scale),
         peak_flops_per_s_per_chip=chip.peak_flops_per_s(tr.precision),
         peak_hbm_bytes=mem.peak_bytes,
         hbm_capacity_bytes=mem.capacity_bytes,
         oom=mem.oom,
         hbm_breakdown_bytes=mem.breakdown_bytes,
         extra={
-            "grad_allreduce_s": sync.total_s,
-            "grad_allreduce_exposed_s": sync.exposed_s,
-            "grad_allreduce_overlapped_s": sync.overlapped_s,
+            "oom_detail": oom_detail(mem, memory, b, scenario.data_parallel, par.fsdp, tr.remat) if mem.oom else None,
+            "hbm_usable_bytes": mem.usable_bytes,
+            "hbm_peak_phase": mem.peak_phase,
+            "mesh": mesh.describe(),
+            "parallelism_strategy": par.strategy,
+            "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
+            **grad_extra,
+            **idle_facts(idle, laid.step_kind, laid.steps, chips),
         },
     )
     trace = Trace(
         events=laid.events,
         steps=laid.steps,
         chips=chip_table,
-        extra=extra_tables,
         step_kind=laid.step_kind,
         chip_kind=laid.chip_kind,
+        extra={**extra_tables, **idle.tables},
     )
     return RunResult(scenario=scenario, trace=trace, facts=facts)

@@ -58,11 +58,50 @@ def _fmt_summary(s: dict[str, Any]) -> str:
     lines.append(f"  MFU           {pct(s.get('mfu'))}   HFU {pct(s.get('hfu'))}")
     parts = ", ".join(f"{k} {pct(v)}" for k, v in s["breakdown"].items() if v > 0)
     lines.append(f"  chip time     {parts}")
+    if s.get("mesh"):
+        lines.append(f"  mesh          {s['mesh']}")
     if s.get("peak_hbm_bytes") is not None:
         lines.append(f"  HBM peak      {s['peak_hbm_bytes'] / 2**30:.2f} GiB of {s['hbm_capacity_bytes'] / 2**30:.2f} GiB")
     if s.get("oom"):
-        lines.append("  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)")
+        lines.extend(_fmt_oom(s))
+    lines += _fmt_idle(s)
     return "\n".join(lines)
+
+
+def _fmt_oom(s: dict[str, Any]) -> list[str]:
+    """Say plainly what overflowed HBM and what would make it fit."""
+    d = s.get("oom_detail")
+    if not d:
+        return ["  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)"]
+    gib = 2**30
+    term_bytes = (s.get("hbm_breakdown_bytes") or {}).get(d["term"])
+    term = f"{d['term']} ({term_bytes / gib:.2f} GiB)" if term_bytes is not None else d["term"]
+    lines = [
+        f"  OUT OF MEMORY: chip {d['chip']} (every chip holds the same shards) needs {d['peak_bytes'] / gib:.2f} GiB "
+        f"at its peak ({d['phase']}), {d['over_bytes'] / gib:.2f} GiB more than the {d['usable_bytes'] / gib:.2f} GiB usable;",
+        f"  the largest term is {term}. What would make it fit:",
+    ]
+    lines += [f"    - {text}" for text in d.get("suggestions", [])]
+    return lines
+
+
+def _fmt_idle(s: dict[str, Any]) -> list[str]:
+    """Input wait, compiles, goodput, stragglers, then the advisor's findings."""
+    lines = []
+    if s.get("input_wait_frac") is not None:
+        lines.append(f"  input wait    {100 * s['input_wait_frac']:.1f}% of steady-state chip time")
+    if s.get("compile_s"):
+        lines.append(f"  compiles      {s.get('recompiles', 0)} recompile(s), {s['compile_s']:,.1f} s compiling")
+    if s.get("goodput") is not None:
+        lines.append(f"  goodput       {100 * s['goodput']:.1f}% of wall time advanced training")
+    if s.get("stragglers"):
+        more = " ..." if len(s["stragglers"]) > 20 else ""
+        lines.append(f"  stragglers    chips {', '.join(map(str, s['stragglers'][:20]))}{more}")
+    advice = s.get("advice") or []
+    if advice:
+        lines.append("advice:")
+        lines += [f"  [{a['severity']}] {a['message']}" for a in advice]
+    return lines
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -15,12 +15,15 @@ import duckdb
 
 from engine.trace import EVENT_KINDS
 
+from .advisor import advise
+
 __all__ = ["build_summary", "SUMMARY_KEYS"]
 
 SUMMARY_KEYS = (
     "run_id", "name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "params",
     "step_time_s", "wall_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "breakdown",
     "peak_hbm_bytes", "hbm_capacity_bytes", "hbm_breakdown_bytes", "oom", "events",
+    "input_wait_frac", "recompiles", "compile_s", "goodput", "stragglers", "advice",
 )  # fmt: skip
 
 _STEADY_STEP_SQL = """
@@ -84,4 +87,10 @@ def build_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]
     }
     for key, value in (facts.get("extra") or {}).items():
         summary.setdefault(key, value)
+    # Runs without the engine's idle-time facts (e.g. imported traces): the input-wait share of
+    # all chip time stands in; what only the engine knows is null.
+    summary.setdefault("input_wait_frac", breakdown.get("input_wait", 0.0))
+    for key in ("recompiles", "compile_s", "goodput", "stragglers"):
+        summary.setdefault(key, None)
+    summary.setdefault("advice", advise(summary))  # last: rules read every other key
     return summary
