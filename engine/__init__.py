@@ -2,7 +2,7 @@
 
 from .calibration import Calibration, load_calibration
 from .catalog import ChipSpec, load_catalog
-from .errors import PodscopeError, ProfilerError, RunNotFoundError, ScenarioError, TopologyError, TraceImportError
+from .errors import PathNotAllowedError, PodscopeError, ProfilerError, RunNotFoundError, ScenarioError, SimulationError, TopologyError, TraceImportError
 from .models import ModelCost, model_cost
 from .scenario import Scenario, apply_overrides, load_scenario, scenario_from_dict
 from .simulate import Segment, simulate
@@ -14,6 +14,7 @@ __all__ = [
     "ChipSpec",
     "EVENT_KINDS",
     "ModelCost",
+    "PathNotAllowedError",
     "Pod",
     "PodscopeError",
     "ProfilerError",
@@ -23,6 +24,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "Segment",
+    "SimulationError",
     "TopologyError",
     "Trace",
     "TraceImportError",

@@ -21,6 +21,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_CATALOG_PATH = DATA_DIR / "chips.toml"
 
 Wraparound = Literal["all", "cube", "axis16", "none"]
+_WRAPAROUND = ("all", "cube", "axis16", "none")
 
 _REQUIRED = {
     "display_name": str,
@@ -74,17 +75,26 @@ class ChipSpec:
 
 
 def _convert(key: str, raw: dict, source: str) -> ChipSpec:
+    if not isinstance(raw, dict):
+        raise ScenarioError(source, [(key, f"expected a table [{key}], got {raw!r}")])
     problems: list[tuple[str, str]] = []
     for name, typ in _REQUIRED.items():
         if name not in raw:
-            problems.append((f"{key}.{name}", "missing"))
-        elif typ is float and not isinstance(raw[name], (int, float)):
+            problems.append((f"{key}.{name}", "required key is missing"))
+        elif typ is float and (not isinstance(raw[name], (int, float)) or isinstance(raw[name], bool)):
             problems.append((f"{key}.{name}", f"expected a number, got {raw[name]!r}"))
         elif typ is not float and not isinstance(raw[name], typ):
             problems.append((f"{key}.{name}", f"expected {typ.__name__}, got {raw[name]!r}"))
+        elif typ in (float, int) and not raw[name] > 0:
+            # every catalog number is a rate, a size or a count: zero or negative is a typo
+            problems.append((f"{key}.{name}", f"must be greater than 0, got {raw[name]!r}"))
+        elif name == "host_shape" and not (raw[name] and all(isinstance(v, int) and v > 0 for v in raw[name])):
+            problems.append((f"{key}.{name}", f"expected a list of positive integers, got {raw[name]!r}"))
+        elif name == "wraparound" and raw[name] not in _WRAPAROUND:
+            problems.append((f"{key}.{name}", f"got {raw[name]!r}; valid: {', '.join(_WRAPAROUND)}"))
     for name in raw:
         if name not in _REQUIRED:
-            problems.append((f"{key}.{name}", "unknown key"))
+            problems.append((f"{key}.{name}", f"unknown key; valid keys: {', '.join(_REQUIRED)}"))
     if problems:
         raise ScenarioError(source, problems)
     return ChipSpec(
@@ -122,6 +132,6 @@ def load_catalog(path: Path = DEFAULT_CATALOG_PATH) -> dict[str, ChipSpec]:
     """
     try:
         raw = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise ScenarioError(str(path), [("", str(e))]) from e
     return {key: _convert(key, table, str(path)) for key, table in raw.items()}

@@ -13,12 +13,15 @@ from collections.abc import Sequence
 
 __all__ = [
     "PodscopeError",
+    "InputProblems",
     "ScenarioError",
     "TopologyError",
+    "SimulationError",
     "ProfilerError",
     "RunNotFoundError",
     "TraceImportError",
     "ReferenceFileError",
+    "PathNotAllowedError",
 ]
 
 
@@ -26,22 +29,37 @@ class PodscopeError(Exception):
     """Base class of every error Podscope raises deliberately."""
 
 
-class ScenarioError(PodscopeError):
-    """A scenario (or override) is invalid.
+class InputProblems(PodscopeError):
+    """An input file with problems, each ``(dotted_key, message)``, reported all at once.
 
-    Carries every problem found, each as ``(dotted_key, message)``, so the user
-    can fix them all in one edit rather than one per run.
+    So the user can fix them all in one edit rather than one per run.
     """
+
+    what = "input"
 
     def __init__(self, source: str, problems: Sequence[tuple[str, str]]):
         self.source = source
         self.problems = list(problems)
         lines = [f"{source}: {key}: {msg}" if key else f"{source}: {msg}" for key, msg in self.problems]
-        super().__init__("invalid scenario\n  " + "\n  ".join(lines))
+        super().__init__(f"invalid {self.what}\n  " + "\n  ".join(lines))
+
+
+class ScenarioError(InputProblems):
+    """A scenario (or override) is invalid."""
+
+    what = "scenario"
 
 
 class TopologyError(PodscopeError):
     """A slice shape, mesh mapping or routing request the interconnect cannot serve."""
+
+
+class SimulationError(PodscopeError):
+    """A valid scenario whose simulated times the trace cannot represent.
+
+    Trace times are int64 nanoseconds (about 292 years per run); a scenario with
+    absurd sizes (a 10^30-sample batch) validates field by field but overflows them.
+    """
 
 
 class ProfilerError(PodscopeError):
@@ -56,14 +74,11 @@ class TraceImportError(PodscopeError):
     """A trace file to import is malformed, too large or otherwise unusable."""
 
 
-class ReferenceFileError(PodscopeError):
-    """A published-reference file (validation input) is unreadable or malformed.
+class ReferenceFileError(InputProblems):
+    """A published-reference file (validation input) is unreadable or malformed."""
 
-    Carries ``(dotted_key, message)`` problems like :class:`ScenarioError`.
-    """
+    what = "reference file"
 
-    def __init__(self, source: str, problems: Sequence[tuple[str, str]]):
-        self.source = source
-        self.problems = list(problems)
-        lines = [f"{source}: {key}: {msg}" if key else f"{source}: {msg}" for key, msg in self.problems]
-        super().__init__("invalid reference file\n  " + "\n  ".join(lines))
+
+class PathNotAllowedError(PodscopeError):
+    """A user-supplied file path that is empty, malformed or outside the allowed folder."""

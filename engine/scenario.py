@@ -27,6 +27,7 @@ from .faults import FailureSection, StragglerSection
 from .input_pipeline import InputSection
 from .links import fault_problems
 from .topology import is_supported_shape, supported_shapes, wraparound_for
+from .validation_messages import problem_from_error
 
 __all__ = [
     "Scenario",
@@ -238,17 +239,22 @@ def parse_topology(text: str) -> tuple[int, ...]:
         If the text is not 1-3 positive integers joined by ``x``.
     """
     parts = text.lower().split("x")
-    if not 1 <= len(parts) <= 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+    if not 1 <= len(parts) <= 3 or not all(p.strip().isascii() and p.strip().isdigit() and int(p) > 0 for p in parts):
         raise ValueError(f"topology {text!r} must be 1 to 3 positive integers joined by 'x', e.g. '16x16' or '4x4x8'")
     return tuple(int(p) for p in parts)
 
 
-def _loc_to_key(loc: tuple[Any, ...]) -> str:
-    # Drop the discriminator tag pydantic inserts for tagged unions (model.<kind>.field).
-    parts = [str(p) for p in loc]
-    if len(parts) >= 2 and parts[0] == "model" and parts[1] in {"mlp", "resnet50", "transformer"}:
-        parts = [parts[0], *parts[2:]]
-    return ".".join(parts)
+#: largest scenario file read; real ones are under 2 KiB
+MAX_SCENARIO_BYTES = 1024 * 1024
+
+#: upper bound on chips x steps in one run: the trace holds ~5 events per chip-step, so this
+#: caps a run at ~80 M events (~2 GB in memory, ~1 GB in DuckDB), far past the 4,096-chip,
+#: 100-step runs the engine is built for; longer studies simulate fewer steps.
+MAX_CHIP_STEPS = 16 * 2**20
+
+
+def _example_topology(axes: int) -> str:
+    return "x".join(["4"] * axes)
 
 
 def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
@@ -266,20 +272,31 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
     if chip is not None:
         if len(shape) > chip.torus_dims:
             problems.append(
-                ("pod.topology", f"{s.pod.topology!r} has {len(shape)} axes but {chip.key} has a {chip.torus_dims}D torus")
+                ("pod.topology", f"{s.pod.topology!r} has {len(shape)} axes but {chip.key} has a {chip.torus_dims}D torus; "
+                 f"give at most {chip.torus_dims} axes, e.g. {_example_topology(chip.torus_dims)!r}")
             )
         if n > chip.max_slice_chips:
             problems.append(
-                ("pod.topology", f"{s.pod.topology!r} is {n} chips; a {chip.key} slice holds at most {chip.max_slice_chips}")
+                ("pod.topology", f"{s.pod.topology!r} is {n} chips; a {chip.key} slice holds at most {chip.max_slice_chips} "
+                 "(use more pod.slices for larger jobs)")
             )
     p = s.parallelism
     mesh = (p.data if p.data is not None else 1) * p.fsdp * p.tensor
     if p.data is None:
         if n % (p.fsdp * p.tensor):
-            problems.append(("parallelism", f"fsdp x tensor = {p.fsdp * p.tensor} does not divide the {n} chips per slice"))
+            problems.append(
+                ("parallelism", f"fsdp x tensor = {p.fsdp * p.tensor} does not divide the {n} chips per slice; valid: a divisor of {n}")
+            )
     elif mesh != n:
         problems.append(
-            ("parallelism", f"data x fsdp x tensor = {p.data}x{p.fsdp}x{p.tensor} = {mesh}, but the slice {s.pod.topology!r} has {n} chips")
+            ("parallelism", f"data x fsdp x tensor = {p.data}x{p.fsdp}x{p.tensor} = {mesh}, but the slice {s.pod.topology!r} has {n} chips; "
+                 f"valid: axes whose product is {n} (or leave data unset)")
+        )
+    chip_steps = n * s.pod.slices * s.training.steps
+    if chip_steps > MAX_CHIP_STEPS and s.sim.trace == "full":  # summary mode keeps no per-event rows
+        problems.append(
+            ("training.steps", f"{n * s.pod.slices} chips x {s.training.steps} steps = {chip_steps:,} chip-steps; "
+             f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set sim.trace = \"summary\")")
         )
     if not problems and chip is not None:
         from .parallelism import resolve_mesh  # imported here: parallelism imports models, which imports this module
@@ -297,7 +314,8 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         shards = s.batch_shards
         if s.training.global_batch % shards:
             problems.append(
-                ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards (data x fsdp x slices)")
+                ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards (data x fsdp x slices); "
+                 f"valid: a multiple of {shards}, e.g. {max(1, round(s.training.global_batch / shards)) * shards}")
             )
     # Checked last so a shape problem does not hide the batch or mesh problems above.
     if chip is not None and len(shape) <= chip.torus_dims and n <= chip.max_slice_chips:
@@ -319,10 +337,12 @@ def scenario_from_dict(raw: Mapping[str, Any], source: str = "<scenario>") -> Sc
     ScenarioError
         With every problem found, each naming its dotted key.
     """
+    if not isinstance(raw, Mapping):
+        raise ScenarioError(source, [("", f"expected a table of sections, got {type(raw).__name__}")])
     try:
         scenario = Scenario.model_validate(dict(raw))
     except ValidationError as e:
-        problems = [(_loc_to_key(err["loc"]), err["msg"]) for err in e.errors()]
+        problems = [problem_from_error(Scenario, err) for err in e.errors()]
         raise ScenarioError(source, problems) from None
     problems = _semantic_problems(scenario)
     if problems:
@@ -366,7 +386,11 @@ def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) 
     """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        with path.open("rb") as f:  # bounded read: a device or a huge file must not exhaust memory
+            data = f.read(MAX_SCENARIO_BYTES + 1)
+        if len(data) > MAX_SCENARIO_BYTES:
+            raise ScenarioError(str(path), [("", f"larger than {MAX_SCENARIO_BYTES // 1024} KiB; a scenario is a few dozen lines of TOML")])
+        raw = tomllib.loads(data.decode("utf-8"))
     except OSError as e:
         raise ScenarioError(str(path), [("", f"cannot read file: {e.strerror or e}")]) from None
     except UnicodeDecodeError as e:

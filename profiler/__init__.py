@@ -1,11 +1,12 @@
 """Podscope profiler: DuckDB storage, the query layer, export/import and the CLI."""
 
 from . import api, queries
-from .store import Database, delete_run, resolve_db_path, resolve_run, write_run
+from .store import Database, DatabaseBusyError, delete_run, resolve_db_path, resolve_run, write_run
 from .summary import SUMMARY_KEYS, build_summary
 
 __all__ = [
     "Database",
+    "DatabaseBusyError",
     "SUMMARY_KEYS",
     "api",
     "build_summary",

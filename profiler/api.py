@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from engine import Scenario, load_scenario, simulate
+from engine import Scenario, ScenarioError, SimulationError, load_scenario, simulate
 
 from . import queries
 from .store import Database, write_run
@@ -35,8 +35,21 @@ def run_scenario(scenario: Scenario, db: Database, *, name: str | None = None) -
 def run_file(
     path: str | Path, db: Database, *, name: str | None = None, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Load a scenario file (with optional dotted-key overrides), simulate, store; return the summary."""
-    return run_scenario(load_scenario(path, overrides), db, name=name)
+    """Load a scenario file (with optional dotted-key overrides), simulate, store; return the summary.
+
+    Raises
+    ------
+    ScenarioError
+        If the file is invalid, or valid but too large to simulate (names the file; nothing is stored).
+    """
+    scenario = load_scenario(path, overrides)
+    try:
+        result = simulate(scenario)
+    except SimulationError as e:
+        raise ScenarioError(str(path), [("", str(e))]) from None
+    run_id = write_run(db, result, name=name)
+    with db.read() as con:
+        return queries.run_summary(con, run_id)
 
 
 def bundled_scenarios() -> list[Path]:

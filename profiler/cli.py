@@ -16,7 +16,7 @@ from typing import Any
 from engine.errors import PodscopeError, ReferenceFileError, ScenarioError
 
 from . import api, collective_cli, queries
-from .store import Database
+from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
 
@@ -140,6 +140,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_delete(args: argparse.Namespace) -> int:
+    db = Database(args.db)
+    run_id = delete_run(db, args.run)
+    print(f"deleted run {run_id} from {db.path}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m profiler", description="Podscope: simulate and profile training on TPU pods.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -159,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     db_arg(ls)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=_cmd_runs)
+
+    d = sub.add_parser("delete", help="delete a run and all its rows")
+    d.add_argument("run", help="run id, or name (the newest run of that name)")
+    db_arg(d)
+    d.set_defaults(func=_cmd_delete)
 
     collective_cli.add_parser(sub)
     v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst % error)")

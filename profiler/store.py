@@ -5,9 +5,29 @@ One file holds many runs. Bulk tables arrive as Arrow and are inserted with
 per-run summary tables are built in SQL inside the same transaction, so a run is
 in the database whole, with its summaries, or not at all.
 
-Connections are short-lived: DuckDB lets one process hold a file for writing,
-so a dashboard that kept a connection open would lock out the CLI. Opening
-retries briefly on a lock conflict before giving up with a ProfilerError.
+Connections are short-lived: DuckDB lets one process hold a file for writing
+(and while it does, no other process can even read it), so a dashboard that
+kept a connection open would lock out the CLI. Opening polls every few
+milliseconds on a lock conflict and gives up with :class:`DatabaseBusyError`
+after ``LOCK_RETRY_S``.
+
+Writing a run so that readers are never locked out for long, and a crash never
+leaves a visible partial run:
+
+1. Everything but the events table is *staged* in a private in-memory DuckDB
+   first (the per-run summary tables and the summary JSON are computed there
+   from the Arrow events), so no lock is held while summarising.
+2. A run of at most ``EVENT_CHUNK_ROWS`` events is then written in one
+   transaction. A larger run reserves its id in ``pending_runs``, appends its
+   events in chunks of ``EVENT_CHUNK_ROWS``, each its own short transaction with
+   the file released in between (so a waiting reader gets in), and finally
+   inserts the small tables and, last, its ``runs`` row in one transaction.
+3. Every query starts from ``runs``, so a run's rows are invisible until that
+   last commit. If the writer dies first, its pending entry stays behind and the
+   next writer removes the orphaned rows (writer process gone, or entry older
+   than ``ABANDONED_AFTER_S``).
+
+A reader's worst wait is therefore one chunk's insert, not a whole run's.
 """
 
 from __future__ import annotations
@@ -15,10 +35,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,6 +54,7 @@ from engine.trace import RunResult
 __all__ = [
     "DEFAULT_DB_PATH",
     "Database",
+    "DatabaseBusyError",
     "resolve_db_path",
     "write_run",
     "write_runs",
@@ -41,8 +63,20 @@ __all__ = [
 ]
 
 DEFAULT_DB_PATH = DATA_DIR / "podscope.duckdb"
+#: how long an open waits for another process's lock before DatabaseBusyError
 LOCK_RETRY_S = 10.0
+#: lock polling interval bounds; short, so a reader slips in between a large write's chunks
+_POLL_MIN_S, _POLL_MAX_S = 0.005, 0.05
+#: events per write transaction of a large run: ~0.5 s of lock on the 2-core dev machine (README)
+EVENT_CHUNK_ROWS = 500_000
+#: pause between chunks, longer than a reader's poll interval so a waiting reader gets the file
+WRITER_YIELD_S = 2 * _POLL_MAX_S
+#: write_runs releases its connection after holding it this long, so a sweep cannot lock readers out
+WRITER_HOLD_S = 0.5
+#: a pending run from another host (whose process cannot be checked) is abandoned after this long
+ABANDONED_AFTER_S = 6 * 3600.0
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+_TABLE_IDENT = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 SCHEMA_SQL = """
 CREATE SEQUENCE IF NOT EXISTS run_id_seq START 1;
@@ -67,6 +101,8 @@ CREATE TABLE IF NOT EXISTS events (run_id INTEGER NOT NULL, chip INTEGER, step I
 -- Summaries built at write time, so dashboards never scan events for headline numbers.
 CREATE TABLE IF NOT EXISTS step_kind (run_id INTEGER NOT NULL, step INTEGER, kind VARCHAR, chip_ns BIGINT, max_chip_ns BIGINT);
 CREATE TABLE IF NOT EXISTS chip_kind (run_id INTEGER NOT NULL, chip INTEGER, kind VARCHAR, ns BIGINT);
+-- Large runs being written in several transactions; see the module docstring.
+CREATE TABLE IF NOT EXISTS pending_runs (run_id INTEGER PRIMARY KEY, pid INTEGER, host VARCHAR, started_at TIMESTAMP WITH TIME ZONE);
 """
 
 #: Fallback for traces that arrive without aggregates (imports): derived from events in SQL.
@@ -95,6 +131,17 @@ def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(env) if env else DEFAULT_DB_PATH
 
 
+class DatabaseBusyError(ProfilerError):
+    """Another process held the database file for longer than ``LOCK_RETRY_S``."""
+
+
+def _ident(name: str) -> str:
+    """A table name checked to be a plain identifier, double-quoted for SQL."""
+    if not _TABLE_IDENT.match(name):
+        raise ProfilerError(f"table name {name!r} is not a plain identifier")
+    return f'"{name}"'
+
+
 def _is_lock_error(e: Exception) -> bool:
     text = str(e).lower()
     return "lock" in text or "conflicting" in text
@@ -119,18 +166,22 @@ class Database:
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + LOCK_RETRY_S
-        delay = 0.05
+        delay = _POLL_MIN_S
         while True:
             try:
                 con = duckdb.connect(str(self.path), read_only=read_only)
                 con.execute("SET enable_progress_bar = false")
                 return con
             except duckdb.Error as e:
-                if _is_lock_error(e) and time.monotonic() < deadline:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-                    continue
-                raise ProfilerError(f"cannot open database {self.path}: {e}") from e
+                if not _is_lock_error(e):
+                    raise ProfilerError(f"cannot open database {self.path}: {e}") from e
+                if time.monotonic() >= deadline:
+                    raise DatabaseBusyError(
+                        f"database busy: {self.path} has been held by another process for over {LOCK_RETRY_S:.0f} s "
+                        "(a run being written?); try again in a moment"
+                    ) from e
+                time.sleep(delay)
+                delay = min(delay * 2, _POLL_MAX_S)
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -174,8 +225,8 @@ def _insert_arrow(con: duckdb.DuckDBPyConnection, table_name: str, data: pa.Tabl
     view = f"_podscope_in_{table_name}"
     con.register(view, data)
     try:
-        cols = ", ".join(columns)
-        con.execute(f"INSERT INTO {table_name} SELECT $run_id, {cols} FROM {view}", {"run_id": run_id})
+        cols = ", ".join(columns)  # column expressions are constants of this module
+        con.execute(f"INSERT INTO {_ident(table_name)} SELECT $run_id, {cols} FROM {_ident(view)}", {"run_id": run_id})
     finally:
         con.unregister(view)
 
@@ -188,6 +239,7 @@ def _insert_extra(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table, run
     view = f"_podscope_in_{table}"
     con.register(view, data)
     try:
+        table, view = _ident(table), _ident(view)
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT CAST(0 AS INTEGER) AS run_id, * FROM {view} LIMIT 0")
         con.execute(f"INSERT INTO {table} BY NAME SELECT $run_id AS run_id, * FROM {view}", {"run_id": run_id})
     finally:
@@ -200,76 +252,245 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def write_run(db: Database, result: RunResult, *, name: str | None = None, source: str = "simulated") -> int:
-    """Store a simulated (or imported) run in one transaction; returns its run_id.
-
-    Raises
-    ------
-    ProfilerError
-        On any storage failure; the database is left without a partial run.
-    """
-    with db.write() as con:
-        return _write_run(con, result, name=name, source=source)
+_EVENT_COLUMNS = ["chip", "step", "CAST(kind AS VARCHAR)", "start_ns", "dur_ns"]
+_STAGED_EVENTS_VIEW = """
+CREATE VIEW events AS
+SELECT CAST(0 AS INTEGER) AS run_id, chip, step, CAST(kind AS VARCHAR) AS kind, start_ns, dur_ns FROM _podscope_staged_events
+"""
 
 
-def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "simulated") -> list[int]:
-    """Store many runs through one connection, each in its own transaction.
+@dataclass(frozen=True)
+class _StagedRun:
+    """A run ready to publish: its runs-row values and small tables, all computed without the file."""
 
-    Opening and checkpointing a DuckDB file costs tens of milliseconds, more than
-    storing a summary-mode run; a sweep's single writer uses this to keep up.
-    A failure leaves every run written before it intact and nothing of the failed one.
-    """
-    with db.write() as con:
-        return [_write_run(con, r, name=None, source=source) for r in results]
+    runs_row: dict[str, Any]
+    small: dict[str, pa.Table]  # table -> rows without run_id (chips, steps, step_kind, chip_kind)
+    summary: dict[str, Any]
 
 
-def _write_run(con: duckdb.DuckDBPyConnection, result: RunResult, *, name: str | None, source: str) -> int:
+def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
+    """Build everything but the events rows in a private in-memory DuckDB (run_id 0)."""
     from .summary import build_summary  # summary queries live with the query layer
 
-    scenario = result.scenario
-    facts = result.facts
-    trace = result.trace
-    run_name = name or (scenario.name if scenario is not None else "run")
-    con.execute("BEGIN TRANSACTION")
+    scenario, facts, trace = result.scenario, result.facts, result.trace
+    row = {
+        "name": run_name,
+        "created_at": datetime.now(timezone.utc),
+        "source": source,
+        "chip": facts.chip,
+        "chips": facts.chips,
+        "hosts": facts.hosts,
+        "slices": facts.slices,
+        "topology": facts.topology,
+        "steps": facts.steps,
+        "scenario": json.dumps(scenario.to_dict() if scenario is not None else None),
+        "facts": json.dumps(asdict(facts), default=_json_default),
+    }
+    mem = duckdb.connect(":memory:")
     try:
-        run_id = con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
-        con.execute(
-            """INSERT INTO runs (run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts)
-               VALUES ($run_id, $name, $created_at, $source, $chip, $chips, $hosts, $slices, $topology, $steps, $scenario, $facts)""",
-            {
-                "run_id": run_id,
-                "name": run_name,
-                "created_at": datetime.now(timezone.utc),
-                "source": source,
-                "chip": facts.chip,
-                "chips": facts.chips,
-                "hosts": facts.hosts,
-                "slices": facts.slices,
-                "topology": facts.topology,
-                "steps": facts.steps,
-                "scenario": json.dumps(scenario.to_dict() if scenario is not None else None),
-                "facts": json.dumps(asdict(facts), default=_json_default),
-            },
-        )
-        _insert_arrow(con, "chips", trace.chips, run_id, ["chip", "host", "slice", "x", "y", "z"])
-        _insert_arrow(con, "steps", trace.steps, run_id, ["step", "start_ns", "step_ns"])
-        _insert_arrow(con, "events", trace.events, run_id, ["chip", "step", "CAST(kind AS VARCHAR)", "start_ns", "dur_ns"])
+        mem.execute(SCHEMA_SQL)
+        mem.execute("DROP TABLE events")
+        mem.register("_podscope_staged_events", trace.events)
+        mem.execute(_STAGED_EVENTS_VIEW)
+        _insert_runs_row(mem, 0, row, summary=None)
+        _insert_arrow(mem, "chips", trace.chips, 0, ["chip", "host", "slice", "x", "y", "z"])
+        _insert_arrow(mem, "steps", trace.steps, 0, ["step", "start_ns", "step_ns"])
         for name_, table in trace.extra.items():
-            _insert_extra(con, name_, table, run_id)
+            _insert_extra(mem, name_, table, 0)  # so summary code may read extras; published from the Arrow
         if trace.step_kind is not None and trace.chip_kind is not None:
             # exact aggregates from the engine (also the only ones in summary mode)
-            _insert_arrow(con, "step_kind", trace.step_kind, run_id, ["step", "CAST(kind AS VARCHAR)", "chip_ns", "max_chip_ns"])
-            _insert_arrow(con, "chip_kind", trace.chip_kind, run_id, ["chip", "CAST(kind AS VARCHAR)", "ns"])
+            _insert_arrow(mem, "step_kind", trace.step_kind, 0, ["step", "CAST(kind AS VARCHAR)", "chip_ns", "max_chip_ns"])
+            _insert_arrow(mem, "chip_kind", trace.chip_kind, 0, ["chip", "CAST(kind AS VARCHAR)", "ns"])
         else:
             for sql in _SUMMARY_SQL:
-                con.execute(sql, {"run_id": run_id})
-        summary = build_summary(con, run_id)
-        con.execute("UPDATE runs SET summary = $s WHERE run_id = $run_id", {"s": json.dumps(summary), "run_id": run_id})
+                mem.execute(sql, {"run_id": 0})
+        summary = build_summary(mem, 0)
+        cur = mem.cursor()  # a fresh cursor: build_summary may leave a result open on `mem`
+        small = {t: cur.sql(f"SELECT * EXCLUDE (run_id) FROM {_ident(t)}").to_arrow_table() for t in _SMALL_TABLES}
+    except duckdb.Error as e:
+        raise ProfilerError(f"cannot prepare run {run_name!r} for storage: {e}") from e
+    finally:
+        mem.close()
+    return _StagedRun(runs_row=row, small=small, summary=summary)
+
+
+_SMALL_TABLES = ("chips", "steps", "step_kind", "chip_kind")
+_INSERT_RUN_SQL = """
+INSERT INTO runs (run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts, summary)
+VALUES ($run_id, $name, $created_at, $source, $chip, $chips, $hosts, $slices, $topology, $steps, $scenario, $facts, $summary)
+"""
+
+
+def _insert_runs_row(con: duckdb.DuckDBPyConnection, run_id: int, row: dict[str, Any], summary: dict[str, Any] | None) -> None:
+    con.execute(_INSERT_RUN_SQL, {**row, "run_id": run_id, "summary": json.dumps(summary) if summary is not None else None})
+
+
+def _publish(con: duckdb.DuckDBPyConnection, staged: _StagedRun, result: RunResult, run_id: int) -> None:
+    """Insert a staged run's small tables and extras, then its runs row (last: the run becomes visible)."""
+    for table, data in staged.small.items():
+        _insert_arrow(con, table, data, run_id, list(data.column_names))
+    for name_, table in result.trace.extra.items():
+        _insert_extra(con, name_, table, run_id)
+    _insert_runs_row(con, run_id, staged.runs_row, {**staged.summary, "run_id": run_id})
+
+
+def _run_tables(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every table holding per-run rows: the fixed ones plus the ``extra_*`` tables present."""
+    extra = con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_name LIKE $pattern ESCAPE '\\' ORDER BY table_name",
+        {"pattern": "extra\\_%"},
+    ).fetchall()
+    return [*RUN_TABLES, *(r[0] for r in extra)]
+
+
+def _delete_rows(con: duckdb.DuckDBPyConnection, run_id: int) -> None:
+    """Delete a run's rows from every per-run table, its pending entry and its runs row (caller's transaction)."""
+    for table in _run_tables(con):
+        con.execute(f"DELETE FROM {_ident(table)} WHERE run_id = $id", {"id": run_id})
+    con.execute("DELETE FROM pending_runs WHERE run_id = $id", {"id": run_id})
+    con.execute("DELETE FROM runs WHERE run_id = $id", {"id": run_id})
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _collect_abandoned(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Remove the rows of large runs whose writer died before publishing them; returns their ids."""
+    rows = con.execute("SELECT run_id, pid, host, started_at FROM pending_runs").fetchall()
+    host = socket.gethostname()
+    now = datetime.now(timezone.utc)
+    dead = [
+        run_id
+        for run_id, pid, pid_host, started_at in rows
+        if (pid_host == host and not _pid_alive(pid)) or (now - started_at).total_seconds() > ABANDONED_AFTER_S
+    ]
+    if dead:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for run_id in dead:
+                _delete_rows(con, run_id)
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    return dead
+
+
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
-    return int(run_id)
+
+
+def write_run(db: Database, result: RunResult, *, name: str | None = None, source: str = "simulated") -> int:
+    """Store a simulated (or imported) run; returns its run_id.
+
+    The run becomes visible to queries in one commit, whole, or never (see the
+    module docstring for how large runs are written in chunks without a
+    visible partial state).
+
+    Raises
+    ------
+    ProfilerError
+        On any storage failure; no partial run is visible afterwards.
+    """
+    staged = _stage(result, _run_name(result, name), source)
+    if result.trace.events.num_rows <= EVENT_CHUNK_ROWS:
+        with db.write() as con:
+            _collect_abandoned(con)
+            return _write_whole(con, staged, result)
+    return _write_chunked(db, staged, result)
+
+
+def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "simulated") -> list[int]:
+    """Store many runs, each in its own transaction, reusing one connection between them.
+
+    Opening and checkpointing a DuckDB file costs tens of milliseconds, more than
+    storing a summary-mode run; a sweep's single writer uses this to keep up. The
+    connection is released after ``WRITER_HOLD_S`` of use (and for every large run,
+    which is written in chunks) so readers are not locked out for a whole sweep.
+    ``results`` is consumed while the file may be held: pass finished results.
+    A failure leaves every run written before it intact and nothing of the failed one.
+    """
+    ids: list[int] = []
+    held: ExitStack | None = None
+    held_since = 0.0
+    try:
+        for result in results:
+            staged = _stage(result, _run_name(result, None), source)
+            large = result.trace.events.num_rows > EVENT_CHUNK_ROWS
+            if held is not None and (large or time.monotonic() - held_since > WRITER_HOLD_S):
+                held.close()
+                held = None
+                time.sleep(WRITER_YIELD_S)  # let a reader polling for the file in
+            if large:
+                ids.append(_write_chunked(db, staged, result))
+                continue
+            if held is None:
+                held = ExitStack()
+                con = held.enter_context(db.write())
+                _collect_abandoned(con)
+                held_since = time.monotonic()
+            ids.append(_write_whole(con, staged, result))
+    finally:
+        if held is not None:
+            held.close()
+    return ids
+
+
+def _run_name(result: RunResult, name: str | None) -> str:
+    return name or (result.scenario.name if result.scenario is not None else "run")
+
+
+def _write_whole(con: duckdb.DuckDBPyConnection, staged: _StagedRun, result: RunResult) -> int:
+    """A run of at most EVENT_CHUNK_ROWS events: one transaction."""
+    with _transaction(con):
+        run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+        _insert_arrow(con, "events", result.trace.events, run_id, _EVENT_COLUMNS)
+        _publish(con, staged, result, run_id)
+    return run_id
+
+
+def _write_chunked(db: Database, staged: _StagedRun, result: RunResult) -> int:
+    """A large run: reserve the id, append events in chunk transactions, publish last."""
+    events = result.trace.events
+    with db.write() as con:
+        _collect_abandoned(con)
+        with _transaction(con):
+            run_id = int(con.execute("SELECT nextval('run_id_seq')").fetchall()[0][0])
+            con.execute(
+                "INSERT INTO pending_runs VALUES ($id, $pid, $host, $now)",
+                {"id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "now": datetime.now(timezone.utc)},
+            )
+    try:
+        for offset in range(0, events.num_rows, EVENT_CHUNK_ROWS):
+            if offset:
+                time.sleep(WRITER_YIELD_S)  # let a reader polling for the file in
+            with db.write() as con, _transaction(con):
+                _insert_arrow(con, "events", events.slice(offset, EVENT_CHUNK_ROWS), run_id, _EVENT_COLUMNS)
+        with db.write() as con, _transaction(con):
+            _publish(con, staged, result, run_id)
+            con.execute("DELETE FROM pending_runs WHERE run_id = $id", {"id": run_id})
+    except BaseException:
+        try:  # best effort; if this fails too, the next writer collects the rows
+            with db.write() as con, _transaction(con):
+                _delete_rows(con, run_id)
+        except ProfilerError:
+            pass
+        raise
+    return run_id
 
 
 def resolve_run(con: duckdb.DuckDBPyConnection, ref: str | int) -> int:
@@ -293,16 +514,10 @@ def resolve_run(con: duckdb.DuckDBPyConnection, ref: str | int) -> int:
 
 def delete_run(db: Database, ref: str | int) -> int:
     """Delete a run and all its rows in one transaction; returns the deleted run_id."""
+    if not db.path.exists():  # do not create a database just to find it empty
+        raise RunNotFoundError(f"no run with id or name {str(ref).strip()!r}: {db.path} does not exist")
     with db.write() as con:
         run_id = resolve_run(con, ref)
-        extra = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables WHERE table_name LIKE 'extra_%'").fetchall()]
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for table in (*RUN_TABLES, *extra):
-                con.execute(f"DELETE FROM {table} WHERE run_id = $id", {"id": run_id})
-            con.execute("DELETE FROM runs WHERE run_id = $id", {"id": run_id})
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        with _transaction(con):
+            _delete_rows(con, run_id)
     return run_id

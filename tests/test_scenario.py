@@ -39,7 +39,7 @@ def test_name_defaults_to_file_stem(write_toml):
 @pytest.mark.parametrize(
     "edit, key, fragment",
     [
-        ({"pod.bogus": 1}, "pod.bogus", "Extra inputs"),
+        ({"pod.bogus": 1}, "pod.bogus", "valid keys here: chip, topology, slices"),
         ({"training.global_batch": -4}, "training.global_batch", "greater than 0"),
         ({"training.steps": "many"}, "training.steps", "integer"),
         ({"pod.chip": "tpu-v99"}, "pod.chip", "tpu-v4"),  # lists valid chips

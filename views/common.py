@@ -14,7 +14,7 @@ import streamlit as st
 
 from engine.errors import PodscopeError
 from profiler import api, queries
-from profiler.store import Database, resolve_db_path
+from profiler.store import Database, DatabaseBusyError, resolve_db_path
 
 __all__ = ["get_db", "data_version", "query", "run_picker", "select_run", "seed_if_empty", "invalidate"]
 
@@ -44,9 +44,21 @@ def _cached(path: str, version: tuple[int, int], fn_name: str, args: tuple[Any, 
 
 
 def query(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a :mod:`profiler.queries` function through the cache."""
+    """Run a :mod:`profiler.queries` function through the cache.
+
+    If another process holds the database past the store's lock bound (a very large
+    write), the page says so and stops with a Retry button instead of failing.
+    """
     db = get_db()
-    return _cached(str(db.path), data_version(db), fn.__name__, args)
+    try:
+        return _cached(str(db.path), data_version(db), fn.__name__, args)
+    except DatabaseBusyError:
+        st.warning(
+            "Database busy: another process (the CLI or a sweep) is writing a run to "
+            f"`{db.path.name}`. Retry in a moment; nothing is lost."
+        )
+        st.button("Retry", key="podscope_busy_retry")
+        st.stop()
 
 
 def invalidate() -> None:
@@ -67,6 +79,8 @@ def seed_if_empty() -> None:
         api.seed_examples(db, progress)
         bar.empty()
         invalidate()
+    except DatabaseBusyError:
+        return  # another process is writing runs, so there will be something to show; pages say "busy"
     except PodscopeError as e:
         st.error(f"Could not simulate the example runs: {e}")
 

@@ -1,0 +1,79 @@
+"""Large runs are written in chunk transactions: same stored result as one transaction, nothing left on failure."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import profiler.store as store
+from engine import ProfilerError, simulate
+from engine.trace import Trace
+from profiler import queries, write_run
+from profiler.store import Database, _run_tables
+
+
+def _stored(db: Database, run_id: int) -> tuple:
+    with db.read() as con:
+        events = con.execute(
+            "SELECT chip, step, kind, start_ns, dur_ns FROM events WHERE run_id = ? ORDER BY chip, start_ns", [run_id]
+        ).fetchall()
+        small = tuple(
+            con.execute(f'SELECT * EXCLUDE (run_id) FROM "{t}" WHERE run_id = ? ORDER BY ALL', [run_id]).fetchall()
+            for t in ("steps", "chips", "step_kind", "chip_kind")
+        )
+        summary = {k: v for k, v in queries.run_summary(con, run_id).items() if k != "run_id"}
+    return events, small, summary
+
+
+def test_chunked_write_stores_the_same_run_as_one_transaction(tmp_path, monkeypatch, small_scenario):
+    result = simulate(small_scenario)
+    one = Database(tmp_path / "one.duckdb")
+    one_id = write_run(one, result)
+    monkeypatch.setattr(store, "EVENT_CHUNK_ROWS", 37)  # ~20 chunks for the small run
+    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
+    chunked = Database(tmp_path / "chunked.duckdb")
+    chunked_id = write_run(chunked, result)
+    assert _stored(chunked, chunked_id) == _stored(one, one_id)
+    with chunked.read() as con:
+        assert con.execute("SELECT count(*) FROM pending_runs").fetchone()[0] == 0
+
+
+def test_failure_after_some_chunks_leaves_no_rows(tmp_path, monkeypatch, small_scenario):
+    db = Database(tmp_path / "runs.duckdb")
+    good = simulate(small_scenario)
+    keep = write_run(db, good, name="keep")
+    monkeypatch.setattr(store, "EVENT_CHUNK_ROWS", 37)
+    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
+    bad = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, {"ok": pa.table({"x": [1]})}), good.facts)
+    real_publish = store._publish
+
+    def failing_publish(con, staged, result, run_id):
+        real_publish(con, staged, result, run_id)
+        raise ProfilerError("disk full (simulated)")
+
+    monkeypatch.setattr(store, "_publish", failing_publish)
+    with pytest.raises(ProfilerError, match="disk full"):
+        write_run(db, bad, name="bad")
+    with db.read() as con:
+        assert [int(i) for i in queries.list_runs(con)["run_id"]] == [keep]
+        for table in _run_tables(con):
+            assert con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id <> ?', [keep]).fetchone()[0] == 0, table
+        assert con.execute("SELECT count(*) FROM pending_runs").fetchone()[0] == 0
+
+
+def test_write_runs_mixes_whole_and_chunked_runs(tmp_path, monkeypatch, small_scenario, small_scenario_path):
+    """A sweep's batch writer: small runs share a connection, a large one goes through the chunked path."""
+    from engine import load_scenario
+
+    small = simulate(small_scenario)
+    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
+    monkeypatch.setattr(store, "EVENT_CHUNK_ROWS", small.trace.events.num_rows)  # small fits exactly; longer runs chunk
+    longer = simulate(load_scenario(small_scenario_path, {"training.steps": 40}))
+    db = Database(tmp_path / "runs.duckdb")
+    ids = store.write_runs(db, [small, longer, small])
+    assert len(set(ids)) == 3
+    with db.read() as con:
+        for run_id, result in zip(ids, [small, longer, small]):
+            stored = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [run_id]).fetchone()[0]
+            assert stored == result.trace.events.num_rows == queries.run_summary(con, run_id)["events"]
+        assert con.execute("SELECT count(*) FROM pending_runs").fetchone()[0] == 0
