@@ -2,7 +2,7 @@
 
 from .calibration import Calibration, load_calibration
 from .catalog import ChipSpec, load_catalog
-from .errors import PodscopeError, ProfilerError, RunNotFoundError, ScenarioError, TopologyError, TraceImportError
+from .errors import InputError, PodscopeError, ProfilerError, RunNotFoundError, ScenarioError, TopologyError, TraceImportError
 from .models import ModelCost, model_cost
 from .scenario import Scenario, apply_overrides, load_scenario, scenario_from_dict
 from .simulate import Segment, simulate
@@ -13,6 +13,7 @@ __all__ = [
     "Calibration",
     "ChipSpec",
     "EVENT_KINDS",
+    "InputError",
     "ModelCost",
     "Pod",
     "PodscopeError",

@@ -18,6 +18,7 @@ __all__ = [
     "ProfilerError",
     "RunNotFoundError",
     "TraceImportError",
+    "InputError",
 ]
 
 
@@ -53,3 +54,7 @@ class RunNotFoundError(ProfilerError):
 
 class TraceImportError(PodscopeError):
     """A trace file to import is malformed, too large or otherwise unusable."""
+
+
+class InputError(PodscopeError):
+    """A command-line argument or input file (export window, sweep file) is invalid; nothing was written."""
