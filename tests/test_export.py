@@ -1,0 +1,160 @@
+"""Export: Perfetto JSON structure and window, Parquet/CSV through DuckDB, a real viewer's parser, round trip."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from engine import simulate
+from engine.errors import InputError
+from profiler import queries
+from profiler.export import LANES, export_run, format_chips, parse_chips, parse_steps
+from profiler.store import write_run
+from profiler.trace_import import import_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEEDSCOPE = ROOT / "tests" / "js" / "node_modules" / "speedscope" / "dist" / "release" / "index.html"
+
+
+@pytest.fixture
+def stored(db, small_scenario):
+    result = simulate(small_scenario)
+    return write_run(db, result), result
+
+
+def _load(path: Path) -> dict:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def test_perfetto_structure_matches_the_stored_run(db, stored, tmp_path):
+    run_id, result = stored
+    out = tmp_path / "trace.json.gz"
+    report = export_run(db, run_id, "perfetto", out)
+    assert not report.cut and "all 20 steps, all 8 chips" in report.message()
+    doc = _load(out)
+    events = doc["traceEvents"]
+    assert len(events) == report.events
+    names = {e["pid"]: e["args"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(names) == list(range(1, 9))  # one process per chip, pid = chip + 1
+    assert names[1]["name"] == "chip 0 host 0 slice 0 (0,0,0)"
+    sort = {e["pid"]: e["args"]["sort_index"] for e in events if e["name"] == "process_sort_index"}
+    coords = {pid: (a["podscope"]["x"], a["podscope"]["y"], a["podscope"]["z"]) for pid, a in names.items()}
+    assert sorted(coords, key=coords.get) == sorted(sort, key=sort.get)  # sorted by torus coordinate
+    xs = [e for e in events if e["ph"] == "X" and e["cat"] != "step"]
+    assert len(xs) == result.trace.events.num_rows
+    ev = result.trace.events.to_pylist()[0]
+    first = next(e for e in xs if e["pid"] == ev["chip"] + 1)
+    assert first["ts"] == pytest.approx(ev["start_ns"] / 1000) and first["dur"] == pytest.approx(ev["dur_ns"] / 1000)
+    assert first["tid"] == LANES[ev["kind"]][0]
+    steps = [e for e in events if e["ph"] == "X" and e["cat"] == "step"]
+    assert len(steps) == 8 * 20
+    counters = [e for e in events if e["ph"] == "C"]
+    assert counters and all(e["args"]["peak"] == result.facts.peak_hbm_bytes for e in counters)
+
+
+def test_default_window_is_capped_and_says_how_to_widen(db, stored, tmp_path):
+    run_id, _ = stored
+    report = export_run(db, run_id, "perfetto", tmp_path / "t.json", max_events=200)
+    doc = _load(tmp_path / "t.json")
+    timed = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert report.cut and len(timed) <= 200 < len(timed) * (report.steps[1] + 1) / report.steps[1]  # one more step would not fit
+    assert report.steps[0] == 0 and report.steps[1] < 20
+    assert "--steps 0:20 --chips 0-7" in report.message()
+    few = export_run(db, run_id, "perfetto", tmp_path / "u.json", steps="2:4", chips="1,3-4")
+    doc = _load(tmp_path / "u.json")
+    assert {e["pid"] for e in doc["traceEvents"]} == {2, 4, 5}
+    assert {e["args"]["step"] for e in doc["traceEvents"] if e["ph"] == "X"} == {2, 3}
+    assert few.chips == (1, 3, 4) and "3 of 8 chips (1,3-4)" in few.message()
+
+
+def test_window_arguments_are_checked():
+    assert parse_steps("3:", 10) == (3, 10) and parse_steps(":4", 10) == (0, 4) and parse_steps("5", 10) == (5, 6)
+    assert format_chips((0, 1, 2, 5, 7, 8)) == "0-2,5,7-8"
+    import numpy as np
+
+    assert parse_chips("0-2,5", np.arange(8)) == (0, 1, 2, 5)
+    for bad in ("a:b", "9:3", "20:30"):
+        with pytest.raises(InputError):
+            parse_steps(bad, 10)
+    for bad in ("x", "3-1", "0-99"):
+        with pytest.raises(InputError):
+            parse_chips(bad, np.arange(8))
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_tables_through_duckdb_writers(db, stored, tmp_path, fmt):
+    run_id, result = stored
+    out = tmp_path / "export"
+    report = export_run(db, run_id, fmt, out)
+    assert set(report.files) >= {f"{t}.{fmt}" for t in ("runs", "chips", "steps", "events", "step_kind", "chip_kind")}
+    con = duckdb.connect()
+    reader = "read_parquet" if fmt == "parquet" else "read_csv_auto"
+    n, total = con.execute(f"SELECT count(*), sum(dur_ns) FROM {reader}(?)", [str(out / f"events.{fmt}")]).fetchone()
+    assert n == result.trace.events.num_rows == report.events
+    assert total == result.trace.events.column("dur_ns").to_numpy().sum()
+    with pytest.raises(InputError):  # a non-empty directory is never overwritten
+        export_run(db, run_id, fmt, out)
+
+
+def test_round_trip_through_own_importer(db, stored, tmp_path):
+    run_id, _ = stored
+    out = tmp_path / "trace.json"
+    export_run(db, run_id, "perfetto", out)
+    back = import_trace(db, out, name="back")
+    with db.read() as con:
+        a, b = queries.run_summary(con, run_id), queries.run_summary(con, back)
+        ea = con.execute("SELECT chip, step, kind, start_ns, dur_ns FROM events WHERE run_id = ? ORDER BY ALL", [run_id]).fetchall()
+        eb = con.execute("SELECT chip, step, kind, start_ns, dur_ns FROM events WHERE run_id = ? ORDER BY ALL", [back]).fetchall()
+        ca = con.execute("SELECT chip, host, slice, x, y, z FROM chips WHERE run_id = ? ORDER BY chip", [run_id]).fetchall()
+        cb = con.execute("SELECT chip, host, slice, x, y, z FROM chips WHERE run_id = ? ORDER BY chip", [back]).fetchall()
+    assert ea == eb and ca == cb  # exact: microseconds with 3 decimals carry every nanosecond
+    assert b["source"] == "imported" and b["step_time_s"] == a["step_time_s"] and b["breakdown"] == a["breakdown"]
+    assert b["chip"] == a["chip"] and b["topology"] == a["topology"]
+
+
+def _speedscope_title(page, name: str, data: bytes) -> str:
+    page.goto(SPEEDSCOPE.as_uri() + "#localProfilePath=/nonexistent.js")  # the hash makes speedscope expose its loader
+    page.wait_for_function("typeof window.speedscope !== 'undefined'", timeout=20000)
+    page.evaluate("([n, b]) => speedscope.loadFileFromBase64(n, b)", [name, base64.b64encode(data).decode()])
+    try:
+        page.wait_for_function(f"document.title.startsWith({json.dumps(name)})", timeout=15000)
+    except Exception:
+        pass
+    return page.inner_text("body")
+
+
+@pytest.mark.browser
+def test_speedscope_parses_the_export(db, stored, tmp_path):
+    """speedscope's own Trace Event importer (npm, in headless Chromium) reads the export."""
+    if not SPEEDSCOPE.exists() or not Path("/usr/bin/chromium").exists():
+        if os.environ.get("CI"):
+            pytest.fail("speedscope (npm ci --prefix tests/js) and /usr/bin/chromium are required in CI")
+        pytest.skip("needs tests/js/node_modules (npm ci --prefix tests/js) and /usr/bin/chromium")
+    from playwright.sync_api import sync_playwright
+
+    run_id, _ = stored
+    out = tmp_path / "podscope.json"
+    export_run(db, run_id, "perfetto", out, steps="0:2", chips="0-1")
+    logs: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            page.on("console", lambda m: logs.append(m.text))
+            body = _speedscope_title(page, "podscope.json", out.read_bytes())
+            bad_page = browser.new_page()
+            bad_body = _speedscope_title(bad_page, "bad.json", b'{"traceEvents": [{"ph": "X", tru')
+        finally:
+            browser.close()
+    assert "Importing as Trace Event Format profile" in logs
+    # one speedscope profile per (process, thread) with events: 2 chips x 4 lanes used (steps, compute, collectives, other)
+    assert "chip 0 host 0 slice 0 (0,0,0) (pid 1), steps (tid 1) (1/8)" in body
+    assert "Welcome to" in bad_body  # the negative control: a broken file is not shown as a profile
