@@ -303,6 +303,10 @@ def _flatten(
     Returns (chip, step, kind_code, start_ns, dur_ns) of the merged pieces.
     """
     span = int(bounds_ns.max()) + 1
+    # Events outside the stepped range would spill into the next chip's stretch: clip them.
+    start_ns, end_ns = np.clip(start_ns, bounds_ns.min(), span - 1), np.clip(end_ns, bounds_ns.min(), span - 1)
+    inside = end_ns > start_ns
+    chip, start_ns, end_ns, code = chip[inside], start_ns[inside], end_ns[inside], code[inside]
     offsets = np.arange(n_chips, dtype=np.int64) * span
     step_cuts = (offsets[:, None] + bounds_ns[None, :]).ravel()
     g0, g1 = chip.astype(np.int64) * span + start_ns, chip.astype(np.int64) * span + end_ns
