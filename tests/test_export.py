@@ -158,3 +158,26 @@ def test_speedscope_parses_the_export(db, stored, tmp_path):
     # one speedscope profile per (process, thread) with events: 2 chips x 4 lanes used (steps, compute, collectives, other)
     assert "chip 0 host 0 slice 0 (0,0,0) (pid 1), steps (tid 1) (1/8)" in body
     assert "Welcome to" in bad_body  # the negative control: a broken file is not shown as a profile
+
+
+def test_cli_export_import_exit_codes(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "cli.duckdb")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "profiler", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    p = cli("import", str(bad))
+    assert p.returncode == 2 and "bad.json" in p.stderr and not (tmp_path / "cli.duckdb").exists()
+    p = cli("import", str(ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz"), "--json", "--name", "torch")
+    assert p.returncode == 0 and json.loads(p.stdout)["source"] == "imported"
+    out = tmp_path / "t.json.gz"
+    p = cli("export", "torch", "--format", "perfetto", "-o", str(out))
+    assert p.returncode == 0 and "wrote" in p.stderr and out.exists()
+    assert cli("export", "nosuchrun", "--format", "csv", "-o", str(tmp_path / "x")).returncode == 1
+    assert cli("export", "torch", "--format", "csv", "-o", str(out)).returncode == 2  # exists as a file
+    assert cli("export", "torch", "--format", "perfetto", "-o", str(tmp_path / "y.json"), "--steps", "9:3").returncode == 2
