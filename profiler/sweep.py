@@ -69,7 +69,9 @@ CREATE TABLE IF NOT EXISTS sweep_failures (
     sweep VARCHAR NOT NULL, point VARCHAR NOT NULL, overrides JSON, error VARCHAR, created_at TIMESTAMP WITH TIME ZONE
 )
 """
-_STORED_POINTS_SQL = "SELECT summary->'sweep'->>'point' FROM runs WHERE summary->'sweep'->>'name' = $sweep"
+_STORED_POINTS_SQL = (
+    "SELECT json_extract_string(summary, '$.sweep.point') FROM runs WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
+)
 
 
 class _Model(BaseModel):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ScenarioError
+from profiler import queries
 from profiler.store import Database
 from profiler.sweep import expand_points, load_sweep, run_sweep
 
@@ -94,9 +95,12 @@ def _check_tiny(db: Database, result) -> None:
     assert result.points == 3 and len(result.stored) == 2 and len(result.failed) == 1
     assert "global_batch" in result.failed[0][1]
     with db.read() as con:
-        rows = con.execute("SELECT summary->'sweep'->>'point', steps FROM runs ORDER BY run_id").fetchall()
+        rows = con.execute("SELECT json_extract_string(summary, '$.sweep.point'), steps FROM runs ORDER BY run_id").fetchall()
+        scaling = queries.sweep_runs(con, "tiny")
+        assert queries.list_sweeps(con)["sweep"].tolist() == ["tiny"]
         failures = con.execute("SELECT sweep, error FROM sweep_failures").fetchall()
     assert {r[1] for r in rows} == {5} and len(rows) == 2
+    assert len(scaling) == 2 and (scaling["samples_per_s"] > 0).all() and scaling["point"].notna().all()
     assert failures[0][0] == "tiny" and "not divisible" in failures[0][1]
 
 
