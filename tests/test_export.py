@@ -120,13 +120,13 @@ def test_round_trip_through_own_importer(db, stored, tmp_path):
     assert b["chip"] == a["chip"] and b["topology"] == a["topology"]
 
 
-def _speedscope_title(page, name: str, data: bytes) -> str:
+def _speedscope_title(page, name: str, data: bytes, timeout_ms: int = 15000) -> str:
     page.goto(SPEEDSCOPE.as_uri() + "#localProfilePath=/nonexistent.js")  # the hash makes speedscope expose its loader
     page.wait_for_function("typeof window.speedscope !== 'undefined'", timeout=20000)
     page.evaluate("([n, b]) => speedscope.loadFileFromBase64(n, b)", [name, base64.b64encode(data).decode()])
     try:
-        page.wait_for_function(f"document.title.startsWith({json.dumps(name)})", timeout=15000)
-    except Exception:
+        page.wait_for_function(f"document.title.startsWith({json.dumps(name)})", timeout=timeout_ms)
+    except Exception:  # playwright's TimeoutError: the profile was not shown (the bad file's case)
         pass
     return page.inner_text("body")
 
@@ -151,7 +151,7 @@ def test_speedscope_parses_the_export(db, stored, tmp_path):
             page.on("console", lambda m: logs.append(m.text))
             body = _speedscope_title(page, "podscope.json", out.read_bytes())
             bad_page = browser.new_page()
-            bad_body = _speedscope_title(bad_page, "bad.json", b'{"traceEvents": [{"ph": "X", tru')
+            bad_body = _speedscope_title(bad_page, "bad.json", b'{"traceEvents": [{"ph": "X", tru', timeout_ms=3000)
         finally:
             browser.close()
     assert "Importing as Trace Event Format profile" in logs
@@ -160,24 +160,47 @@ def test_speedscope_parses_the_export(db, stored, tmp_path):
     assert "Welcome to" in bad_body  # the negative control: a broken file is not shown as a profile
 
 
-def test_cli_export_import_exit_codes(tmp_path):
+def test_cli_export_import_exit_codes(tmp_path, capsys):
     import subprocess
     import sys
 
-    env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "cli.duckdb")}
+    from profiler.cli import main
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "profiler", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-
+    db = str(tmp_path / "cli.duckdb")
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')
-    p = cli("import", str(bad))
-    assert p.returncode == 2 and "bad.json" in p.stderr and not (tmp_path / "cli.duckdb").exists()
-    p = cli("import", str(ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz"), "--json", "--name", "torch")
-    assert p.returncode == 0 and json.loads(p.stdout)["source"] == "imported"
+    # one real subprocess for the whole path (stdout is exactly one JSON object); the rest in-process
+    env = {**os.environ, "PODSCOPE_DB": db}
+    p = subprocess.run([sys.executable, "-m", "profiler", "import", str(bad)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "bad.json" in p.stderr and p.stdout == "" and not Path(db).exists()
+    torch = str(ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz")
+    assert main(["import", torch, "--json", "--name", "torch", "--db", db]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "imported"
     out = tmp_path / "t.json.gz"
-    p = cli("export", "torch", "--format", "perfetto", "-o", str(out))
-    assert p.returncode == 0 and "wrote" in p.stderr and out.exists()
-    assert cli("export", "nosuchrun", "--format", "csv", "-o", str(tmp_path / "x")).returncode == 1
-    assert cli("export", "torch", "--format", "csv", "-o", str(out)).returncode == 2  # exists as a file
-    assert cli("export", "torch", "--format", "perfetto", "-o", str(tmp_path / "y.json"), "--steps", "9:3").returncode == 2
+    assert main(["export", "torch", "--format", "perfetto", "-o", str(out), "--db", db]) == 0
+    assert "wrote" in capsys.readouterr().err and out.exists()
+    assert main(["export", "nosuchrun", "--format", "csv", "-o", str(tmp_path / "x"), "--db", db]) == 1
+    assert main(["export", "torch", "--format", "csv", "-o", str(out), "--db", db]) == 2  # exists as a file
+    assert main(["export", "torch", "--format", "perfetto", "-o", str(tmp_path / "y.json"), "--steps", "9:3", "--db", db]) == 2
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y.json").exists()
+
+
+def test_hbm_counters_follow_the_memory_timeline(db, small_scenario, tmp_path):
+    """With issue 5's ``memory_timeline`` contract table, its points become C events spread over each step."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    result = simulate(small_scenario)
+    timeline = pa.table({"point": pa.array([0, 0, 1, 1], pa.int32()), "phase": ["fwd", "fwd", "bwd", "bwd"],
+                         "category": ["params", "activations", "params", "activations"],
+                         "bytes": [100.0, 50.0, 100.0, 10.0]})  # fmt: skip
+    trace = dataclasses.replace(result.trace, extra={"memory_timeline": timeline})
+    run_id = write_run(db, dataclasses.replace(result, trace=trace))
+    export_run(db, run_id, "perfetto", tmp_path / "m.json", steps="3:5", chips="2")
+    counters = [e for e in _load(tmp_path / "m.json")["traceEvents"] if e["ph"] == "C"]
+    steps = result.trace.steps.to_pylist()
+    assert [e["args"] for e in counters] == [{"activations": 50.0, "params": 100.0}, {"activations": 10.0, "params": 100.0}] * 2
+    assert counters[0]["ts"] == pytest.approx(steps[3]["start_ns"] / 1000)
+    assert counters[1]["ts"] == pytest.approx((steps[3]["start_ns"] + steps[3]["step_ns"] / 2) / 1000)
+    assert {e["pid"] for e in counters} == {3}

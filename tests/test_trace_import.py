@@ -168,3 +168,14 @@ def test_flattening_tiles_steps_and_picks_the_top_priority_kind(events, step_len
                 want = cover.min() if len(cover) else EVENT_KINDS.index("other")
                 piece = sel & (t0 <= t) & (t0 + dur > t)
                 assert piece.sum() == 1 and k[piece][0] == want
+
+
+def test_imported_run_shows_on_the_overview_page(db, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    import_trace(db, TORCH, name="measured")
+    monkeypatch.setenv("PODSCOPE_DB", str(db.path))
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["MFU"] == "n/a" and metrics["Chips"] == "1 x cpu" and metrics["Step time"].endswith("ms")
