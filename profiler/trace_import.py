@@ -126,8 +126,9 @@ class ImportLimits:
 class _BoundedReader(io.RawIOBase):
     """A binary reader that fails once more than ``limit`` bytes have come through."""
 
-    def __init__(self, inner: BinaryIO, limit: int, source: str):
+    def __init__(self, inner: BinaryIO, limit: int, source: str, owned: tuple[BinaryIO, ...] = ()):
         self._inner = inner
+        self._owned = owned  # closed with this reader (GzipFile leaves the file it wraps open)
         self._limit = limit
         self._seen = 0
         self._source = source
@@ -149,6 +150,8 @@ class _BoundedReader(io.RawIOBase):
 
     def close(self) -> None:
         self._inner.close()
+        for f in self._owned:
+            f.close()
         super().close()
 
 
@@ -157,7 +160,8 @@ def _open(path: Path, limits: ImportLimits) -> io.BufferedReader:
     magic = raw.read(2)
     raw.seek(0)
     inner: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
-    return io.BufferedReader(_BoundedReader(inner, limits.max_json_bytes, str(path)), buffer_size=_READ_CHUNK_BYTES)
+    reader = _BoundedReader(inner, limits.max_json_bytes, str(path), owned=(raw,))
+    return io.BufferedReader(reader, buffer_size=_READ_CHUNK_BYTES)
 
 
 def _first_char(path: Path, limits: ImportLimits) -> str:
@@ -268,7 +272,7 @@ def _parse(path: Path, limits: ImportLimits) -> _Parsed:
                 out.cat.append(cat)
                 out.ts_us.append(ts)
                 out.dur_us.append(dur)
-        if first == "{":
+        if first == "{" and out.process_meta:  # only Podscope's export has otherData we read (written first)
             with _open(path, limits) as f:
                 for key, value in ijson.kvitems(f, "", use_float=True):
                     if key == "otherData" and isinstance(value, dict):
