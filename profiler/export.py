@@ -356,6 +356,8 @@ def export_run(
     out = Path(path)
     if out.exists() and (out.is_file() if fmt != "perfetto" else out.is_dir()):
         raise InputError(f"{out} exists and is a {'file' if out.is_file() else 'directory'}")
+    if not out.parent.is_dir():
+        raise InputError(f"{out.parent} is not an existing folder")
     if fmt != "perfetto" and out.is_dir() and any(out.iterdir()):
         raise InputError(f"{out} is a directory that is not empty; export into a new or empty directory")
     with db.read() as con:
@@ -376,7 +378,7 @@ def export_run(
         else:
             win = win or (0, total_steps)
             sel = sel or tuple(sorted(int(c) for c in chip_ids))
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None))
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))  # same file system: rename is atomic
         try:
             if fmt == "perfetto":
                 tmp = tmp_dir / out.name

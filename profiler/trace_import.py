@@ -367,7 +367,12 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
     if p.process_meta:
         fmt = "podscope"
         chip_pids = [q for q in x_pids if q in p.process_meta]
-        chip_of = {q: int(p.process_meta[q]["chip"]) for q in chip_pids}
+        bad = [q for q in chip_pids if not isinstance(p.process_meta[q].get("chip"), int) or p.process_meta[q]["chip"] < 0]
+        if bad:
+            raise TraceImportError(f"{source}: process {bad[0]} has podscope metadata without a valid 'chip' id")
+        chip_of = {q: p.process_meta[q]["chip"] for q in chip_pids}
+        if len(set(chip_of.values())) != len(chip_of):
+            raise TraceImportError(f"{source}: two processes claim the same podscope chip id")
     else:
         devices = {q: _DEVICE_PROCESS.search(p.process_names.get(q, "")) for q in x_pids}
         devices = {q: m for q, m in devices.items() if m}
@@ -381,9 +386,11 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
             working = {q for q, n, c, t in zip(p.pid, p.name, p.cat, thread) if classify(n, c, t) != "other"}
             chip_pids = [q for q in x_pids if q in working] or x_pids
         chip_of = {q: i for i, q in enumerate(chip_pids)}
-    n_chips = max(chip_of.values()) + 1
-    if n_chips > 1_000_000:
-        raise TraceImportError(f"{source}: chip id {n_chips - 1} is implausible")
+    # Chip ids as found (an export of chips 1,3-4 keeps those ids); flattened on dense indices.
+    ids = np.array(sorted(set(chip_of.values())), dtype=np.int64)
+    n_chips = len(ids)
+    if ids[-1] >= 2**31:
+        raise TraceImportError(f"{source}: chip id {ids[-1]} is implausible")
 
     # Step markers, from any process.
     marker_step = np.full(len(pid), -1, dtype=np.int64)
@@ -442,22 +449,24 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
     use = on_chip & (c1 > c0)
     bounds = np.empty(2 * len(s_start), dtype=np.int64)
     bounds[0::2], bounds[1::2] = s_start, s_end
-    e_chip, e_step, e_code, e_start, e_dur = _flatten(chip_col[use], c0[use], c1[use], code[use], n_chips, bounds)
+    dense = np.searchsorted(ids, chip_col[use])
+    e_dense, e_step, e_code, e_start, e_dur = _flatten(dense, c0[use], c1[use], code[use], n_chips, bounds)
+    e_chip = ids[e_dense]
     events = pa.Table.from_batches([events_batch(e_chip, e_step, e_code, e_start, e_dur)])
     steps_table = pa.table(
         {"step": np.arange(len(s_start), dtype=np.int32), "start_ns": s_start, "step_ns": s_end - s_start}, schema=STEPS_SCHEMA
     )
 
     # Chips and their places: Podscope's export carries them; otherwise laid along x.
-    ids = np.arange(n_chips, dtype=np.int32)
-    cols = {"chip": ids, "host": np.zeros(n_chips, np.int32), "slice": np.zeros(n_chips, np.int32), "x": ids.copy(),
-            "y": np.zeros(n_chips, np.int32), "z": np.zeros(n_chips, np.int32)}  # fmt: skip
+    cols = {"chip": ids.astype(np.int32), "host": np.zeros(n_chips, np.int32), "slice": np.zeros(n_chips, np.int32),
+            "x": ids.astype(np.int32), "y": np.zeros(n_chips, np.int32), "z": np.zeros(n_chips, np.int32)}  # fmt: skip
     for q, meta in p.process_meta.items():
         c = chip_of.get(q)
         if c is not None:
+            row = int(np.searchsorted(ids, c))
             for col in ("host", "slice", "x", "y", "z"):
                 if isinstance(meta.get(col), int):
-                    cols[col][c] = meta[col]
+                    cols[col][row] = meta[col]
     chips_table = pa.table(cols, schema=CHIPS_SCHEMA)
 
     raw = pa.table(

@@ -16,7 +16,7 @@ from engine.errors import InputError
 from profiler import queries
 from profiler.export import LANES, export_run, format_chips, parse_chips, parse_steps
 from profiler.store import write_run
-from profiler.trace_import import import_trace
+from profiler.trace_import import import_trace, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEEDSCOPE = ROOT / "tests" / "js" / "node_modules" / "speedscope" / "dist" / "release" / "index.html"
@@ -73,6 +73,9 @@ def test_default_window_is_capped_and_says_how_to_widen(db, stored, tmp_path):
     assert {e["pid"] for e in doc["traceEvents"]} == {2, 4, 5}
     assert {e["args"]["step"] for e in doc["traceEvents"] if e["ph"] == "X"} == {2, 3}
     assert few.chips == (1, 3, 4) and "3 of 8 chips (1,3-4)" in few.message()
+    back, facts = read_trace(tmp_path / "u.json")  # a window imports as just those chips and steps
+    assert back.chips.column("chip").to_pylist() == [1, 3, 4] and facts.chips == 3 and facts.steps == 2
+    assert set(back.events.column("chip").to_pylist()) == {1, 3, 4}
 
 
 def test_window_arguments_are_checked():

@@ -112,6 +112,9 @@ def _bad_files(tmp_path: Path) -> dict[str, tuple[Path, ImportLimits, str]]:
         "string ts": (json.dumps([{"ph": "X", "pid": 1, "ts": "soon", "dur": 1}]).encode(), "numeric 'ts'"),
         "absurd ts": (json.dumps([{"ph": "X", "pid": 1, "ts": 1e300, "dur": 1}]).encode(), "absurd timestamp"),
         "no events": (json.dumps({"traceEvents": []}).encode(), "no complete"),
+        "bad podscope chip": (json.dumps({"traceEvents": [
+            {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "chip", "podscope": {"chip": "zero"}}},
+            {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 1, "name": "compute", "cat": "compute"}]}).encode(), "valid 'chip' id"),
         "empty": (b"", "empty file"),
     }
     out = {k: (v[0], ImportLimits(), v[1]) for k, v in files.items()}
