@@ -86,6 +86,16 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from .export import DEFAULT_MAX_EVENTS, export_run
 
@@ -161,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-o", "--output", required=True, help="file (perfetto; .gz to compress) or new directory (parquet/csv)")
     ex.add_argument("--steps", help="half-open step window A:B (default for perfetto: as many as fit --max-events)")
     ex.add_argument("--chips", help="chips, e.g. 0-7,12 (default for perfetto: all that fit)")
-    ex.add_argument("--max-events", type=int, help="perfetto: cap on events when the window is not given")
+    ex.add_argument("--max-events", type=_positive_int, help="perfetto: cap on events when the window is not given")
     db_arg(ex)
     ex.set_defaults(func=_cmd_export)
 
@@ -176,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("sweep", help="sweep TOML file (see data/sweeps/)")
     sw.add_argument("--executor", choices=["local", "dask"], default="local")
     sw.add_argument("--address", help="Dask scheduler, e.g. tcp://HOST:8786 (default: a loopback LocalCluster)")
-    sw.add_argument("--workers", type=int, help="worker processes (local pool or LocalCluster)")
+    sw.add_argument("--workers", type=_positive_int, help="worker processes (local pool or LocalCluster)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     db_arg(sw)
     sw.set_defaults(func=_cmd_sweep)

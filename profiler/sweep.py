@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
-from engine.errors import PodscopeError, ScenarioError
+from engine.errors import PodscopeError, ProfilerError, ScenarioError
 
 from .store import Database, write_run
 
@@ -367,6 +367,11 @@ def make_executor(kind: str, *, address: str | None = None, workers: int | None 
     """A local process pool, or Dask's executor (``address`` of a running scheduler, or a loopback LocalCluster).
 
     Returns the executor and a function that shuts everything down.
+
+    Raises
+    ------
+    ProfilerError
+        If the scheduler at ``address`` cannot be reached.
     """
     if kind == "local":
         import multiprocessing
@@ -378,7 +383,10 @@ def make_executor(kind: str, *, address: str | None = None, workers: int | None 
         from distributed import Client, LocalCluster
 
         if address:
-            client = Client(address)
+            try:
+                client = Client(address, timeout="20s")
+            except (OSError, TimeoutError) as e:
+                raise ProfilerError(f"cannot reach the Dask scheduler at {address}: {e}") from e
             return client.get_executor(), client.close
         cluster = LocalCluster(n_workers=workers or 2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None)
         client = Client(cluster)
