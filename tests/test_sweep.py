@@ -171,3 +171,19 @@ def test_scripted_example_runs(tmp_path):
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("samples/s") == 3 and "best: resnet50-v4-128 batch" in p.stdout and "compute" in p.stdout
+
+
+def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, sweep_file):
+    """The README's `--executor dask --address tcp://...` path, against a scheduler on loopback."""
+    distributed = pytest.importorskip("distributed")
+    env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "cli.duckdb")}
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        p = subprocess.run(
+            [sys.executable, "-m", "profiler", "sweep", str(sweep_file()), "--executor", "dask",
+             "--address", cluster.scheduler_address, "--quiet"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    assert p.returncode == 1 and "2 stored now" in p.stderr and "1 failed" in p.stderr, p.stderr
