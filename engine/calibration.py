@@ -32,6 +32,7 @@ class Calibration:
     ici_hop_latency_s: float = 1e-6
     dcn_efficiency: float = 0.8
     dcn_latency_s: float = 2e-5
+    hbm_reserved_frac: float = 0.05  # HBM a job cannot use (runtime reservations, fragmentation)
 
 
 _KEYS = {
@@ -44,6 +45,7 @@ _KEYS = {
     ("interconnect", "ici_hop_latency_us"): ("ici_hop_latency_s", _US),
     ("interconnect", "dcn_efficiency"): ("dcn_efficiency", 1.0),
     ("interconnect", "dcn_latency_us"): ("dcn_latency_s", _US),
+    ("memory", "hbm_reserved_frac"): ("hbm_reserved_frac", 1.0),
 }
 
 
@@ -62,7 +64,7 @@ def load_calibration(path: Path = DEFAULT_CALIBRATION_PATH) -> Calibration:
         for key, value in table.items():
             target = _KEYS.get((section, key))
             if target is None:
-                if section in {"compute", "interconnect"}:
+                if section in {"compute", "interconnect", "memory"}:
                     problems.append((f"{section}.{key}", "unknown calibration key"))
                 continue
             if not isinstance(value, (int, float)) or value < 0:

@@ -17,12 +17,27 @@ import numpy as np
 from .calibration import Calibration
 from .catalog import ChipSpec
 from .models import ModelCost
-from .units import BYTES_PER_ELEMENT
+
+#: bytes per element in HBM by precision: AQT int8 keeps bf16 tensors and quantises inside the matmul
+HBM_BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "int8": 2}
 
 __all__ = ["ComputeCost", "step_compute"]
 
-#: forward passes executed per training step by remat policy (forward + backward = 1 + 2)
-PASSES_BY_REMAT = {"none": 3.0, "full": 4.0}
+#: forward passes executed per training step by remat policy (forward + backward = 1 + 2);
+#: "selective" recomputes only the attention core, so its ops run 4 passes and the rest 3
+PASSES_BY_REMAT = {"none": 3.0, "full": 4.0, "selective": 3.0, "minimal": 3.0}
+
+
+def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
+    """Forward-pass equivalents each op runs per training step under a remat policy.
+
+    ``selective``, ``minimal`` and flash attention all recompute the attention core
+    (the ops whose right operand is an activation) in the backward pass.
+    """
+    passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
+    if remat in ("selective", "minimal") or flash:
+        passes[ops.w_is_activation] = 4.0
+    return passes
 
 
 def _pad(x: np.ndarray, to: int) -> np.ndarray:
@@ -39,6 +54,7 @@ class ComputeCost:
     matmul_s: float  # part of fwd_bwd_s bound by FLOPs
     memory_s: float  # part bound by HBM bandwidth
     overhead_s: float
+    forward_s: float = 0.0  # the forward pass alone; the rest of fwd_bwd_s is backward (incl. recomputation)
 
 
 def step_compute(
@@ -49,6 +65,7 @@ def step_compute(
     precision: str,
     remat: str,
     tensor: int = 1,
+    flash: bool = False,
 ) -> ComputeCost:
     """Roofline compute time of forward + backward for one chip.
 
@@ -61,7 +78,7 @@ def step_compute(
     """
     ops = cost.ops
     b = float(per_chip_batch)
-    elem = BYTES_PER_ELEMENT[precision]
+    elem = HBM_BYTES_PER_ELEMENT[precision]
     n_shard = ops.n / tensor
     m_rows = b * ops.m
     flops_useful = 2.0 * m_rows * ops.k * n_shard * ops.count
@@ -70,19 +87,24 @@ def step_compute(
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * ops.count
     bytes_ = (m_rows * ops.k * ops.count + w_elems + m_rows * n_shard * ops.count) * elem
     bytes_ += b * ops.elementwise_elems_total / tensor * elem
-    flop_rate = chip.peak_flops_per_s(precision) * cal.mxu_efficiency
+    # AQT quantises the weight matmuls only; activation x activation einsums stay in bf16.
+    peak = np.where(ops.w_is_activation & (precision == "int8"), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
+    flop_rate = peak * cal.mxu_efficiency
     byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency
     t_flops = flops_padded / flop_rate
     t_bytes = bytes_ / byte_rate
     per_pass = np.maximum(t_flops, t_bytes)
-    passes = PASSES_BY_REMAT[remat]
-    overhead = float(ops.launches.sum()) * cal.op_overhead_s * passes
+    passes = passes_per_op(ops, remat, flash)
+    overhead = float((ops.launches * passes).sum()) * cal.op_overhead_s
     flop_bound = t_flops >= t_bytes
+    fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
+    total = float((per_pass * passes).sum()) + overhead
     return ComputeCost(
-        fwd_bwd_s=float(per_pass.sum()) * passes + overhead,
+        fwd_bwd_s=total,
         model_flops=float(flops_useful.sum()) * 3.0,
-        hardware_flops=float(flops_useful.sum()) * passes,
-        matmul_s=float(per_pass[flop_bound].sum()) * passes,
-        memory_s=float(per_pass[~flop_bound].sum()) * passes,
+        hardware_flops=float((flops_useful * passes).sum()),
+        matmul_s=float((per_pass * passes)[flop_bound].sum()),
+        memory_s=float((per_pass * passes)[~flop_bound].sum()),
         overhead_s=overhead,
+        forward_s=fwd,
     )

@@ -1,70 +1,192 @@
-"""HBM footprint per chip: parameters, gradients, optimizer state, activations.
+"""HBM use of a chip through one training step: model states, activations, temporaries.
 
-Bytes per parameter follow the mixed-precision training recipe (Micikevicius et
-al. 2018, "Mixed Precision Training"; Rajbhandari et al. 2020, "ZeRO", sec. 3.1):
-fp32 master weights and fp32 gradients, plus the optimizer's fp32 state (Adam: m
-and v, 8 bytes; momentum: 4; SGD: 0; Adafactor: factored second moments whose
-size is O(rows + cols), taken as 0 per parameter, Shazeer & Stern 2018).
-FSDP and tensor parallelism shard all three by their axis sizes.
+Model states (Rajbhandari et al. 2020, "ZeRO", sec. 3.1; mixed precision after
+Micikevicius et al. 2018): every parameter keeps an fp32 master copy (4 bytes)
+and an fp32 gradient (4 bytes, JAX gradients take the parameters' dtype), plus
+the optimizer's fp32 state: Adam m and v (8), momentum (4), SGD (0), Adafactor
+(factored second moments, O(rows + cols), taken as 0 per parameter; Shazeer &
+Stern 2018). Adam therefore costs 16 bytes per parameter, ZeRO's "16 Psi".
+FSDP and tensor parallelism shard all three by ``fsdp x tensor``; a
+parameter-server strategy keeps the embedding tables off the chips.
 
-Activations saved for the backward pass: each GEMM's input (the weight gradient
-needs it) plus, for attention, both activation operands, plus half the
-elementwise traffic (one saved tensor per fused elementwise chain). Full
-rematerialisation keeps only each block's input and recomputes one block's
-activations at a time.
+Activations saved for the backward pass of a transformer layer, per token, in
+elements (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", sec. 4.1, without dropout, which TPU LLM recipes do not
+use): two LayerNorm inputs and outputs (4d), Q, K, V ((h + 2 kv) q), the
+output projection's input (h q), the MLP's activation input (d_ff, 2 d_ff for
+SwiGLU) and output (d_ff), and the softmax probabilities (h s; never stored
+with flash attention). For a GPT shape in bf16 this is Korthikanti's
+``sbh (34 + 5as/h)`` less the dropout terms: ``sbh (32 + 2as/h)`` bytes. Tensor
+parallelism divides every term by ``t``: GSPMD shards the embedding dimension of
+the LayerNorm activations too (MaxText's ``activation_embed -> tensor`` rule),
+which is Megatron with sequence parallelism (``34/t``, paper sec. 4.2.2). Remat
+policies: ``selective`` recomputes the attention core (drops the ``h s`` term,
+paper sec. 4.2.3); ``minimal`` saves only the outputs of the weight matmuls
+(Q, K, V, the output projection, both MLP matmuls), as JAX's
+``checkpoint_dots_with_no_batch_dims`` policy that MaxText's ``minimal`` remat
+uses; ``full`` keeps only each layer's input (``2sbh`` per layer) and recomputes
+one layer at a time in the backward pass. Other
+models save each GEMM's input, attention-style activation operands and half
+their elementwise traffic; ``full`` keeps one boundary per block, while
+``selective`` and ``minimal`` (attention-specific) save the same as ``none``.
+
+Temporaries: the bf16 (or gathered, under FSDP) copies of two layers' weights
+(the one in use and the one prefetched), a layer's unsharded gradient before
+its reduce-scatter, and the fp32 logits of the loss.
+
+Headroom: a fraction of HBM (``Calibration.hbm_reserved_frac``) is treated as
+unusable (runtime reservations and allocator fragmentation); a job whose peak
+exceeds the rest is out of memory.
+
+The step is laid out as a timeline (start, forward through each layer, loss,
+backward through each layer in reverse, optimizer update): activations grow in
+the forward pass and are released in the backward pass while gradients grow.
+The peak is the largest point, and its breakdown is what is reported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from .models import ModelCost
-from .units import BYTES_PER_ELEMENT
+from .parallelism import WIRE_BYTES_PER_ELEMENT, layer_units
 
-__all__ = ["MemoryFootprint", "hbm_footprint", "OPTIMIZER_STATE_BYTES_PER_PARAM"]
+__all__ = [
+    "BytesPerParam",
+    "bytes_per_param",
+    "transformer_layer_activation_bytes",
+    "MemoryPlan",
+    "hbm_plan",
+    "oom_detail",
+    "MEMORY_TIMELINE_SCHEMA",
+    "CATEGORIES",
+    "OPTIMIZER_STATE_BYTES_PER_PARAM",
+    "MASTER_WEIGHT_BYTES_PER_PARAM",
+    "GRADIENT_BYTES_PER_PARAM",
+]
 
 MASTER_WEIGHT_BYTES_PER_PARAM = 4.0
 GRADIENT_BYTES_PER_PARAM = 4.0
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"sgd": 0.0, "momentum": 4.0, "adam": 8.0, "adafactor": 0.0}
+#: bytes of the per-layer compute copy of a weight (cast from the fp32 master before the matmul)
+COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0}
+#: logits are upcast to fp32 for the softmax cross-entropy (as in MaxText / t5x losses)
+LOGIT_BYTES = 4.0
+
+CATEGORIES = ("params", "grads", "optimizer", "activations", "temporary")
+MEMORY_TIMELINE_SCHEMA = pa.schema(
+    [("point", pa.int32()), ("phase", pa.string()), ("category", pa.string()), ("bytes", pa.float64())]
+)
 
 
 @dataclass(frozen=True)
-class MemoryFootprint:
-    params_bytes: float
-    grads_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
+class BytesPerParam:
+    params: float
+    grads: float
+    optimizer: float
+    compute_copy: float  # transient, for the layer in use
+
+    @property
+    def model_states(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+
+def bytes_per_param(optimizer: str, precision: str) -> BytesPerParam:
+    """Bytes per parameter of the model states (fp32 master weights, fp32 gradients, optimizer)."""
+    return BytesPerParam(
+        MASTER_WEIGHT_BYTES_PER_PARAM,
+        GRADIENT_BYTES_PER_PARAM,
+        OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer],
+        COMPUTE_COPY_BYTES_PER_PARAM[precision],
+    )
+
+
+def transformer_layer_activation_bytes(model, per_chip_batch: int, precision: str, remat: str, tensor: int = 1) -> float:
+    """Bytes one transformer layer keeps for its backward pass on one chip (Korthikanti et al. 2022).
+
+    ``model`` is a :class:`~engine.scenario.TransformerModel`. Under ``full`` remat
+    this is the layer's input only; the recomputed layer is a separate term.
+    """
+    d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
+    kv = model.kv_heads_eff
+    ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
+    elem = WIRE_BYTES_PER_ELEMENT[precision]
+    tokens = float(per_chip_batch) * s
+    if remat == "full":
+        per_token = d
+    elif remat == "minimal":
+        per_token = (h + 2 * kv) * q + d + ff_in + d  # weight-matmul outputs only
+    else:
+        per_token = 4.0 * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff  # LayerNorms, QKV, out-proj, MLP
+        if remat != "selective" and model.attention != "flash":
+            per_token += h * s  # softmax probabilities
+    return tokens * per_token / tensor * elem
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """HBM use of the representative chip through one step."""
+
+    breakdown_bytes: dict[str, float]  # by category, at the peak point
+    peak_bytes: float
+    peak_phase: str
     capacity_bytes: float
-
-    @property
-    def breakdown_bytes(self) -> dict[str, float]:
-        return {
-            "params": self.params_bytes,
-            "grads": self.grads_bytes,
-            "optimizer": self.optimizer_bytes,
-            "activations": self.activations_bytes,
-        }
-
-    @property
-    def peak_bytes(self) -> float:
-        return sum(self.breakdown_bytes.values())
+    usable_bytes: float
+    model_state_bytes: float  # params + grads + optimizer once every gradient exists (whole step max)
+    timeline: pa.Table  # MEMORY_TIMELINE_SCHEMA
 
     @property
     def oom(self) -> bool:
-        return self.peak_bytes > self.capacity_bytes
+        return self.peak_bytes > self.usable_bytes
+
+    @property
+    def over_bytes(self) -> float:
+        return max(0.0, self.peak_bytes - self.usable_bytes)
+
+    @property
+    def largest_term(self) -> str:
+        return max(self.breakdown_bytes, key=self.breakdown_bytes.get)
 
 
-def _saved_elems_per_sample(cost: ModelCost) -> float:
+def _unit_activations(
+    cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes)."""
+    n = len(units)
+    elem = WIRE_BYTES_PER_ELEMENT[precision]
+    saved = np.zeros(n)
+    recompute = np.zeros(n)
+    if cost.kind == "transformer":
+        layer = transformer_layer_activation_bytes(model, b, precision, remat, tensor)
+        saved[1:-1] = layer
+        if remat == "full":
+            recompute[1:-1] = transformer_layer_activation_bytes(model, b, precision, "none", tensor)
+        tokens = float(b) * model.seq_len
+        saved[-1] = tokens * 2 * model.d_model * elem  # final LayerNorm input and output
+        loss = tokens * model.vocab / tensor * LOGIT_BYTES
+        return saved, recompute, loss
     ops = cost.ops
-    gemm_inputs = ops.m * ops.k * ops.count
-    act_operands = np.where(ops.w_is_activation, ops.k * ops.n * ops.count, 0.0)
-    return float(gemm_inputs.sum() + act_operands.sum() + 0.5 * ops.elementwise_elems_total.sum())
+    per_row = ops.m * ops.k * ops.count + np.where(ops.w_is_activation, ops.k * ops.n * ops.count, 0.0)
+    per_row = per_row + 0.5 * ops.elementwise_elems_total
+    per_row = per_row * b * elem / tensor
+    if remat == "full":
+        blocks = max(cost.layers, 1)
+        boundary = float(ops.m[0] * ops.k[0]) * b * elem / tensor
+        saved[:] = boundary * blocks / n
+        recompute[:] = per_row.sum() / blocks
+    else:
+        saved[:] = per_row
+    return saved, recompute, 0.0
 
 
-def hbm_footprint(
+def hbm_plan(
     cost: ModelCost,
+    model,
     *,
     per_chip_batch: int,
     precision: str,
@@ -73,19 +195,143 @@ def hbm_footprint(
     fsdp: int,
     tensor: int,
     capacity_bytes: float,
-) -> MemoryFootprint:
-    """Peak HBM use of one chip during a training step."""
+    reserved_frac: float,
+    sparse_off_chip: bool = False,
+) -> MemoryPlan:
+    """Timeline and peak of one chip's HBM use over a training step.
+
+    Parameters
+    ----------
+    cost, model
+        The model's cost description and its scenario section.
+    per_chip_batch
+        Samples per chip per step.
+    fsdp, tensor
+        Mesh axis sizes that shard the model states (and, for ``tensor``, activations).
+    capacity_bytes
+        The chip's HBM, bytes; ``reserved_frac`` of it is unusable headroom.
+    sparse_off_chip
+        True under the parameter-server strategy: embedding tables live on PS hosts.
+
+    Returns
+    -------
+    MemoryPlan
+        Bytes by category at the peak and the whole timeline.
+    """
+    units = layer_units(cost)
+    n = len(units)
+    bpp = bytes_per_param(optimizer, precision)
     shard = float(fsdp * tensor)
-    saved = _saved_elems_per_sample(cost)
-    if remat == "full":
-        blocks = max(cost.layers, 1)
-        boundary = float(cost.ops.m[0] * cost.ops.k[0]) * blocks
-        saved = boundary + saved / blocks
-    act_bytes = saved * per_chip_batch * BYTES_PER_ELEMENT[precision] / tensor
-    return MemoryFootprint(
-        params_bytes=cost.params * MASTER_WEIGHT_BYTES_PER_PARAM / shard,
-        grads_bytes=cost.params * GRADIENT_BYTES_PER_PARAM / shard,
-        optimizer_bytes=cost.params * OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] / shard,
-        activations_bytes=act_bytes,
-        capacity_bytes=capacity_bytes,
+    p_unit = np.array([u.params for u in units], dtype=np.float64)
+    if sparse_off_chip:
+        p_unit[0] = max(0.0, p_unit[0] - cost.sparse_params)
+    p_chip = p_unit / shard
+    params_b = float(p_chip.sum()) * bpp.params
+    opt_b = float(p_chip.sum()) * bpp.optimizer
+    grads_unit = p_chip * bpp.grads
+    saved, recompute, loss_b = _unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units)
+    # Two layers' weights in compute form (in use + prefetched): gathered under FSDP, else cast copies.
+    copy_bytes = bpp.compute_copy if bpp.compute_copy else (MASTER_WEIGHT_BYTES_PER_PARAM if fsdp > 1 else 0.0)
+    weights_tmp = float(np.sort(p_unit)[-2:].sum()) / tensor * copy_bytes
+    # A layer's gradient exists unsharded until its reduce-scatter.
+    grad_tmp = p_unit / tensor * WIRE_BYTES_PER_ELEMENT[precision] if fsdp > 1 else np.zeros(n)
+
+    phases: list[str] = []
+    rows: list[tuple[float, float, float, float, float]] = []  # params, grads, optimizer, activations, temporary
+    phases.append("start")
+    rows.append((params_b, 0.0, opt_b, 0.0, 0.0))
+    cum = np.cumsum(saved)
+    for i in range(n):
+        phases.append("forward")
+        rows.append((params_b, 0.0, opt_b, float(cum[i]), weights_tmp))
+    phases.append("loss")
+    rows.append((params_b, 0.0, opt_b, float(cum[-1]), weights_tmp + loss_b))
+    grads_done = 0.0
+    for i in range(n - 1, -1, -1):
+        phases.append("backward")
+        rows.append((params_b, grads_done + grads_unit[i], opt_b, float(cum[i] + recompute[i]), weights_tmp + float(grad_tmp[i])))
+        grads_done += grads_unit[i]
+    phases.append("optimizer")
+    rows.append((params_b, grads_done, opt_b, 0.0, 0.0))
+
+    arr = np.asarray(rows)
+    totals = arr.sum(axis=1)
+    k = int(np.argmax(totals))
+    npts, ncat = arr.shape
+    timeline = pa.table(
+        {
+            "point": pa.array(np.repeat(np.arange(npts, dtype=np.int32), ncat)),
+            "phase": pa.array(np.repeat(np.asarray(phases), ncat).tolist(), pa.string()),
+            "category": pa.array(list(CATEGORIES) * npts, pa.string()),
+            "bytes": pa.array(arr.reshape(-1), pa.float64()),
+        },
+        schema=MEMORY_TIMELINE_SCHEMA,
     )
+    return MemoryPlan(
+        breakdown_bytes=dict(zip(CATEGORIES, (float(v) for v in arr[k]))),
+        peak_bytes=float(totals[k]),
+        peak_phase=phases[k],
+        capacity_bytes=float(capacity_bytes),
+        usable_bytes=float(capacity_bytes) * (1.0 - reserved_frac),
+        model_state_bytes=params_b + opt_b + grads_done,
+        timeline=timeline,
+    )
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f} GiB"
+
+
+def oom_detail(
+    plan: MemoryPlan,
+    replan: Callable[..., MemoryPlan],
+    per_chip_batch: int,
+    data: int,
+    fsdp: int,
+    remat: str,
+    chip: int = 0,
+) -> dict[str, Any]:
+    """What overflowed and what would make it fit, for an out-of-memory plan.
+
+    ``replan(**changes)`` recomputes the plan with some of :func:`hbm_plan`'s
+    arguments changed; each suggestion states the peak it would give. Every chip
+    holds the same shards under SPMD, so the representative ``chip`` stands for all.
+
+    Returns
+    -------
+    dict with ``chip``, ``term`` (largest category at the peak), ``over_bytes``,
+    ``peak_bytes``, ``usable_bytes``, ``phase`` and ``suggestions`` (strings).
+    """
+
+    def verdict(p: MemoryPlan) -> str:
+        return f"peak {_gib(p.peak_bytes)}, " + ("fits" if not p.oom else f"still {_gib(p.over_bytes)} over")
+
+    suggestions: list[str] = []
+    for policy in ("selective", "minimal", "full"):
+        if policy != remat and remat != "full" and not (remat == "minimal" and policy == "selective"):
+            suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
+    if data % 2 == 0:
+        more = replan(fsdp=fsdp * 2)
+        suggestions.append(f"parallelism.fsdp = {fsdp * 2} (shard model states over 2x more chips): {verdict(more)}")
+    if per_chip_batch > 1:
+        suggestions.append(
+            f"halve the per-chip batch to {per_chip_batch // 2} (smaller global batch or 2x the chips): "
+            f"{verdict(replan(per_chip_batch=per_chip_batch // 2))}"
+        )
+    for k in (2, 4, 8, 16, 32, 64, 128):
+        # k x the chips at the same global batch: model states shard k x further, the per-chip batch shrinks
+        bigger = replan(fsdp=fsdp * k, per_chip_batch=max(1, per_chip_batch // k))
+        if not bigger.oom:
+            suggestions.append(f"a {k}x bigger slice with fsdp = {fsdp * k} at the same global batch: {verdict(bigger)}")
+            break
+    else:
+        suggestions.append("even a 128x bigger slice does not fit: remat, or shrink the model, batch or sequence length")
+    return {
+        "chip": chip,
+        "term": plan.largest_term,
+        "over_bytes": plan.over_bytes,
+        "peak_bytes": plan.peak_bytes,
+        "usable_bytes": plan.usable_bytes,
+        "phase": plan.peak_phase,
+        "suggestions": suggestions,
+    }

@@ -73,6 +73,10 @@ class ModelCost:
     ops: GemmOps
     tokens_per_sample: int | None  # None for non-sequence models
     layers: int  # repeated blocks (transformer layers, resnet blocks, dense layers)
+    # Embedding tables a parameter-server strategy can keep off the chips (included in `params`),
+    # and the table elements one sample looks up.
+    sparse_params: int = 0
+    sparse_elems_per_sample: float = 0.0
 
     @property
     def fwd_flops_per_sample(self) -> float:
@@ -105,7 +109,9 @@ def _mlp(model: MlpModel) -> ModelCost:
         params += fan_in * fan_out + fan_out
         # bias add + activation fused onto the output
         rows.append((f"dense{i}", 1, fan_in, fan_out, 1, False, 2 * fan_out))
-    return ModelCost("mlp", params, _ops(rows), None, len(sizes) - 1)
+    sparse = model.embedding_rows * model.embedding_dim if model.embedding_rows else 0
+    lookups = float(model.embedding_lookups * model.embedding_dim) if model.embedding_rows else 0.0
+    return ModelCost("mlp", params + sparse, _ops(rows), None, len(sizes) - 1, sparse, lookups)
 
 
 def _resnet50(model: ResNet50Model) -> ModelCost:
@@ -158,7 +164,8 @@ def _transformer(model: TransformerModel) -> ModelCost:
     ]
     rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
     launches = [n_l] * 6 + [1]
-    return ModelCost("transformer", params, _ops(rows, launches), t, model.layers)
+    # the input embedding is the sparse part: each token looks up one d-wide row
+    return ModelCost("transformer", params, _ops(rows, launches), t, model.layers, model.vocab * d, float(t * d))
 
 
 def model_cost(model: MlpModel | ResNet50Model | TransformerModel) -> ModelCost:

@@ -21,7 +21,9 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .catalog import ChipSpec, load_catalog
-from .errors import ScenarioError
+from .errors import ScenarioError, TopologyError
+from .links import fault_problems
+from .topology import is_supported_shape, supported_shapes, wraparound_for
 
 __all__ = [
     "Scenario",
@@ -31,7 +33,9 @@ __all__ = [
     "TransformerModel",
     "TrainingSection",
     "ParallelismSection",
+    "ParameterServerSection",
     "SimSection",
+    "InterconnectSection",
     "load_scenario",
     "scenario_from_dict",
     "apply_overrides",
@@ -55,6 +59,10 @@ class PodSection(_Section):
 class MlpModel(_Section):
     kind: Literal["mlp"]
     layer_sizes: Annotated[list[PositiveInt], Field(min_length=2)]
+    # optional embedding table in front of the MLP (a sparse recommender model, DLRM-style)
+    embedding_rows: PositiveInt | None = None
+    embedding_dim: PositiveInt = 64
+    embedding_lookups: PositiveInt = 1  # rows looked up per sample
 
 
 class ResNet50Model(_Section):
@@ -75,6 +83,9 @@ class TransformerModel(_Section):
     head_dim: PositiveInt | None = None
     mlp: Literal["gelu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
+    # "flash": blockwise attention (Dao et al. 2022; Pallas splash attention on TPU) never stores the
+    # seq x seq probabilities and recomputes them in the backward pass
+    attention: Literal["standard", "flash"] = "standard"
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "TransformerModel":
@@ -101,18 +112,67 @@ class TrainingSection(_Section):
     steps: PositiveInt
     precision: Literal["bf16", "int8", "fp32"] = "bf16"
     optimizer: Literal["sgd", "momentum", "adam", "adafactor"] = "adam"
-    remat: Literal["none", "full"] = "none"
+    remat: Literal["none", "full", "selective", "minimal"] = "none"
+
+
+class ParameterServerSection(_Section):
+    """TF ParameterServerStrategy: embedding tables live on CPU parameter-server hosts over DCN."""
+
+    hosts: PositiveInt = 1  # parameter-server hosts holding the sparse (embedding) parameters
+    dcn_gbps_per_host: Annotated[float, Field(gt=0)] = 25.0  # each PS host's NIC, GB/s (same class as a TPU host's)
 
 
 class ParallelismSection(_Section):
     data: PositiveInt | None = None  # default: whatever the other axes leave
     fsdp: PositiveInt = 1
     tensor: PositiveInt = 1
+    strategy: Literal["spmd", "parameter_server"] = "spmd"
+    # mesh axis -> torus axes it spans, e.g. {tensor = ["z"], fsdp = ["x", "y"]}; "y:2" takes a
+    # 2-chip part of axis y. Empty: the default mapping of engine/parallelism.py (tensor innermost).
+    mapping: dict[Literal["data", "fsdp", "tensor"], list[str]] = Field(default_factory=dict)
+    parameter_server: ParameterServerSection | None = None
 
 
 class SimSection(_Section):
     seed: Annotated[int, Field(ge=0)] = 0
     jitter_frac: Annotated[float, Field(ge=0, le=1)] | None = None  # None: the calibrated default
+    trace: Literal["full", "summary"] = "full"  # summary: per-step/per-chip aggregates only, no event rows
+
+
+NonNegInt = Annotated[int, Field(ge=0)]
+Coordinate = Annotated[list[NonNegInt], Field(min_length=1, max_length=3)]
+
+
+class LinkRef(_Section):
+    """One ICI link: the slice-local coordinates of its two end chips (neighbours)."""
+
+    a: Coordinate
+    b: Coordinate
+    slice: NonNegInt = 0
+
+
+class DegradedLink(LinkRef):
+    bandwidth_frac: Annotated[float, Field(gt=0, le=1)]
+
+
+class InterconnectSection(_Section):
+    """How collectives run on the ICI: schedule, link direction, overlap and link faults.
+
+    ``schedule = "simultaneous"`` (all torus axes busy at once on separate pieces) is
+    the default because it is what the published TPU figures describe; see
+    engine/collectives.py. ``overlap`` lets the gradient all-reduce run in
+    ``buckets`` during the backward pass; only the exposed part is charged.
+    ``unidirectional`` makes wraparound axes run one-way rings; a mesh axis' ring
+    already uses each direction once (out and back), so it is unchanged.
+    Faults name links by the slice-local coordinates of their two end chips.
+    """
+
+    schedule: Literal["sequential", "simultaneous"] = "simultaneous"
+    unidirectional: bool = False
+    overlap: bool = False
+    buckets: PositiveInt = 4
+    degraded_links: list[DegradedLink] = []
+    failed_links: list[LinkRef] = []
 
 
 class Scenario(_Section):
@@ -124,6 +184,7 @@ class Scenario(_Section):
     training: TrainingSection
     parallelism: ParallelismSection = ParallelismSection()
     sim: SimSection = SimSection()
+    interconnect: InterconnectSection = InterconnectSection()
 
     # Derived views (not inputs) -------------------------------------------------
     @property
@@ -212,12 +273,33 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         problems.append(
             ("parallelism", f"data x fsdp x tensor = {p.data}x{p.fsdp}x{p.tensor} = {mesh}, but the slice {s.pod.topology!r} has {n} chips")
         )
+    if not problems and chip is not None:
+        from .parallelism import resolve_mesh  # imported here: parallelism imports models, which imports this module
+
+        sizes = {"data": s.data_parallel, "fsdp": p.fsdp, "tensor": p.tensor}
+        try:
+            resolve_mesh(shape, wraparound_for(chip, shape), sizes, p.mapping)
+        except TopologyError as e:
+            problems.append(("parallelism.mapping", str(e)))
+    if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1):
+        problems.append(
+            ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
+        )
     if not problems:
         shards = s.batch_shards
         if s.training.global_batch % shards:
             problems.append(
                 ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards (data x fsdp x slices)")
             )
+    # Checked last so a shape problem does not hide the batch or mesh problems above.
+    if chip is not None and len(shape) <= chip.torus_dims and n <= chip.max_slice_chips:
+        if not is_supported_shape(chip, shape):
+            offered = ", ".join(supported_shapes(chip))
+            problems.append(("pod.topology", f"{chip.key} does not offer a {s.pod.topology!r} slice; supported: {offered}"))
+        else:
+            ic = s.interconnect
+            wrap = wraparound_for(chip, shape)
+            problems += fault_problems(shape, wrap, s.pod.slices, ic.degraded_links, ic.failed_links)
     return problems
 
 

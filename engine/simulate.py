@@ -22,16 +22,30 @@ import numpy as np
 import pyarrow as pa
 
 from .calibration import Calibration, load_calibration
-from .collectives import all_reduce_time_s, dcn_all_reduce_time_s
 from .compute import step_compute
-from .memory import GRADIENT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, hbm_footprint
+from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .models import ModelCost, model_cost
-from .scenario import Scenario
+from .interconnect import gradient_sync, overlap_table
+from .parallelism import plan_collectives, resolve_mesh, whole_torus_axes
+from .scenario import ParameterServerSection, Scenario
 from .topology import Pod, build_pod
-from .trace import CHIPS_SCHEMA, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
-from .units import NS_PER_S
+from .trace import (
+    CHIP_KIND_SCHEMA,
+    CHIPS_SCHEMA,
+    EVENT_KINDS,
+    EVENTS_SCHEMA,
+    KIND_CODE,
+    STEP_KIND_SCHEMA,
+    STEPS_SCHEMA,
+    RunFacts,
+    RunResult,
+    Trace,
+    events_batch,
+    kind_array,
+)
+from .units import GB_BYTES, NS_PER_S
 
-__all__ = ["Segment", "SimContext", "simulate", "assemble_steps", "STEP_BLOCK"]
+__all__ = ["Segment", "SimContext", "Assembled", "simulate", "assemble", "assemble_steps", "STEP_BLOCK"]
 
 #: steps laid out per block; bounds peak memory at ~STEP_BLOCK x chips x segments x 8 bytes x a few
 STEP_BLOCK = 128
@@ -53,22 +67,41 @@ def _to_ns(dur_s: np.ndarray | float) -> np.ndarray:
     return np.rint(np.asarray(dur_s, dtype=np.float64) * NS_PER_S).astype(np.int64)
 
 
-def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.Table, pa.Table]:
-    """Lay segments out on every chip's timeline; returns (events, steps) tables.
+@dataclass(frozen=True)
+class Assembled:
+    """Laid-out steps: events (empty in summary mode), step boundaries, and exact aggregates by kind."""
+
+    events: pa.Table
+    steps: pa.Table
+    step_kind: pa.Table
+    chip_kind: pa.Table
+
+
+def assemble(segments: list[Segment], steps: int, chips: int, detail: str = "full") -> Assembled:
+    """Lay segments out on every chip's timeline.
 
     A segment's duration is a scalar, a (chips,) array, or a 2-D array whose first
     axis is steps ((steps, 1) or (steps, chips)). Zero-length events are dropped.
     Within a step, a chip's events are contiguous from the step start to its end.
+
+    Parameters
+    ----------
+    detail
+        ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
+        per-step and per-chip aggregates (for sweeps and very large pods).
     """
     seg_ns = [_to_ns(seg.dur_s) for seg in segments]
+    n_kinds = len(EVENT_KINDS)
     step_ns = np.zeros(steps, dtype=np.int64)
-    # First pass: relative times within each step, per block, to find step lengths.
+    step_kind_sum = np.zeros((steps, n_kinds), dtype=np.int64)
+    step_kind_max = np.zeros((steps, n_kinds), dtype=np.int64)
+    chip_kind_sum = np.zeros((n_kinds, chips), dtype=np.int64)
     blocks = []
     for s0 in range(0, steps, STEP_BLOCK):
         s1 = min(steps, s0 + STEP_BLOCK)
         shape = (s1 - s0, chips)
         cursor = np.zeros(shape, dtype=np.int64)
-        parts = []  # (kind_code, start_rel, dur)
+        parts = []  # (kind_code, start_rel, dur), each (steps in block, chips)
         for seg, ns in zip(segments, seg_ns):
             dur = np.broadcast_to(ns[s0:s1] if ns.ndim == 2 else ns, shape)
             if seg.barrier:
@@ -80,7 +113,15 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
         end = cursor.max(axis=1, keepdims=True)
         parts.append((KIND_CODE["sync_wait"], cursor, end - cursor))
         step_ns[s0:s1] = end[:, 0]
-        blocks.append((s0, s1, parts))
+        # Exact per-chip totals by kind (a chip may have several events of one kind in a step).
+        per_kind = np.zeros((n_kinds, *shape), dtype=np.int64)
+        for code, _, dur in parts:
+            per_kind[code] += dur
+        step_kind_sum[s0:s1] = per_kind.sum(axis=2).T
+        step_kind_max[s0:s1] = per_kind.max(axis=2).T
+        chip_kind_sum += per_kind.sum(axis=1)
+        if detail == "full":
+            blocks.append((s0, s1, parts))
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
 
     batches = []
@@ -97,25 +138,32 @@ def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.
         chip_col = np.broadcast_to(chip_ids[None, :, None], (n_steps, chips, k))
         abs_start = starts + step_start[s0:s1, None, None]
         batches.append(events_batch(chip_col[keep], step_col[keep], codes[keep], abs_start[keep], durs[keep]))
-    events = pa.Table.from_batches(batches)
+    events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
     steps_table = pa.table(
         {"step": np.arange(steps, dtype=np.int32), "start_ns": step_start, "step_ns": step_ns}, schema=STEPS_SCHEMA
     )
-    return events, steps_table
-
-
-def _gradient_sync_s(pod: Pod, grad_bytes_per_chip: float, cal: Calibration) -> float:
-    """Exposed gradient all-reduce: over all torus axes, then across slices over DCN."""
-    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
-    ici_s, _ = all_reduce_time_s(grad_bytes_per_chip, pod.slice.shape, pod.slice.wrap, link, cal.ici_hop_latency_s)
-    dcn_s = dcn_all_reduce_time_s(
-        grad_bytes_per_chip / pod.chips_per_slice,
-        pod.slices,
-        min(pod.chip.chips_per_host, pod.chips_per_slice),
-        pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
-        cal.dcn_latency_s,
+    sk_step, sk_kind = np.nonzero(step_kind_sum)
+    step_kind = pa.table(
+        [
+            pa.array(sk_step.astype(np.int32)),
+            kind_array(sk_kind),
+            pa.array(step_kind_sum[sk_step, sk_kind]),
+            pa.array(step_kind_max[sk_step, sk_kind]),
+        ],
+        schema=STEP_KIND_SCHEMA,
     )
-    return ici_s + dcn_s
+    ck_kind, ck_chip = np.nonzero(chip_kind_sum)
+    chip_kind = pa.table(
+        [pa.array(ck_chip.astype(np.int32)), kind_array(ck_kind), pa.array(chip_kind_sum[ck_kind, ck_chip])],
+        schema=CHIP_KIND_SCHEMA,
+    )
+    return Assembled(events=events, steps=steps_table, step_kind=step_kind, chip_kind=chip_kind)
+
+
+def assemble_steps(segments: list[Segment], steps: int, chips: int) -> tuple[pa.Table, pa.Table]:
+    """Full-detail layout; returns (events, steps). See :func:`assemble`."""
+    out = assemble(segments, steps, chips)
+    return out.events, out.steps
 
 
 @dataclass(frozen=True)
@@ -163,36 +211,87 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     steps, chips = ctx.steps, ctx.chips
     b = scenario.per_chip_batch
 
-    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor)
+    flash = getattr(scenario.model, "attention", "standard") == "flash"
+    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash)
+    fwd_s = comp.forward_s
+    bwd_s = comp.fwd_bwd_s - fwd_s
+    mesh_sizes = {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}
+    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, mesh_sizes, par.mapping)
+    ps = par.parameter_server or ParameterServerSection()
+    use_ps = par.strategy == "parameter_server"
+    comm = plan_collectives(
+        cost,
+        mesh,
+        fwd_compute_s=fwd_s,
+        bwd_compute_s=bwd_s,
+        per_chip_batch=b,
+        precision=tr.precision,
+        slices=pod.slices,
+        chips_per_host=min(chip.chips_per_host, pod.chips_per_slice),
+        link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
+        hop_latency_s=cal.ici_hop_latency_s,
+        dcn_bytes_per_s_per_host=chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
+        dcn_latency_s=cal.dcn_latency_s,
+        ps_hosts=ps.hosts if use_ps else 0,
+        ps_bytes_per_s_per_host=ps.dcn_gbps_per_host * GB_BYTES * cal.dcn_efficiency,
+        remat=tr.remat,
+    )
     shard = par.fsdp * par.tensor
-    grad_bytes = cost.params * GRADIENT_BYTES_PER_PARAM / par.tensor
-    sync_s = _gradient_sync_s(pod, grad_bytes, cal)
-    update_bytes = cost.params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    dense_params = cost.params - (cost.sparse_params if use_ps else 0)
+    update_bytes = dense_params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     noise = np.exp(jitter * ctx.rng("jitter").standard_normal((steps, chips), dtype=np.float32)) if jitter > 0 else 1.0
 
+    # Per-layer FSDP/TP collectives are aggregated into one exposed event per pass (their per-layer
+    # detail is the `layer_collectives` table), keeping events at a few per chip-step at any scale.
+    # Data-parallel gradient sync: on whole torus axes the interconnect model prices it (schedule,
+    # bucketed overlap with the backward pass, link faults, per-link load); a `data` axis that splits
+    # a torus axis falls back to the mesh model's strided-ring estimate, with no overlap.
+    data_axes = whole_torus_axes(mesh["data"], pod.slice.shape)
+    sync = None
+    grad_sync_s = comm.data_sync_s
+    if data_axes is not None and comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
+        sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
+        grad_sync_s = sync.exposed_s
+
     segments = [
-        Segment("compute", comp.fwd_bwd_s * noise),
-        Segment("collective", sync_s, barrier=True),
+        Segment("compute", fwd_s * noise),
+        Segment("collective", comm.forward_s),
+        Segment("compute", bwd_s * noise),
+        Segment("collective", comm.backward_s),
+        Segment("collective", grad_sync_s + comm.ps_push_s, barrier=True),
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
-    events, steps_table = assemble_steps(segments, steps, chips)
+    laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
-    mem = hbm_footprint(
-        cost,
-        per_chip_batch=b,
-        precision=tr.precision,
-        optimizer=tr.optimizer,
-        remat=tr.remat,
-        fsdp=par.fsdp,
-        tensor=par.tensor,
-        capacity_bytes=chip.hbm_bytes,
-    )
+    def memory(**changes) -> MemoryPlan:
+        args = dict(
+            per_chip_batch=b, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
+            tensor=par.tensor, capacity_bytes=chip.hbm_bytes, reserved_frac=cal.hbm_reserved_frac, sparse_off_chip=use_ps,
+        )  # fmt: skip
+        args.update(changes)
+        return hbm_plan(cost, scenario.model, **args)
+
+    mem = memory()
     replicas = scenario.batch_shards  # model replicas' worth of chips: each processes per_chip_batch
+    extra_tables = {
+        "memory_timeline": mem.timeline,
+        # SPMD: every chip holds the same shard sizes, so every chip peaks alike
+        "chip_memory": pa.table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, mem.peak_bytes)}),
+        "layer_collectives": comm.per_layer,
+    }
+    grad_extra: dict[str, float] = {"grad_allreduce_s": comm.data_sync_s, "grad_allreduce_exposed_s": comm.data_sync_s,
+                                    "grad_allreduce_overlapped_s": 0.0}  # fmt: skip
+    if sync is not None:
+        step_s = float(np.median(laid.steps.column("step_ns").to_numpy())) / NS_PER_S
+        extra_tables["link_load"] = sync.link_load(pod, cal, step_s)
+        extra_tables["collective_overlap"] = overlap_table(sync, laid.steps, fwd_s, bwd_s)
+        grad_extra = {"grad_allreduce_s": sync.total_s, "grad_allreduce_exposed_s": sync.exposed_s,
+                      "grad_allreduce_overlapped_s": sync.overlapped_s}  # fmt: skip
     facts = RunFacts(
         chip=chip.key,
         chips=chips,
@@ -210,5 +309,22 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         hbm_capacity_bytes=mem.capacity_bytes,
         oom=mem.oom,
         hbm_breakdown_bytes=mem.breakdown_bytes,
+        extra={
+            "oom_detail": oom_detail(mem, memory, b, scenario.data_parallel, par.fsdp, tr.remat) if mem.oom else None,
+            "hbm_usable_bytes": mem.usable_bytes,
+            "hbm_peak_phase": mem.peak_phase,
+            "mesh": mesh.describe(),
+            "parallelism_strategy": par.strategy,
+            "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
+            **grad_extra,
+        },
     )
-    return RunResult(scenario=scenario, trace=Trace(events=events, steps=steps_table, chips=chip_table), facts=facts)
+    trace = Trace(
+        events=laid.events,
+        steps=laid.steps,
+        chips=chip_table,
+        step_kind=laid.step_kind,
+        chip_kind=laid.chip_kind,
+        extra=extra_tables,
+    )
+    return RunResult(scenario=scenario, trace=trace, facts=facts)

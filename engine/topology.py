@@ -16,6 +16,14 @@ Wraparound rules by generation (``ChipSpec.wraparound``):
                sharding.md: 'TPU v5e only has a wraparound connection when one axis
                has size 16').
 * ``none``   - a plain mesh.
+
+Supported slice shapes by generation (:func:`supported_shapes`), from the Cloud
+TPU docs' slice tables: 2D chips (v2, v3, v5e, v6e) take power-of-two shapes whose
+sides differ by at most 2x (2x2, 2x4, 4x4, ..., 16x16; v5e/v6e also 1x1); 3D chips
+(v4, v5p) take shapes with sides in {1, 2, 4} up to 64 chips and otherwise sides
+that are multiples of 4 (whole 4x4x4 cubes). Shapes with fewer axes than the torus
+are padded with 1s. Twisted tori (v4's optional twisted 4x4x8-style slices) are
+not modelled: every slice is a regular torus or mesh.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import numpy as np
 from .catalog import ChipSpec
 from .errors import TopologyError
 
-__all__ = ["Slice", "Pod", "build_pod", "wraparound_for"]
+__all__ = ["Slice", "Pod", "build_pod", "wraparound_for", "supported_shapes", "is_supported_shape"]
 
 AXIS_NAMES = ("x", "y", "z")
 
@@ -46,6 +54,37 @@ def wraparound_for(chip: ChipSpec, shape: tuple[int, ...]) -> tuple[bool, ...]:
     if rule == "axis16":
         return tuple(n == 16 for n in shape)
     return tuple(False for _ in shape)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def is_supported_shape(chip: ChipSpec, shape: tuple[int, ...]) -> bool:
+    """Whether ``shape`` is a slice shape ``chip`` offers (see the module docstring)."""
+    if len(shape) > chip.torus_dims or math.prod(shape) > chip.max_slice_chips:
+        return False
+    dims = tuple(shape) + (1,) * (chip.torus_dims - len(shape))
+    if chip.torus_dims == 2:
+        a, b = sorted(dims)
+        return _pow2(a) and _pow2(b) and b <= 2 * a and (a > 1 or chip.wraparound == "axis16" and b == 1)
+    if math.prod(dims) <= 64:
+        return all(n in (1, 2, 4) for n in dims)
+    return all(n % 4 == 0 for n in dims)
+
+
+def supported_shapes(chip: ChipSpec) -> list[str]:
+    """Human-readable list of the slice shapes ``chip`` supports (canonical orientation)."""
+    if chip.torus_dims == 2:
+        out = ["1x1"] if chip.wraparound == "axis16" else []
+        a = 2
+        while a * a <= chip.max_slice_chips:
+            out += [f"{a}x{a}"] + ([f"{a}x{2 * a}"] if 2 * a * a <= chip.max_slice_chips else [])
+            a *= 2
+        return out
+    small = [(2, 2, 1), (2, 2, 2), (2, 2, 4), (2, 4, 4), (4, 4, 4)]
+    return ["x".join(map(str, s)) for s in small] + ["AxBxC with A, B, C multiples of 4 (whole 4x4x4 cubes), "
+                                                     f"up to {chip.max_slice_chips} chips"]
 
 
 @dataclass(frozen=True)
@@ -70,11 +109,22 @@ class Slice:
         return idx.T.copy()
 
     def graph(self) -> nx.Graph:
-        """The slice as a networkx grid graph; nodes are coordinate tuples in axis order."""
-        # grid_graph numbers node tuples in reverse order of `dim`; reverse both to keep (x, y, z).
-        g = nx.grid_graph(dim=list(self.shape[::-1]), periodic=list(self.wrap[::-1]))
-        if len(self.shape) == 1:
-            g = nx.relabel_nodes(g, {n: (n,) for n in g.nodes})
+        """The slice as a networkx graph; nodes are coordinate tuples in axis order.
+
+        Edges are the ICI links (closed form over all chips, one per neighbour pair;
+        nx.grid_graph builds the same graph but takes ~0.5 s at 4,096 chips).
+        """
+        coords = self.coords
+        g = nx.Graph()
+        for a, (n, w) in enumerate(zip(self.shape, self.wrap)):
+            if n <= 1:
+                continue
+            src = coords if w else coords[coords[:, a] < n - 1]
+            dst = src.copy()
+            dst[:, a] = (dst[:, a] + 1) % n
+            g.add_edges_from(zip(map(tuple, src.tolist()), map(tuple, dst.tolist())))
+        if g.number_of_nodes() < self.chips:  # axes of length 1 only: chips without links
+            g.add_nodes_from(map(tuple, coords.tolist()))
         return g
 
 
@@ -143,10 +193,15 @@ def build_pod(chip: ChipSpec, shape: tuple[int, ...], slices: int = 1) -> Pod:
     Raises
     ------
     TopologyError
-        If the shape has more axes than the chip's torus or exceeds its largest slice.
+        If the shape has more axes than the chip's torus, exceeds its largest slice,
+        or is not one of the chip's supported slice shapes (the message lists them).
     """
     if len(shape) > chip.torus_dims:
         raise TopologyError(f"{chip.key} has a {chip.torus_dims}D torus; {'x'.join(map(str, shape))} has {len(shape)} axes")
     if math.prod(shape) > chip.max_slice_chips:
         raise TopologyError(f"{chip.key} slices hold at most {chip.max_slice_chips} chips; got {math.prod(shape)}")
+    if not is_supported_shape(chip, tuple(shape)):
+        raise TopologyError(
+            f"{chip.key} does not offer a {'x'.join(map(str, shape))} slice; supported shapes: {', '.join(supported_shapes(chip))}"
+        )
     return Pod(chip=chip, slice=Slice(shape=tuple(shape), wrap=wraparound_for(chip, tuple(shape))), slices=slices)

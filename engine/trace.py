@@ -25,6 +25,9 @@ __all__ = [
     "EVENTS_SCHEMA",
     "STEPS_SCHEMA",
     "CHIPS_SCHEMA",
+    "STEP_KIND_SCHEMA",
+    "CHIP_KIND_SCHEMA",
+    "kind_array",
     "Trace",
     "RunFacts",
     "RunResult",
@@ -46,13 +49,22 @@ EVENTS_SCHEMA = pa.schema(
     ]
 )
 STEPS_SCHEMA = pa.schema([("step", pa.int32()), ("start_ns", pa.int64()), ("step_ns", pa.int64())])
+#: per step and kind: chip time summed over chips, and the largest single chip's total
+STEP_KIND_SCHEMA = pa.schema([("step", pa.int32()), ("kind", _KIND_TYPE), ("chip_ns", pa.int64()), ("max_chip_ns", pa.int64())])
+#: per chip and kind: time summed over all steps
+CHIP_KIND_SCHEMA = pa.schema([("chip", pa.int32()), ("kind", _KIND_TYPE), ("ns", pa.int64())])
 CHIPS_SCHEMA = pa.schema([(c, pa.int32()) for c in ("chip", "host", "slice", "x", "y", "z")])
 _KIND_DICTIONARY = pa.array(EVENT_KINDS, type=pa.string())
 
 
+def kind_array(kind_code: np.ndarray) -> pa.DictionaryArray:
+    """Kind codes (indices into EVENT_KINDS) as an Arrow dictionary array."""
+    return pa.DictionaryArray.from_arrays(pa.array(kind_code.astype(np.int8, copy=False)), _KIND_DICTIONARY)
+
+
 def events_batch(chip: np.ndarray, step: np.ndarray, kind_code: np.ndarray, start_ns: np.ndarray, dur_ns: np.ndarray) -> pa.RecordBatch:
     """Build one events record batch from flat numpy columns (kind as codes into EVENT_KINDS)."""
-    kind = pa.DictionaryArray.from_arrays(pa.array(kind_code.astype(np.int8, copy=False)), _KIND_DICTIONARY)
+    kind = kind_array(kind_code)
     return pa.RecordBatch.from_arrays(
         [pa.array(chip, pa.int32()), pa.array(step, pa.int32()), kind, pa.array(start_ns, pa.int64()), pa.array(dur_ns, pa.int64())],
         schema=EVENTS_SCHEMA,
@@ -61,10 +73,19 @@ def events_batch(chip: np.ndarray, step: np.ndarray, kind_code: np.ndarray, star
 
 @dataclass(frozen=True)
 class Trace:
+    """A run's tables. ``events`` is empty when the run was simulated in summary mode.
+
+    ``step_kind`` and ``chip_kind`` are the per-step and per-chip aggregates by kind; the
+    engine computes them exactly while laying out steps. When absent (imported traces)
+    the profiler derives them from ``events`` in SQL.
+    """
+
     events: pa.Table
     steps: pa.Table
     chips: pa.Table
     extra: dict[str, pa.Table] = field(default_factory=dict)
+    step_kind: pa.Table | None = None
+    chip_kind: pa.Table | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.errors import InputError, PodscopeError, ScenarioError, TraceImportError
 
-from . import api, queries
+from . import api, collective_cli, queries
 from .store import Database
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -59,11 +59,30 @@ def _fmt_summary(s: dict[str, Any]) -> str:
     lines.append(f"  MFU           {pct(s.get('mfu'))}   HFU {pct(s.get('hfu'))}")
     parts = ", ".join(f"{k} {pct(v)}" for k, v in s["breakdown"].items() if v > 0)
     lines.append(f"  chip time     {parts}")
+    if s.get("mesh"):
+        lines.append(f"  mesh          {s['mesh']}")
     if s.get("peak_hbm_bytes") is not None:
         lines.append(f"  HBM peak      {s['peak_hbm_bytes'] / 2**30:.2f} GiB of {s['hbm_capacity_bytes'] / 2**30:.2f} GiB")
     if s.get("oom"):
-        lines.append("  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)")
+        lines.extend(_fmt_oom(s))
     return "\n".join(lines)
+
+
+def _fmt_oom(s: dict[str, Any]) -> list[str]:
+    """Say plainly what overflowed HBM and what would make it fit."""
+    d = s.get("oom_detail")
+    if not d:
+        return ["  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)"]
+    gib = 2**30
+    term_bytes = (s.get("hbm_breakdown_bytes") or {}).get(d["term"])
+    term = f"{d['term']} ({term_bytes / gib:.2f} GiB)" if term_bytes is not None else d["term"]
+    lines = [
+        f"  OUT OF MEMORY: chip {d['chip']} (every chip holds the same shards) needs {d['peak_bytes'] / gib:.2f} GiB "
+        f"at its peak ({d['phase']}), {d['over_bytes'] / gib:.2f} GiB more than the {d['usable_bytes'] / gib:.2f} GiB usable;",
+        f"  the largest term is {term}. What would make it fit:",
+    ]
+    lines += [f"    - {text}" for text in d.get("suggestions", [])]
+    return lines
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -190,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     db_arg(sw)
     sw.set_defaults(func=_cmd_sweep)
+
+    collective_cli.add_parser(sub)
     return p
 
 

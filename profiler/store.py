@@ -16,7 +16,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -35,6 +35,7 @@ __all__ = [
     "Database",
     "resolve_db_path",
     "write_run",
+    "write_runs",
     "delete_run",
     "resolve_run",
 ]
@@ -68,10 +69,13 @@ CREATE TABLE IF NOT EXISTS step_kind (run_id INTEGER NOT NULL, step INTEGER, kin
 CREATE TABLE IF NOT EXISTS chip_kind (run_id INTEGER NOT NULL, chip INTEGER, kind VARCHAR, ns BIGINT);
 """
 
+#: Fallback for traces that arrive without aggregates (imports): derived from events in SQL.
 _SUMMARY_SQL = (
     """
     INSERT INTO step_kind
-    SELECT $run_id, step, kind, sum(dur_ns), max(dur_ns) FROM events WHERE run_id = $run_id GROUP BY step, kind
+    SELECT $run_id, step, kind, sum(ns), max(ns)
+    FROM (SELECT step, chip, kind, sum(dur_ns) AS ns FROM events WHERE run_id = $run_id GROUP BY step, chip, kind)
+    GROUP BY step, kind
     """,
     """
     INSERT INTO chip_kind
@@ -118,7 +122,9 @@ class Database:
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(str(self.path), read_only=read_only)
+                con = duckdb.connect(str(self.path), read_only=read_only)
+                con.execute("SET enable_progress_bar = false")
+                return con
             except duckdb.Error as e:
                 if _is_lock_error(e) and time.monotonic() < deadline:
                     time.sleep(delay)
@@ -163,6 +169,8 @@ class Database:
 
 
 def _insert_arrow(con: duckdb.DuckDBPyConnection, table_name: str, data: pa.Table, run_id: int, columns: list[str]) -> None:
+    if data.num_rows == 0:
+        return  # e.g. events of a summary-mode run: a statement costs more than the run
     view = f"_podscope_in_{table_name}"
     con.register(view, data)
     try:
@@ -200,47 +208,67 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
     ProfilerError
         On any storage failure; the database is left without a partial run.
     """
+    with db.write() as con:
+        return _write_run(con, result, name=name, source=source)
+
+
+def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "simulated") -> list[int]:
+    """Store many runs through one connection, each in its own transaction.
+
+    Opening and checkpointing a DuckDB file costs tens of milliseconds, more than
+    storing a summary-mode run; a sweep's single writer uses this to keep up.
+    A failure leaves every run written before it intact and nothing of the failed one.
+    """
+    with db.write() as con:
+        return [_write_run(con, r, name=None, source=source) for r in results]
+
+
+def _write_run(con: duckdb.DuckDBPyConnection, result: RunResult, *, name: str | None, source: str) -> int:
     from .summary import build_summary  # summary queries live with the query layer
 
     scenario = result.scenario
     facts = result.facts
     trace = result.trace
     run_name = name or (scenario.name if scenario is not None else "run")
-    with db.write() as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            run_id = con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
-            con.execute(
-                """INSERT INTO runs (run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts)
-                   VALUES ($run_id, $name, $created_at, $source, $chip, $chips, $hosts, $slices, $topology, $steps, $scenario, $facts)""",
-                {
-                    "run_id": run_id,
-                    "name": run_name,
-                    "created_at": datetime.now(timezone.utc),
-                    "source": source,
-                    "chip": facts.chip,
-                    "chips": facts.chips,
-                    "hosts": facts.hosts,
-                    "slices": facts.slices,
-                    "topology": facts.topology,
-                    "steps": facts.steps,
-                    "scenario": json.dumps(scenario.to_dict() if scenario is not None else None),
-                    "facts": json.dumps(asdict(facts), default=_json_default),
-                },
-            )
-            _insert_arrow(con, "chips", trace.chips, run_id, ["chip", "host", "slice", "x", "y", "z"])
-            _insert_arrow(con, "steps", trace.steps, run_id, ["step", "start_ns", "step_ns"])
-            _insert_arrow(con, "events", trace.events, run_id, ["chip", "step", "CAST(kind AS VARCHAR)", "start_ns", "dur_ns"])
-            for name_, table in trace.extra.items():
-                _insert_extra(con, name_, table, run_id)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        run_id = con.execute("SELECT nextval('run_id_seq')").fetchone()[0]
+        con.execute(
+            """INSERT INTO runs (run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts)
+               VALUES ($run_id, $name, $created_at, $source, $chip, $chips, $hosts, $slices, $topology, $steps, $scenario, $facts)""",
+            {
+                "run_id": run_id,
+                "name": run_name,
+                "created_at": datetime.now(timezone.utc),
+                "source": source,
+                "chip": facts.chip,
+                "chips": facts.chips,
+                "hosts": facts.hosts,
+                "slices": facts.slices,
+                "topology": facts.topology,
+                "steps": facts.steps,
+                "scenario": json.dumps(scenario.to_dict() if scenario is not None else None),
+                "facts": json.dumps(asdict(facts), default=_json_default),
+            },
+        )
+        _insert_arrow(con, "chips", trace.chips, run_id, ["chip", "host", "slice", "x", "y", "z"])
+        _insert_arrow(con, "steps", trace.steps, run_id, ["step", "start_ns", "step_ns"])
+        _insert_arrow(con, "events", trace.events, run_id, ["chip", "step", "CAST(kind AS VARCHAR)", "start_ns", "dur_ns"])
+        for name_, table in trace.extra.items():
+            _insert_extra(con, name_, table, run_id)
+        if trace.step_kind is not None and trace.chip_kind is not None:
+            # exact aggregates from the engine (also the only ones in summary mode)
+            _insert_arrow(con, "step_kind", trace.step_kind, run_id, ["step", "CAST(kind AS VARCHAR)", "chip_ns", "max_chip_ns"])
+            _insert_arrow(con, "chip_kind", trace.chip_kind, run_id, ["chip", "CAST(kind AS VARCHAR)", "ns"])
+        else:
             for sql in _SUMMARY_SQL:
                 con.execute(sql, {"run_id": run_id})
-            summary = build_summary(con, run_id)
-            con.execute("UPDATE runs SET summary = $s WHERE run_id = $run_id", {"s": json.dumps(summary), "run_id": run_id})
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        summary = build_summary(con, run_id)
+        con.execute("UPDATE runs SET summary = $s WHERE run_id = $run_id", {"s": json.dumps(summary), "run_id": run_id})
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
     return int(run_id)
 
 

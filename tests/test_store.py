@@ -127,3 +127,60 @@ def test_scenario_is_stored_as_json(db, small_scenario):
     with duckdb.connect(str(db.path), read_only=True) as con:
         raw = con.execute("SELECT scenario FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
     assert json.loads(raw)["pod"]["topology"] == "2x2x2"
+
+
+def test_engine_aggregates_equal_sql_aggregates_from_events(db, small_scenario_path):
+    """The engine's exact step/chip aggregates must match what SQL derives from the stored events."""
+    from engine import load_scenario
+    from profiler.store import _SUMMARY_SQL
+
+    # jitter makes every chip's compute differ, and each chip has two compute events per step
+    result = simulate(load_scenario(small_scenario_path, overrides={"sim.jitter_frac": 0.2}))
+    run_id = write_run(db, result)
+    with db.write() as con:
+        con.execute("CREATE TEMP TABLE step_kind_sql AS SELECT * FROM step_kind LIMIT 0")
+        con.execute("CREATE TEMP TABLE chip_kind_sql AS SELECT * FROM chip_kind LIMIT 0")
+        for sql in _SUMMARY_SQL:
+            con.execute(sql.replace("INSERT INTO step_kind", "INSERT INTO step_kind_sql").replace("INSERT INTO chip_kind", "INSERT INTO chip_kind_sql"), {"run_id": run_id})
+        diff_step = con.execute(
+            "SELECT count(*) FROM (SELECT * FROM step_kind WHERE run_id = ? EXCEPT SELECT * FROM step_kind_sql)", [run_id]
+        ).fetchone()[0]
+        diff_chip = con.execute(
+            "SELECT count(*) FROM (SELECT * FROM chip_kind WHERE run_id = ? EXCEPT SELECT * FROM chip_kind_sql)", [run_id]
+        ).fetchone()[0]
+        n = con.execute("SELECT count(*) FROM step_kind_sql").fetchone()[0]
+        sums = con.execute("SELECT max_chip_ns < chip_ns FROM step_kind WHERE run_id = ? AND kind = 'compute'", [run_id]).fetchall()
+    assert n > 0 and diff_step == 0 and diff_chip == 0
+    assert all(row[0] for row in sums)  # 8 chips: the max chip is less than the sum
+
+
+def test_summary_mode_stores_no_events_and_the_same_headline(db, small_scenario_path):
+    from engine import load_scenario
+
+    full = write_run(db, simulate(load_scenario(small_scenario_path)), name="full")
+    summ = write_run(db, simulate(load_scenario(small_scenario_path, overrides={"sim.trace": "summary"})), name="summary")
+    with db.read() as con:
+        a, b = queries.run_summary(con, full), queries.run_summary(con, summ)
+    assert b["events"] == 0 and a["events"] > 0
+    for key in ("step_time_s", "mfu", "samples_per_s", "wall_time_s"):
+        assert a[key] == b[key]
+    assert a["breakdown"] == pytest.approx(b["breakdown"])
+
+
+def test_write_runs_batches_with_one_transaction_per_run(db, small_scenario):
+    from profiler.store import write_runs
+
+    good = simulate(small_scenario)
+    bad = type(good)(
+        scenario=good.scenario,
+        trace=Trace(good.trace.events, good.trace.steps, good.trace.chips, {"not valid!": pa.table({"x": [1]})}),
+        facts=good.facts,
+    )
+    ids = write_runs(db, [good, good])
+    assert len(ids) == 2
+    with pytest.raises(ProfilerError):
+        write_runs(db, [good, bad, good])
+    with db.read() as con:
+        # the two first runs, plus the good run written before the failure; nothing of the bad one
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+        assert con.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0] == 3

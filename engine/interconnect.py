@@ -1,0 +1,198 @@
+"""The interconnect as a run sees it: one collective's cost on a pod, and the gradient sync.
+
+Ties together the ring schedule (:mod:`engine.collectives`), the links it loads
+(:mod:`engine.links`) and the scenario's ``[interconnect]`` section. The gradient
+all-reduce can overlap the backward pass in buckets (PyTorch DDP / XLA async
+collectives style): bucket i of B is ready at ``i/B`` of the backward pass and
+each bucket pays the collective's bandwidth time / B plus its full latency. The
+pipeline's finish is ``max(bwd/B + B c, bwd + c)`` after the backward starts, so
+the exposed part is ``max(c, B c - (B-1)/B bwd)``; only that part is charged to
+the step, the rest is recorded as overlapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+
+from .calibration import Calibration
+from .collectives import CollectiveResult, collective_time, plan_collective
+from .links import Fabric, dcn_link_table
+from .topology import Pod
+
+__all__ = ["collective_on_pod", "GradientSync", "gradient_sync", "overlap_exposed_s", "overlap_table", "OVERLAP_SCHEMA"]
+
+OVERLAP_SCHEMA = pa.schema(
+    [
+        ("step", pa.int32()),
+        ("start_ns", pa.int64()),  # when the first bucket's all-reduce starts (absolute)
+        ("overlapped_ns", pa.int64()),  # collective time hidden under the backward pass
+        ("exposed_ns", pa.int64()),  # collective time charged to the step (the `collective` event)
+        ("buckets", pa.int32()),
+    ]
+)
+
+
+def overlap_exposed_s(bw_time_s: float, latency_s: float, backward_s: float, buckets: int) -> tuple[float, float]:
+    """Exposed and overlapped seconds of a bucketed all-reduce started during the backward pass.
+
+    Parameters
+    ----------
+    bw_time_s, latency_s
+        The whole collective's bandwidth and latency terms (s); each bucket pays
+        ``bw_time_s / buckets + latency_s``.
+    backward_s
+        Backward-pass duration (s) the buckets become ready over.
+    buckets
+        Number of gradient buckets (1 = no overlap possible).
+
+    Returns
+    -------
+    (exposed_s, overlapped_s)
+    """
+    b = max(int(buckets), 1)
+    c = bw_time_s / b + latency_s
+    exposed = max(c, b * c - (b - 1) / b * backward_s) if b > 1 else c
+    return exposed, max(b * c - exposed, 0.0)
+
+
+def _fabrics(pod: Pod, link_bytes_per_s: float, degraded: Sequence = (), failed: Sequence = ()) -> dict[int, Fabric]:
+    """One fabric per slice that has faults (key: slice index), plus the healthy one at key -1."""
+    out = {-1: Fabric(pod.slice, link_bytes_per_s)}
+    for s in sorted({f.slice for f in (*degraded, *failed)}):
+        out[s] = Fabric(
+            pod.slice,
+            link_bytes_per_s,
+            degraded={(tuple(f.a), tuple(f.b)): f.bandwidth_frac for f in degraded if f.slice == s},
+            failed=tuple((tuple(f.a), tuple(f.b)) for f in failed if f.slice == s),
+        )
+    return out
+
+
+def collective_on_pod(
+    op: str,
+    bytes_total: float,
+    pod: Pod,
+    cal: Calibration,
+    *,
+    axes: Sequence[int] | None = None,
+    schedule: str = "simultaneous",
+    unidirectional: bool = False,
+    degraded: Sequence = (),
+    failed: Sequence = (),
+    across_slices: bool = True,
+    fabrics: dict[int, Fabric] | None = None,
+) -> tuple[CollectiveResult, dict[int, Fabric], dict[int, np.ndarray]]:
+    """Cost of one collective on a pod's ICI (and DCN across slices), faults included.
+
+    Returns the result (the slowest slice sets the time), the fabric of every slice
+    with faults (key -1: the healthy slices) and their per-stage link loads
+    ``{slice: (stages, links) bytes}``. Pass ``fabrics`` back in to reuse their
+    detours (routing on a 4,096-chip graph takes a fraction of a second).
+    """
+    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
+    plan = plan_collective(op, bytes_total, pod.slice.shape, pod.slice.wrap, axes, schedule, unidirectional)
+    fabrics = fabrics if fabrics is not None else _fabrics(pod, link, degraded, failed)
+    loads = {k: f.stage_loads(plan) for k, f in fabrics.items()}
+    # The slowest slice bounds a synchronous collective: per stage, the worst fabric.
+    stage_bw = np.max([fabrics[k].stage_bw_time_s(plan, loads[k]) for k in fabrics], axis=0) if plan.stages else []
+    extra = max((f.extra_hops(a) for f in fabrics.values() for a in range(len(pod.slice.shape))), default=0)
+    res = collective_time(
+        plan,
+        link,
+        cal.ici_hop_latency_s,
+        stage_bw_time_s=list(stage_bw),
+        slices=pod.slices if across_slices else 1,
+        chips_per_host=min(pod.chip.chips_per_host, pod.chips_per_slice),
+        dcn_host_bytes_per_s=pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
+        dcn_latency_s=cal.dcn_latency_s,
+    )
+    if extra:
+        # A detour lengthens every ring step that crosses it: charge its extra hops once per stage.
+        add = extra * cal.ici_hop_latency_s * plan.stages
+        res = CollectiveResult(res.op, res.bytes_total, res.participants, res.time_s + add, res.ici_time_s + add,
+                               res.dcn_time_s, res.phases, res.plan)
+    return res, fabrics, loads
+
+
+@dataclass(frozen=True)
+class GradientSync:
+    """The per-step gradient all-reduce: its cost, what is exposed, and its link load."""
+
+    result: CollectiveResult
+    total_s: float  # all buckets' collective time
+    exposed_s: float  # charged to the step as the `collective` event
+    overlapped_s: float  # hidden under the backward pass
+    buckets: int
+    fabrics: dict[int, Fabric]
+    loads: dict[int, np.ndarray]
+
+    def link_load(self, pod: Pod, cal: Calibration, step_s: float) -> pa.Table:
+        """The ``link_load`` table (one row per directed ICI link and per host NIC)."""
+        plan = self.result.plan
+        tables = []
+        for s in range(pod.slices):
+            key = s if s in self.fabrics else -1
+            tables.append(self.fabrics[key].link_load_table(plan, 1.0, step_s, s, self.loads[key]))
+        if pod.slices > 1:
+            cph = min(pod.chip.chips_per_host, pod.chips_per_slice)
+            shard = plan.bytes_total / plan.participants
+            host_bytes = 2 * (pod.slices - 1) / pod.slices * shard * cph  # ring all-reduce [ring]
+            host_bw = pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency
+            tables.append(dcn_link_table(pod.chip_table["host"], pod.chips_per_slice, pod.slices, host_bytes, host_bw, step_s))
+        return pa.concat_tables(tables)
+
+
+def gradient_sync(
+    pod: Pod, grad_bytes_per_chip: float, cal: Calibration, section, backward_s: float, axes: Sequence[int] | None = None
+) -> GradientSync:
+    """The gradient all-reduce of a data-parallel step under the scenario's ``[interconnect]``.
+
+    Parameters
+    ----------
+    grad_bytes_per_chip
+        Gradient bytes each chip all-reduces (the operand).
+    section
+        The scenario's :class:`~engine.scenario.InterconnectSection`.
+    backward_s
+        Backward-pass duration (s), for overlap.
+    axes
+        Torus axes the data-parallel mesh axis spans (default: all); across slices the
+        shard is then all-reduced over the DCN.
+    """
+    kw = dict(axes=axes, schedule=section.schedule, unidirectional=section.unidirectional,
+              degraded=section.degraded_links, failed=section.failed_links)
+    res, fabrics, loads = collective_on_pod("all-reduce", grad_bytes_per_chip, pod, cal, **kw)
+    buckets = section.buckets if section.overlap else 1
+    if buckets > 1:
+        bw_only = replace(cal, ici_hop_latency_s=0.0, dcn_latency_s=0.0)
+        bw_s = collective_on_pod("all-reduce", grad_bytes_per_chip, pod, bw_only, fabrics=fabrics, **kw)[0].time_s
+        exposed, overlapped = overlap_exposed_s(bw_s, res.time_s - bw_s, backward_s, buckets)
+    else:
+        exposed, overlapped = res.time_s, 0.0
+    return GradientSync(res, exposed + overlapped, exposed, overlapped, buckets, fabrics, loads)
+
+
+def overlap_table(sync: GradientSync, steps: pa.Table, backward_start_s: float, backward_s: float) -> pa.Table:
+    """Per-step record of the overlapped gradient all-reduce (no rows when nothing overlaps).
+
+    The first bucket starts once ``1/buckets`` of the backward pass is done.
+    """
+    n = steps.num_rows if sync.overlapped_s > 0 else 0
+    start = steps.column("start_ns").to_numpy()[:n]
+    first_bucket_s = backward_start_s + backward_s / max(sync.buckets, 1)
+    return pa.table(
+        {
+            "step": np.arange(n, dtype=np.int32),
+            "start_ns": start + int(round(first_bucket_s * 1e9)),
+            "overlapped_ns": np.full(n, int(round(sync.overlapped_s * 1e9)), np.int64),
+            "exposed_ns": np.full(n, int(round(sync.exposed_s * 1e9)), np.int64),
+            "buckets": np.full(n, sync.buckets, np.int32),
+        },
+        schema=OVERLAP_SCHEMA,
+    )
+
+

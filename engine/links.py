@@ -1,0 +1,266 @@
+"""Every directed ICI link of a slice, the bytes a collective's ring schedule puts on it, and faults.
+
+Links are enumerated in closed form with numpy (chip x axis x direction), so a
+4,096-chip torus (24,576 directed links) is built and loaded in milliseconds. The
+healthy load of a phase is uniform over its axis (every ring of a torus axis is
+identical), except on a line where an all-to-all loads the middle link most.
+
+Faults: a degraded link keeps a fraction of its bandwidth; a failed link carries
+nothing, and the ring traffic it would have carried is routed around it along the
+shortest detour in the slice graph (networkx, on :meth:`engine.topology.Slice.graph`
+minus the failed links). A stage then lasts ``max(bytes on link / link bandwidth)``
+over all links, which is how a detour or a slow link slows the whole collective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+
+from .collectives import CollectivePlan
+from .errors import TopologyError
+from .topology import AXIS_NAMES, Slice
+
+__all__ = ["LINK_LOAD_SCHEMA", "Fabric", "fault_problems"]
+
+LINK_LOAD_SCHEMA = pa.schema(
+    [
+        ("src_chip", pa.int32()),
+        ("dst_chip", pa.int32()),
+        ("axis", pa.string()),
+        ("bytes_per_step", pa.float64()),
+        ("busy_ns_per_step", pa.int64()),
+        ("utilization", pa.float64()),
+        ("bandwidth_frac", pa.float64()),  # 1 healthy, (0, 1) degraded, 0 failed
+    ]
+)
+
+Coord = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The directed links of one slice with their bandwidth, degradations and failures.
+
+    Parameters
+    ----------
+    slice
+        The torus slice.
+    link_bytes_per_s
+        Healthy one-way bandwidth of one link (times any efficiency).
+    degraded
+        ``{(a, b): fraction}`` for undirected links between coordinates a and b.
+    failed
+        Undirected links ``(a, b)`` that carry nothing.
+    """
+
+    slice: Slice
+    link_bytes_per_s: float
+    degraded: dict[tuple[Coord, Coord], float] = field(default_factory=dict)
+    failed: tuple[tuple[Coord, Coord], ...] = ()
+
+    # -- the links, closed form -------------------------------------------------------
+    @cached_property
+    def links(self) -> dict[str, np.ndarray]:
+        """Columns of every directed link: src, dst (slice-local chip ids), axis, sign, pos.
+
+        ``pos`` is the lower coordinate of the link along its axis (the cut it crosses).
+        """
+        shape = self.slice.shape
+        coords = self.slice.coords
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("src", "dst", "axis", "sign", "pos")}
+        ids = np.arange(len(coords), dtype=np.int32)
+        for a, (n, w) in enumerate(zip(shape, self.slice.wrap)):
+            if n <= 1:
+                continue
+            for sign in (1, -1):
+                nxt = coords[:, a] + sign
+                ok = np.ones(len(coords), bool) if w else (nxt >= 0) & (nxt < n)
+                dst_coords = coords[ok].copy()
+                dst_coords[:, a] = np.mod(nxt[ok], n)
+                cols["src"].append(ids[ok])
+                cols["dst"].append(np.ravel_multi_index(tuple(dst_coords.T), shape).astype(np.int32))
+                cols["axis"].append(np.full(ok.sum(), a, np.int8))
+                cols["sign"].append(np.full(ok.sum(), sign, np.int8))
+                cols["pos"].append(np.minimum(coords[ok, a], dst_coords[:, a]).astype(np.int32))
+        return {k: (np.concatenate(v) if v else np.zeros(0, np.int32)) for k, v in cols.items()}
+
+    @property
+    def n_links(self) -> int:
+        return len(self.links["src"])
+
+    def _link_ids(self, a: Coord, b: Coord) -> np.ndarray:
+        """Ids of the directed links a->b and b->a (one of each; the first on a 2-ring)."""
+        shape = self.slice.shape
+        ia, ib = int(np.ravel_multi_index(a, shape)), int(np.ravel_multi_index(b, shape))
+        src, dst = self.links["src"], self.links["dst"]
+        out = []
+        for s, d in ((ia, ib), (ib, ia)):
+            hit = np.flatnonzero((src == s) & (dst == d))
+            if hit.size == 0:
+                raise TopologyError(f"no ICI link between {a} and {b} in a {'x'.join(map(str, shape))} slice")
+            out.append(hit[0])
+        return np.asarray(out)
+
+    @cached_property
+    def bandwidth_frac(self) -> np.ndarray:
+        """(links,) fraction of healthy bandwidth: 1, the degraded fraction, or 0 if failed."""
+        frac = np.ones(self.n_links)
+        for (a, b), f in self.degraded.items():
+            frac[self._link_ids(a, b)] = f
+        for a, b in self.failed:
+            frac[self._link_ids(a, b)] = 0.0
+        return frac
+
+    @cached_property
+    def detours(self) -> list[tuple[int, np.ndarray]]:
+        """For each failed directed link: (its id, ids of the links of its shortest detour).
+
+        Raises
+        ------
+        TopologyError
+            If the failures disconnect the slice.
+        """
+        if not self.failed:
+            return []
+        g = self.slice.graph()
+        g.remove_edges_from(self.failed)
+        shape = self.slice.shape
+        n = self.slice.chips
+        keys = self.links["src"].astype(np.int64) * n + self.links["dst"]
+        order = np.argsort(keys, kind="stable")  # first link wins on a 2-ring's double link
+        out = []
+        for a, b in self.failed:
+            for u, v in ((a, b), (b, a)):
+                try:
+                    path = nx.shortest_path(g, u, v)
+                except nx.NetworkXNoPath:
+                    raise TopologyError(f"failed links disconnect {u} from {v}; no detour exists") from None
+                flat = np.ravel_multi_index(tuple(np.asarray(path).T), shape).astype(np.int64)
+                hop_keys = flat[:-1] * n + flat[1:]
+                ids = order[np.searchsorted(keys[order], hop_keys)]
+                out.append((int(self._link_ids(u, v)[0]), ids))
+        return out
+
+    def extra_hops(self, axis: int) -> int:
+        """Hops a ring on ``axis`` gains from its longest detour (0 without failures)."""
+        extra = 0
+        for link_id, path in self.detours:
+            if self.links["axis"][link_id] == axis:
+                extra = max(extra, len(path) - 1)
+        return extra
+
+    # -- loads ------------------------------------------------------------------------
+    def stage_loads(self, plan: CollectivePlan) -> np.ndarray:
+        """(stages, links) bytes each directed link carries in each stage, detours applied."""
+        L = self.links
+        loads = np.zeros((plan.stages, self.n_links))
+        for p in plan.phases:
+            on_axis = L["axis"] == p.axis
+            if p.op == "all-to-all" and not plan.wrap[p.axis]:
+                # Line: the link at cut i carries (i+1)(n-i-1) pair-shares; p.link_bytes is the middle one.
+                n = p.chips
+                i = L["pos"][on_axis]
+                loads[p.stage, on_axis] += p.link_bytes * (i + 1) * (n - i - 1) / ((n // 2) * (n - n // 2))
+            elif p.directions == 1 and plan.wrap[p.axis]:
+                loads[p.stage, on_axis & (L["sign"] == 1)] += p.link_bytes  # one-way ring on a torus axis
+            else:
+                loads[p.stage, on_axis] += p.link_bytes
+        for link_id, path in self.detours:
+            loads[:, path] += loads[:, [link_id]]
+            loads[:, link_id] = 0.0
+        return loads
+
+    def stage_bw_time_s(self, plan: CollectivePlan, loads: np.ndarray | None = None) -> list[float]:
+        """Bandwidth time of each stage: its busiest link's bytes over that link's bandwidth."""
+        loads = self.stage_loads(plan) if loads is None else loads
+        bw = self.link_bytes_per_s * self.bandwidth_frac
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(loads > 0, loads / np.where(bw > 0, bw, np.nan), 0.0)
+        return [float(x) for x in np.nanmax(t, axis=1)] if t.size else [0.0] * plan.stages
+
+    def link_load_table(
+        self, plan: CollectivePlan, per_step: float, step_s: float, slice_index: int = 0, loads: np.ndarray | None = None
+    ) -> pa.Table:
+        """``link_load`` rows (see LINK_LOAD_SCHEMA) for ``per_step`` runs of ``plan`` per step.
+
+        Chip ids are global: ``slice_index * chips_per_slice + local``.
+        """
+        loads = self.stage_loads(plan) if loads is None else loads
+        bytes_step = loads.sum(axis=0) * per_step
+        bw = self.link_bytes_per_s * self.bandwidth_frac
+        busy_s = np.divide(bytes_step, bw, out=np.zeros_like(bytes_step), where=bw > 0)
+        offset = slice_index * self.slice.chips
+        return pa.table(
+            {
+                "src_chip": (self.links["src"] + offset).astype(np.int32),
+                "dst_chip": (self.links["dst"] + offset).astype(np.int32),
+                "axis": np.asarray(AXIS_NAMES)[self.links["axis"]] if self.n_links else np.zeros(0, str),
+                "bytes_per_step": bytes_step,
+                "busy_ns_per_step": np.rint(busy_s * 1e9).astype(np.int64),
+                "utilization": busy_s / step_s if step_s > 0 else np.zeros_like(busy_s),
+                "bandwidth_frac": self.bandwidth_frac,
+            },
+            schema=LINK_LOAD_SCHEMA,
+        )
+
+
+def dcn_link_table(
+    chip_host: np.ndarray, chips_per_slice: int, slices: int, host_bytes: float, host_bytes_per_s: float, step_s: float
+) -> pa.Table:
+    """One ``dcn`` row per host: its NIC's bytes per step to the same host of the next slice (ring).
+
+    ``src_chip``/``dst_chip`` are the first chip of each host, per the link-load contract.
+    """
+    hosts, first = np.unique(chip_host, return_index=True)
+    per_slice = len(hosts) // max(slices, 1)
+    dst = (first + chips_per_slice) % (chips_per_slice * slices)
+    busy_s = host_bytes / host_bytes_per_s if host_bytes_per_s > 0 else 0.0
+    n = len(hosts)
+    assert per_slice * slices == n
+    return pa.table(
+        {
+            "src_chip": first.astype(np.int32),
+            "dst_chip": dst.astype(np.int32),
+            "axis": np.full(n, "dcn"),
+            "bytes_per_step": np.full(n, float(host_bytes)),
+            "busy_ns_per_step": np.full(n, int(round(busy_s * 1e9)), np.int64),
+            "utilization": np.full(n, busy_s / step_s if step_s > 0 else 0.0),
+            "bandwidth_frac": np.ones(n),
+        },
+        schema=LINK_LOAD_SCHEMA,
+    )
+
+
+def fault_problems(
+    shape: Sequence[int], wrap: Sequence[bool], slices: int, degraded: Sequence, failed: Sequence, key: str = "interconnect"
+) -> list[tuple[str, str]]:
+    """Check scenario link faults against the slice; returns ``(dotted_key, message)`` problems."""
+    problems: list[tuple[str, str]] = []
+    if not degraded and not failed:
+        return problems
+    g = Slice(tuple(shape), tuple(wrap)).graph()
+    for name, items in (("degraded_links", degraded), ("failed_links", failed)):
+        for i, f in enumerate(items):
+            a, b = tuple(f.a), tuple(f.b)
+            where = f"{key}.{name}.{i}"  # pydantic's dotted form, as for every other key
+            if len(a) != len(shape) or len(b) != len(shape):
+                shape_txt = "x".join(map(str, shape))
+                problems.append((where, f"coordinates {list(a)}, {list(b)} need {len(shape)} entries for a {shape_txt} slice"))
+            elif not g.has_edge(a, b):
+                problems.append((where, f"{list(a)} and {list(b)} are not neighbours on the {'x'.join(map(str, shape))} slice"))
+            elif f.slice >= slices:
+                problems.append((where, f"slice {f.slice} does not exist; the pod has {slices} slice(s)"))
+    if not problems and failed:
+        for s in {f.slice for f in failed}:
+            cut = g.copy()
+            cut.remove_edges_from((tuple(f.a), tuple(f.b)) for f in failed if f.slice == s)
+            if not nx.is_connected(cut):
+                problems.append((f"{key}.failed_links", f"the failed links disconnect slice {s}; rings cannot route around them"))
+    return problems
+

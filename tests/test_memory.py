@@ -1,0 +1,178 @@
+"""HBM model: known answers worked by hand, sharding invariants, the step timeline, GPT-3 175B fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import scenario_from_dict, simulate
+from engine.catalog import load_catalog
+from engine.memory import CATEGORIES, bytes_per_param, hbm_plan, transformer_layer_activation_bytes
+from engine.models import model_cost
+from engine.scenario import MlpModel, TransformerModel
+
+GIB = 2**30
+
+
+def _gpt(**kw) -> TransformerModel:
+    dims = dict(kind="transformer", layers=2, d_model=64, heads=4, d_ff=256, vocab=100, seq_len=32)
+    dims.update(kw)
+    return TransformerModel(**dims)
+
+
+class TestBytesPerParam:
+    def test_adam_is_zero_s_16_bytes(self):
+        # ZeRO sec. 3.1: mixed-precision Adam keeps 16 bytes per parameter (here 4 master + 4 grad + 8 m, v)
+        b = bytes_per_param("adam", "bf16")
+        assert (b.params, b.grads, b.optimizer, b.model_states) == (4.0, 4.0, 8.0, 16.0)
+
+    @pytest.mark.parametrize("opt, states", [("sgd", 8.0), ("momentum", 12.0), ("adafactor", 8.0)])
+    def test_other_optimizers(self, opt, states):
+        assert bytes_per_param(opt, "bf16").model_states == states
+
+    def test_compute_copy_by_precision(self):
+        assert [bytes_per_param("adam", p).compute_copy for p in ("fp32", "bf16", "int8")] == [0.0, 2.0, 2.0]
+
+
+class TestTransformerActivations:
+    """Korthikanti et al. 2022 sec. 4.1 without dropout: s b h (32 + 2 a s / h) bytes per layer in bf16."""
+
+    s, b, h, a = 32, 2, 64, 4
+
+    def test_no_remat_matches_korthikanti_without_dropout(self):
+        got = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
+        # by hand: per token 4d + 3d + d + 4d + 4d + a s = 1024 + 128 = 1152 elements x 2 bytes x 64 tokens
+        assert got == 147456
+        assert got == self.s * self.b * self.h * (32 + 2 * self.a * self.s / self.h)
+
+    def test_selective_drops_the_attention_core(self):
+        assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "selective") == self.s * self.b * self.h * 32
+
+    def test_full_keeps_the_layer_input(self):
+        assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "full") == 2 * self.s * self.b * self.h
+
+    def test_flash_never_stores_probabilities(self):
+        assert transformer_layer_activation_bytes(_gpt(attention="flash"), self.b, "bf16", "none") == self.s * self.b * self.h * 32
+
+    def test_minimal_saves_weight_matmul_outputs(self):
+        # q, k, v (3d) + out-proj output (d) + MLP in (4d) + MLP out (d) = 9d per token
+        assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "minimal") == 9 * self.h * 2 * self.s * self.b
+
+    def test_tensor_parallel_and_fp32(self):
+        one = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
+        assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none", tensor=4) == one / 4
+        assert transformer_layer_activation_bytes(_gpt(), self.b, "fp32", "none") == 2 * one
+        assert transformer_layer_activation_bytes(_gpt(), self.b, "int8", "none") == one  # AQT keeps bf16 activations
+
+    @settings(max_examples=50, deadline=None)
+    @given(
+        d_heads=st.sampled_from([(64, 4), (128, 8), (256, 16), (96, 3)]),
+        ff=st.integers(1, 1024),
+        seq=st.integers(1, 512),
+        b=st.integers(1, 16),
+        swiglu=st.booleans(),
+    )
+    def test_policies_are_ordered(self, d_heads, ff, seq, b, swiglu):
+        m = _gpt(d_model=d_heads[0], heads=d_heads[1], d_ff=ff, seq_len=seq, mlp="swiglu" if swiglu else "gelu")
+        by = {r: transformer_layer_activation_bytes(m, b, "bf16", r) for r in ("none", "selective", "minimal", "full")}
+        assert by["full"] <= by["minimal"] <= by["selective"] <= by["none"]
+
+
+def _plan(cost, model, **kw):
+    args = dict(per_chip_batch=4, precision="bf16", optimizer="adam", remat="none", fsdp=1, tensor=1,
+                capacity_bytes=16 * GIB, reserved_frac=0.05)  # fmt: skip
+    args.update(kw)
+    return hbm_plan(cost, model, **args)
+
+
+class TestPlan:
+    @settings(max_examples=25, deadline=None)
+    @given(fsdp=st.sampled_from([2, 4, 8, 16, 64, 256]), opt=st.sampled_from(["sgd", "momentum", "adam", "adafactor"]))
+    def test_fsdp_shards_model_states_exactly_by_its_size(self, fsdp, opt):
+        model = _gpt(layers=4)
+        cost = model_cost(model)
+        one = _plan(cost, model, optimizer=opt)
+        many = _plan(cost, model, optimizer=opt, fsdp=fsdp)
+        start_one = one.timeline.to_pandas().query("point == 0").set_index("category")["bytes"]
+        start_many = many.timeline.to_pandas().query("point == 0").set_index("category")["bytes"]
+        assert start_one["params"] == cost.params * 4.0
+        for cat in ("params", "optimizer"):
+            assert start_many[cat] * fsdp == pytest.approx(start_one[cat], rel=1e-12)
+        assert many.model_state_bytes * fsdp == pytest.approx(one.model_state_bytes, rel=1e-12)
+        assert one.model_state_bytes == pytest.approx(cost.params * bytes_per_param(opt, "bf16").model_states)
+
+    def test_timeline_shape_and_peak(self):
+        model = _gpt(layers=6)
+        cost = model_cost(model)
+        plan = _plan(cost, model, fsdp=2)
+        df = plan.timeline.to_pandas()
+        assert list(plan.timeline.schema.names) == ["point", "phase", "category", "bytes"]
+        wide = df.pivot(index="point", columns="category", values="bytes")[list(CATEGORIES)]
+        phases = df.drop_duplicates("point").set_index("point")["phase"]
+        assert phases.iloc[0] == "start" and phases.iloc[-1] == "optimizer"
+        act = wide["activations"].to_numpy()
+        fwd = phases[phases == "forward"].index
+        bwd = phases[phases == "backward"].index
+        assert act[0] == 0 and act[-1] == 0
+        assert (np.diff(act[fwd]) >= 0).all()  # grow through the forward pass
+        assert (np.diff(act[bwd]) <= 0).all()  # released through the backward pass
+        assert (np.diff(wide["grads"].to_numpy()[bwd]) >= 0).all()  # gradients accumulate
+        totals = wide.sum(axis=1).to_numpy()
+        assert plan.peak_bytes == pytest.approx(totals.max())
+        assert sum(plan.breakdown_bytes.values()) == pytest.approx(plan.peak_bytes)
+        assert not plan.oom
+
+    def test_remat_and_tensor_shrink_the_peak(self):
+        model = _gpt(layers=8, seq_len=256)
+        cost = model_cost(model)
+        peaks = [_plan(cost, model, remat=r).peak_bytes for r in ("none", "selective", "full")]
+        assert peaks[0] > peaks[1] > peaks[2]
+        assert _plan(cost, model, tensor=2).peak_bytes < peaks[0]
+
+    def test_mlp_generic_activations(self):
+        model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 1024])
+        cost = model_cost(model)
+        plan = _plan(cost, model, per_chip_batch=8)
+        # saved per sample: each GEMM input (1024 + 4096) + half the elementwise traffic (4096 + 1024)
+        expected = 8 * ((1024 + 4096) + 0.5 * (2 * 4096 + 2 * 1024)) * 2
+        assert plan.timeline.to_pandas().query("phase == 'loss' and category == 'activations'")["bytes"].item() == expected
+
+    def test_headroom_reserve_decides_oom(self):
+        model = _gpt()
+        cost = model_cost(model)
+        peak = _plan(cost, model).peak_bytes
+        assert not _plan(cost, model, capacity_bytes=peak * 1.01, reserved_frac=0.0).oom
+        assert _plan(cost, model, capacity_bytes=peak * 1.01, reserved_frac=0.05).oom
+
+
+def _gpt3(topology: str, fsdp: int, global_batch: int, remat: str = "full") -> dict:
+    # GPT-3 175B: Brown et al. 2020, Table 2.1
+    return {
+        "name": "gpt3",
+        "pod": {"chip": "tpu-v5p", "topology": topology},
+        "model": {"kind": "transformer", "layers": 96, "d_model": 12288, "heads": 96, "d_ff": 49152, "vocab": 50257, "seq_len": 2048},
+        "training": {"global_batch": global_batch, "steps": 2, "optimizer": "adam", "remat": remat},
+        "parallelism": {"fsdp": fsdp},
+    }
+
+
+def test_gpt3_175b_adam_too_few_chips_is_oom_with_detail():
+    r = simulate(scenario_from_dict(_gpt3("2x2x4", 16, 16)))
+    f = r.facts
+    assert 174e9 < f.params < 176e9
+    assert f.oom
+    d = f.extra["oom_detail"]
+    print(f"GPT-3 175B on 16 v5p: peak {f.peak_hbm_bytes / GIB:.1f} GiB, over by {d['over_bytes'] / GIB:.1f} GiB, term {d['term']}")
+    # 175e9 x 16 bytes / 16 chips = 175 GB of model states alone, vs 95 GiB of HBM
+    assert d["term"] == "optimizer" and d["chip"] == 0
+    assert d["over_bytes"] == pytest.approx(f.peak_hbm_bytes - f.extra["hbm_usable_bytes"])
+    assert any("bigger slice" in s for s in d["suggestions"])
+    assert r.trace.extra["chip_memory"].num_rows == 16
+
+
+def test_gpt3_175b_adam_fits_on_enough_chips():
+    r = simulate(scenario_from_dict(_gpt3("4x4x8", 128, 128)))
+    assert not r.facts.oom and r.facts.extra["oom_detail"] is None
+    assert r.facts.peak_hbm_bytes < load_catalog()["tpu-v5p"].hbm_bytes
