@@ -45,6 +45,9 @@ __all__ = [
 #: events written by default; Perfetto UI and chrome://tracing degrade past ~1M events
 DEFAULT_MAX_EVENTS = 400_000
 
+#: HBM counter points per step and chip at most (a long memory timeline is thinned to these)
+MAX_COUNTER_POINTS = 16
+
 #: lane (thread) of each event kind: (tid, thread name); tid 1 is the steps lane
 STEPS_TID = 1
 LANES: dict[str, tuple[int, str]] = {
@@ -112,6 +115,7 @@ class ExportReport:
     chips: tuple[int, ...]
     total_chips: int
     files: tuple[str, ...] = ()
+    summary_mode: bool = False
 
     @property
     def cut(self) -> bool:
@@ -121,6 +125,8 @@ class ExportReport:
         """A human sentence: what was written, what was cut and how to widen it."""
         s0, s1 = self.steps
         head = f"wrote {self.events:,} events of run {self.run_id} to {self.path}"
+        if self.summary_mode:
+            head += " (the run was simulated with sim.trace = \"summary\": it has step times but no per-chip events)"
         if not self.cut:
             return f"{head} (all {self.total_steps} steps, all {self.total_chips} chips)"
         parts = []
@@ -196,14 +202,20 @@ def format_chips(chips: tuple[int, ...]) -> str:
 
 
 def _choose_window(
-    step_counts: np.ndarray, chips_sorted: np.ndarray, steps: tuple[int, int] | None, chips: tuple[int, ...] | None, max_events: int
+    step_counts: np.ndarray,
+    chips_sorted: np.ndarray,
+    steps: tuple[int, int] | None,
+    chips: tuple[int, ...] | None,
+    max_events: int,
+    per_chip_step: int = 1,
 ) -> tuple[tuple[int, int], tuple[int, ...]]:
     """Pick the default window: as many leading steps (and chips in coordinate order) as fit ``max_events``.
 
-    Event counts are estimated per chip from each step's count (the steps lane adds one per chip-step).
+    Event counts are estimated per chip from each step's count, plus ``per_chip_step``
+    records every chip writes in every step (its steps-lane event and HBM counter points).
     """
     total_steps, total_chips = len(step_counts), len(chips_sorted)
-    per_chip = (step_counts + total_chips) / max(total_chips, 1)  # events per chip in each step
+    per_chip = step_counts / max(total_chips, 1) + per_chip_step  # records per chip in each step
     if chips is None:
         s0, s1 = steps if steps is not None else (0, 1)
         worst = float(per_chip[s0:s1].sum()) if steps is not None else float(per_chip.max(initial=1.0))
@@ -222,7 +234,10 @@ def _open_text_out(path: Path) -> io.TextIOBase:
     return open(path, "w", encoding="utf-8")
 
 
-def _write_perfetto(con: Any, run_id: int, out: Path, window: tuple[int, int], chips: tuple[int, ...], summary: dict) -> int:
+def _write_perfetto(
+    con: Any, run_id: int, out: Path, window: tuple[int, int], chips: tuple[int, ...], summary: dict,
+    counter_points: list[tuple[float, str]],
+) -> int:  # fmt: skip
     chip_rows = con.execute(_CHIPS_SQL, {"id": run_id}).fetchall()
     steps_rows = con.execute(_STEPS_SQL, {"id": run_id}).fetchall()
     s0, s1 = window
@@ -253,7 +268,7 @@ def _write_perfetto(con: Any, run_id: int, out: Path, window: tuple[int, int], c
                 emit(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tname}}))
                 emit(json.dumps({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}))
         window_steps = [r for r in steps_rows if s0 <= r[0] < s1]
-        _write_counters(con, run_id, emit, chips, window_steps, summary)
+        _write_counters(emit, chips, window_steps, counter_points, summary.get("peak_hbm_bytes"))
         params = {"id": run_id, "s0": s0, "s1": s1, "chips": list(chips)}
         for sql in (_STEP_LANE_SQL, _WINDOW_EVENTS_SQL):
             for rb in con.cursor().sql(sql, params=params).to_arrow_reader(65536):
@@ -266,28 +281,42 @@ def _write_perfetto(con: Any, run_id: int, out: Path, window: tuple[int, int], c
     return n
 
 
-def _write_counters(con: Any, run_id: int, emit: Any, chips: tuple[int, ...], window_steps: list, summary: dict) -> None:
+def _memory_points(con: Any, run_id: int) -> list[tuple[float, str]]:
+    """The memory timeline as (fraction of the step, args JSON) counter points, at most MAX_COUNTER_POINTS.
+
+    The memory mechanism's ``extra_memory_timeline`` describes a representative chip over
+    one step; long timelines are thinned to evenly spaced points plus the peak, so HBM
+    counters cannot crowd out the events within the export's budget.
+    """
+    if con.execute(_HAS_TABLE_SQL, {"t": "extra_memory_timeline"}).fetchone()[0] == 0:
+        return []
+    points: dict[int, dict[str, float]] = {}
+    for point, category, nbytes in con.execute(_MEMORY_SQL, {"id": run_id}).fetchall():
+        points.setdefault(int(point), {})[str(category)] = float(nbytes)
+    order = sorted(points)
+    keep = list(range(len(order)))
+    if len(order) > MAX_COUNTER_POINTS:
+        peak = max(keep, key=lambda i: sum(points[order[i]].values()))
+        keep = sorted({*np.linspace(0, len(order) - 1, MAX_COUNTER_POINTS - 1).round().astype(int).tolist(), peak})
+    return [(i / len(order), json.dumps(points[order[i]])) for i in keep]
+
+
+def _write_counters(emit: Any, chips: tuple[int, ...], window_steps: list, points: list[tuple[float, str]], peak: float | None) -> None:
     """HBM use as counter events on every exported chip.
 
-    With the memory mechanism's ``extra_memory_timeline`` (a representative chip over one
-    step), its points are spread evenly over each exported step; without it, the summary's
-    ``peak_hbm_bytes`` is drawn as a flat line over the window.
+    With a memory timeline, its points are placed at their position within each exported
+    step; without one, the summary's ``peak_hbm_bytes`` is a flat line over the window.
     """
-    has_timeline = con.execute(_HAS_TABLE_SQL, {"t": "extra_memory_timeline"}).fetchone()[0] > 0
-    rows = con.execute(_MEMORY_SQL, {"id": run_id}).fetchall() if has_timeline else []
-    if rows:
-        points: dict[int, dict[str, float]] = {}
-        for point, category, nbytes in rows:
-            points.setdefault(int(point), {})[str(category)] = float(nbytes)
-        order = sorted(points)
+    if not window_steps:
+        return
+    if points:
         for chip in chips:
             for _step, start_ns, step_ns in window_steps:
-                for i, point in enumerate(order):
-                    ts = (start_ns + step_ns * i / len(order)) / _NS_PER_US
-                    emit(json.dumps({"ph": "C", "pid": chip + 1, "name": "HBM bytes", "ts": round(ts, 3), "args": points[point]}))
+                for frac, args in points:
+                    ts_ns = start_ns + int(step_ns * frac)
+                    emit(f'{{"ph":"C","pid":{chip + 1},"name":"HBM bytes","ts":{ts_ns // 1000}.{ts_ns % 1000:03d},"args":{args}}}')
         return
-    peak = summary.get("peak_hbm_bytes")
-    if peak is None or not window_steps:
+    if peak is None:
         return
     t0 = window_steps[0][1] / _NS_PER_US
     t1 = (window_steps[-1][1] + window_steps[-1][2]) / _NS_PER_US
@@ -376,8 +405,9 @@ def export_run(
                 step_counts[step] = cnt
         win = parse_steps(steps, total_steps) if isinstance(steps, str) or steps is None else tuple(steps)
         sel = parse_chips(chips, chip_ids) if isinstance(chips, str) or chips is None else tuple(sorted(chips))
+        counter_points = _memory_points(con, run_id) if fmt == "perfetto" else []
         if fmt == "perfetto":
-            win, sel = _choose_window(step_counts, chip_ids, win, sel, max_events)
+            win, sel = _choose_window(step_counts, chip_ids, win, sel, max_events, per_chip_step=1 + len(counter_points))
         else:
             win = win or (0, total_steps)
             sel = sel or tuple(sorted(int(c) for c in chip_ids))
@@ -385,7 +415,7 @@ def export_run(
         try:
             if fmt == "perfetto":
                 tmp = tmp_dir / out.name
-                n = _write_perfetto(con, run_id, tmp, win, sel, summary | {"name": name})
+                n = _write_perfetto(con, run_id, tmp, win, sel, summary | {"name": name}, counter_points)
                 os.replace(tmp, out)
                 files: list[str] = [out.name]
             else:
@@ -409,4 +439,5 @@ def export_run(
         chips=tuple(int(c) for c in sel),
         total_chips=len(chip_ids),
         files=tuple(files),
+        summary_mode=not step_counts.any(),
     )

@@ -243,6 +243,10 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{point.point}.", dir=out_dir))
     try:
         tables = {"events": result.trace.events, "steps": result.trace.steps, "chips": result.trace.chips}
+        # exact aggregates by kind (the only per-step data of a summary-mode run)
+        for agg in ("step_kind", "chip_kind"):
+            if getattr(result.trace, agg, None) is not None:
+                tables[agg] = getattr(result.trace, agg)
         tables.update({f"extra_{k}": v for k, v in result.trace.extra.items()})
         for name, table in tables.items():
             pq.write_table(table, tmp / f"{name}.parquet")
@@ -272,7 +276,8 @@ def _load_point(folder: Path, sweep: str) -> RunResult:
     facts["extra"] = {**facts.get("extra", {}), "sweep": {"name": sweep, "point": meta["point"], "overrides": meta["overrides"]}}
     return RunResult(
         scenario=scenario_from_dict(meta["scenario"]),
-        trace=Trace(events=tables["events"], steps=tables["steps"], chips=tables["chips"], extra=extra),
+        trace=Trace(events=tables["events"], steps=tables["steps"], chips=tables["chips"], extra=extra,
+                    step_kind=tables.get("step_kind"), chip_kind=tables.get("chip_kind")),  # fmt: skip
         facts=RunFacts(**facts),
     )
 

@@ -187,3 +187,19 @@ def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, sweep_file):
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
         )  # fmt: skip
     assert p.returncode == 1 and "2 stored now" in p.stderr and "1 failed" in p.stderr, p.stderr
+
+
+def test_summary_mode_points_keep_their_aggregates(tmp_path, sweep_file):
+    """A sweep in summary mode (no event rows) still stores the engine's exact per-kind aggregates."""
+    db = Database(tmp_path / "sweep.duckdb")
+    path = sweep_file()
+    text = path.read_text().replace('"training.steps" = 5', '"training.steps" = 5\n"sim.trace" = "summary"')
+    path.write_text(text)
+    with cf.ThreadPoolExecutor(1) as pool:
+        result = run_sweep(path, db, pool)
+    assert len(result.stored) == 2
+    with db.read() as con:
+        for run_id in result.stored:
+            s = queries.run_summary(con, run_id)
+            assert s["events"] == 0 and s["step_time_s"] > 0
+            assert sum(s["breakdown"].values()) == pytest.approx(1.0) and s["breakdown"]["compute"] > 0
