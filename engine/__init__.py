@@ -2,7 +2,18 @@
 
 from .calibration import Calibration, load_calibration
 from .catalog import ChipSpec, load_catalog
-from .errors import PathNotAllowedError, PodscopeError, ProfilerError, RunNotFoundError, ScenarioError, SimulationError, TopologyError, TraceImportError
+from .errors import (
+    InputError,
+    PathNotAllowedError,
+    PodscopeError,
+    ProfilerError,
+    ReferenceFileError,
+    RunNotFoundError,
+    ScenarioError,
+    SimulationError,
+    TopologyError,
+    TraceImportError,
+)
 from .models import ModelCost, model_cost
 from .scenario import Scenario, apply_overrides, load_scenario, scenario_from_dict
 from .simulate import Segment, simulate
@@ -13,6 +24,7 @@ __all__ = [
     "Calibration",
     "ChipSpec",
     "EVENT_KINDS",
+    "InputError",
     "ModelCost",
     "PathNotAllowedError",
     "Pod",
@@ -20,6 +32,7 @@ __all__ = [
     "ProfilerError",
     "RunFacts",
     "RunNotFoundError",
+    "ReferenceFileError",
     "RunResult",
     "Scenario",
     "ScenarioError",

@@ -22,6 +22,7 @@ __all__ = [
     "TraceImportError",
     "ReferenceFileError",
     "PathNotAllowedError",
+    "InputError",
 ]
 
 
@@ -82,3 +83,7 @@ class ReferenceFileError(InputProblems):
 
 class PathNotAllowedError(PodscopeError):
     """A user-supplied file path that is empty, malformed or outside the allowed folder."""
+
+
+class InputError(PodscopeError):
+    """A command-line argument or input file (export window, sweep file) is invalid; nothing was written."""

@@ -98,16 +98,17 @@ class RunFacts:
     slices: int
     topology: str
     steps: int
-    params: int
-    samples_per_step: int
+    # None below means "unknown": an imported real trace does not carry these.
+    params: int | None
+    samples_per_step: int | None
     tokens_per_step: int | None
-    model_flops_per_step: float  # whole job, forward + backward, no remat
-    hardware_flops_per_step: float  # whole job, including recomputation
-    peak_flops_per_s_per_chip: float
-    peak_hbm_bytes: float
-    hbm_capacity_bytes: float
+    model_flops_per_step: float | None  # whole job, forward + backward, no remat
+    hardware_flops_per_step: float | None  # whole job, including recomputation
+    peak_flops_per_s_per_chip: float | None
+    peak_hbm_bytes: float | None
+    hbm_capacity_bytes: float | None
     oom: bool
-    hbm_breakdown_bytes: dict[str, float]
+    hbm_breakdown_bytes: dict[str, float] | None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -19,6 +19,9 @@ __all__ = ["problem_from_error", "model_at"]
 
 _SCALARS = (int, float, str, bool)
 
+#: how every unknown-key problem message starts (tools that pre-check keys match on it)
+UNKNOWN_KEY = "unknown key"
+
 
 def _model_classes(annotation: Any) -> list[type[BaseModel]]:
     """Every pydantic model class inside a type annotation (through Optional, Union, Annotated, list)."""
@@ -100,8 +103,8 @@ def problem_from_error(root: type[BaseModel], err: dict[str, Any]) -> tuple[str,
     if kind == "extra_forbidden":
         parent = model_at(root, loc[:-1])
         if parent is not None:
-            return key, f"unknown key; valid keys here: {', '.join(parent.model_fields)}"
-        return key, "unknown key"
+            return key, f"{UNKNOWN_KEY}; valid keys here: {', '.join(parent.model_fields)}"
+        return key, UNKNOWN_KEY
     if kind == "missing":
         return key, "required key is missing"
     if kind == "union_tag_not_found":

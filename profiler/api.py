@@ -1,4 +1,7 @@
-"""The Python API for scripted runs: load, override, simulate, store, query.
+"""The Python API for scripted runs: load, override, simulate, store, query, export, import, sweep.
+
+Everything the CLI does is a function here; see ``examples/scripted_run.py`` for a
+complete script.
 
 Example
 -------
@@ -6,6 +9,9 @@ Example
 >>> db = api.Database("my.duckdb")
 >>> summary = api.run_file("data/scenarios/resnet50-v3-32.toml", db, overrides={"training.global_batch": 8192})
 >>> summary["step_time_s"], summary["mfu"]
+>>> api.breakdown(db, summary["run_id"])                      # chip time by kind (DataFrame)
+>>> api.export_run(db, summary["run_id"], "perfetto", "run.json.gz").message()
+>>> run_id = api.import_trace(db, "tests/fixtures/torch_cpu_mlp.trace.json.gz")
 """
 
 from __future__ import annotations
@@ -16,10 +22,28 @@ from typing import Any
 
 from engine import Scenario, ScenarioError, SimulationError, load_scenario, simulate
 
-from . import queries
-from .store import Database, write_run
+import pandas as pd
 
-__all__ = ["Database", "run_scenario", "run_file", "BUNDLED_SCENARIOS_DIR", "bundled_scenarios", "seed_examples"]
+from . import queries
+from .export import export_run
+from .store import Database, resolve_run, write_run
+from .sweep import make_executor, run_sweep
+from .trace_import import import_trace
+
+__all__ = [
+    "Database",
+    "run_scenario",
+    "run_file",
+    "summary",
+    "breakdown",
+    "export_run",
+    "import_trace",
+    "run_sweep",
+    "make_executor",
+    "BUNDLED_SCENARIOS_DIR",
+    "bundled_scenarios",
+    "seed_examples",
+]
 
 BUNDLED_SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
 
@@ -50,6 +74,18 @@ def run_file(
     run_id = write_run(db, result, name=name)
     with db.read() as con:
         return queries.run_summary(con, run_id)
+
+
+def summary(db: Database, ref: str | int) -> dict[str, Any]:
+    """The stored summary of a run, by id or name."""
+    with db.read() as con:
+        return queries.run_summary(con, resolve_run(con, ref))
+
+
+def breakdown(db: Database, ref: str | int) -> pd.DataFrame:
+    """Chip time by kind of a run (kind, chip_s, frac), by id or name."""
+    with db.read() as con:
+        return queries.breakdown(con, resolve_run(con, ref))
 
 
 def bundled_scenarios() -> list[Path]:

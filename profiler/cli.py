@@ -1,7 +1,8 @@
 """``python -m profiler``: the command line.
 
-Exit status: 0 success; 1 a Podscope error at run time (storage, missing run);
-2 bad input (scenario, arguments); 3 the run was stored but does not fit in HBM.
+Exit status: 0 success; 1 a Podscope error at run time (storage, missing run, a sweep
+point that failed); 2 bad input (scenario, sweep file, arguments, a trace that cannot be
+imported: nothing written); 3 the run was stored but does not fit in HBM.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
-from engine.errors import PodscopeError, ReferenceFileError, ScenarioError
+from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
 
 from . import api, collective_cli, queries
 from .store import Database, delete_run
@@ -147,6 +148,65 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export import DEFAULT_MAX_EVENTS, export_run
+
+    report = export_run(
+        Database(args.db), args.run, args.format, args.output, steps=args.steps, chips=args.chips,
+        max_events=args.max_events or DEFAULT_MAX_EVENTS,
+    )  # fmt: skip
+    print(report.message(), file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .trace_import import import_trace
+
+    db = Database(args.db)
+    run_id = import_trace(db, args.trace, name=args.name)
+    with db.read() as con:
+        summary = queries.run_summary(con, run_id)
+    print(json.dumps(summary) if args.json else _fmt_summary(summary))
+    return EXIT_OK
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from .sweep import load_sweep, make_executor, run_sweep
+
+    load_sweep(args.sweep)  # bad input fails before any worker starts
+    executor, close = make_executor(args.executor, address=args.address, workers=args.workers)
+    try:
+        with Progress(transient=False, disable=args.quiet) as bar:
+            task = bar.add_task("sweep", total=None)
+
+            def progress(done: int, total: int, message: str) -> None:
+                bar.update(task, completed=done, total=total, description=message[-60:])
+
+            result = run_sweep(args.sweep, Database(args.db), executor, progress=progress)
+    finally:
+        close()
+    print(
+        f"sweep {result.name}: {result.points} points, {len(result.stored)} stored now, "
+        f"{len(result.skipped)} already stored, {len(result.failed)} failed",
+        file=sys.stderr,
+    )
+    for point, error in result.failed:
+        print(f"  failed {point}: {error.splitlines()[0]}", file=sys.stderr)
+    return EXIT_ERROR if result.failed else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m profiler", description="Podscope: simulate and profile training on TPU pods.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -171,6 +231,31 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("run", help="run id, or name (the newest run of that name)")
     db_arg(d)
     d.set_defaults(func=_cmd_delete)
+    ex = sub.add_parser("export", help="export a run: Perfetto/chrome://tracing JSON, or its tables as Parquet/CSV")
+    ex.add_argument("run", help="run id or name")
+    ex.add_argument("--format", required=True, choices=["perfetto", "parquet", "csv"])
+    ex.add_argument("-o", "--output", required=True, help="file (perfetto; .gz to compress) or new directory (parquet/csv)")
+    ex.add_argument("--steps", help="half-open step window A:B (default for perfetto: as many as fit --max-events)")
+    ex.add_argument("--chips", help="chips, e.g. 0-7,12 (default for perfetto: all that fit)")
+    ex.add_argument("--max-events", type=_positive_int, help="perfetto: cap on events when the window is not given")
+    db_arg(ex)
+    ex.set_defaults(func=_cmd_export)
+
+    im = sub.add_parser("import", help="import a Chrome Trace Event JSON (.json/.json.gz) as a run")
+    im.add_argument("trace", help="torch.profiler, TensorBoard/JAX *.trace.json.gz, or Podscope export")
+    im.add_argument("--name", help="run name (default: the file name)")
+    im.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
+    db_arg(im)
+    im.set_defaults(func=_cmd_import)
+
+    sw = sub.add_parser("sweep", help="run a parameter sweep (resumable) on a process pool or Dask")
+    sw.add_argument("sweep", help="sweep TOML file (see data/sweeps/)")
+    sw.add_argument("--executor", choices=["local", "dask"], default="local")
+    sw.add_argument("--address", help="Dask scheduler, e.g. tcp://HOST:8786 (default: a loopback LocalCluster)")
+    sw.add_argument("--workers", type=_positive_int, help="worker processes (local pool or LocalCluster)")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    db_arg(sw)
+    sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
     v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst % error)")
@@ -193,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, ReferenceFileError) as e:
+    except (ScenarioError, ReferenceFileError, TraceImportError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PodscopeError as e:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from engine.errors import RunNotFoundError
 
-__all__ = ["list_runs", "run_summary", "run_scenario", "breakdown", "step_times", "MAX_POINTS"]
+__all__ = ["list_runs", "run_summary", "run_scenario", "breakdown", "step_times", "list_sweeps", "sweep_runs", "MAX_POINTS"]
 
 #: upper bound on points any query returns for one trace of a figure
 MAX_POINTS = 2000
@@ -78,3 +78,34 @@ def step_times(con: duckdb.DuckDBPyConnection, run_id: int, max_points: int = MA
         """,
         {"id": run_id, "max_points": max_points},
     ).df()
+
+
+_LIST_SWEEPS_SQL = """
+SELECT json_extract_string(summary, '$.sweep.name') AS sweep, count(*) AS runs, max(created_at) AS last_run
+FROM runs WHERE json_extract_string(summary, '$.sweep.name') IS NOT NULL GROUP BY ALL ORDER BY last_run DESC
+"""
+_SWEEP_RUNS_SQL = """
+SELECT run_id, name, chip, chips, slices, topology,
+       json_extract_string(summary, '$.sweep.point') AS point,
+       CAST(json_extract(summary, '$.sweep.overrides') AS VARCHAR) AS overrides,
+       CAST(summary->>'step_time_s' AS DOUBLE)   AS step_time_s,
+       CAST(summary->>'samples_per_s' AS DOUBLE) AS samples_per_s,
+       CAST(summary->>'tokens_per_s' AS DOUBLE)  AS tokens_per_s,
+       CAST(summary->>'mfu' AS DOUBLE)           AS mfu,
+       CAST(summary->>'oom' AS BOOLEAN)          AS oom
+FROM runs WHERE json_extract_string(summary, '$.sweep.name') = $sweep
+ORDER BY chips, run_id
+"""
+
+
+def list_sweeps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Sweeps with stored runs, newest first: sweep, runs, last_run."""
+    return con.execute(_LIST_SWEEPS_SQL).df()
+
+
+def sweep_runs(con: duckdb.DuckDBPyConnection, sweep: str) -> pd.DataFrame:
+    """The runs of one sweep with their headline numbers, by chip count (for the Scaling page).
+
+    ``overrides`` is the point's dotted-key overrides as a JSON text.
+    """
+    return con.execute(_SWEEP_RUNS_SQL, {"sweep": sweep}).df()

@@ -1,0 +1,406 @@
+"""Parameter sweeps: a base scenario, a grid and random samples over dotted keys, run on any Executor.
+
+A sweep file (TOML)::
+
+    name = "strong-scaling-v4"
+    base = "../scenarios/resnet50-v4-128.toml"   # relative to the sweep file
+    [set]                                       # fixed overrides for every point
+    "training.steps" = 20
+    [grid]                                      # cartesian product
+    "training.precision" = ["bf16", "fp32"]
+    [zip]                                       # lists varied together (equal lengths)
+    "pod.topology"     = ["2x2x1", "2x2x2", "4x4x4"]
+    "parallelism.data" = [4, 8, 64]
+    [random]                                    # extra random points (seeded)
+    samples = 4
+    seed = 0
+    [random.keys]
+    "training.global_batch" = { choices = [4096, 8192] }
+    "sim.jitter_frac" = { low = 0.0, high = 0.05 }
+
+Workers (a process pool here, Dask workers on a cluster: ``distributed.Client(...).get_executor()``)
+simulate one point each and write it to its own folder of Parquet files under a temporary
+name, renamed when complete; one writer (this process) loads finished points into DuckDB, so
+workers never contend for the database lock. A point is identified by a hash of its full
+scenario, so re-running the sweep skips points already stored (resumable), and a point whose
+simulation fails is recorded in ``sweep_failures`` with its error while the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import tomllib
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
+from engine.errors import PodscopeError, ProfilerError, ScenarioError
+from engine.validation_messages import UNKNOWN_KEY
+
+from .store import Database, write_run
+
+__all__ = [
+    "SweepSpec",
+    "SweepPoint",
+    "SweepResult",
+    "load_sweep",
+    "expand_points",
+    "run_sweep",
+    "simulate_point",
+    "make_executor",
+    "default_out_dir",
+]
+
+_FAILURES_SQL = """
+CREATE TABLE IF NOT EXISTS sweep_failures (
+    sweep VARCHAR NOT NULL, point VARCHAR NOT NULL, overrides JSON, error VARCHAR, created_at TIMESTAMP WITH TIME ZONE
+)
+"""
+_STORED_POINTS_SQL = (
+    "SELECT json_extract_string(summary, '$.sweep.point') FROM runs WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RandomKey(_Model):
+    """One randomly sampled key: ``choices`` (uniform), or a uniform range ``low``..``high`` (``log`` for log-uniform)."""
+
+    choices: list[Any] | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    integer: bool = False
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "RandomKey":
+        if (self.choices is None) == (self.low is None or self.high is None):
+            raise ValueError("give either choices = [...] or both low and high")
+        if self.low is not None and self.high is not None and (self.high < self.low or (self.log and self.low <= 0)):
+            raise ValueError("need low <= high (and low > 0 for log)")
+        return self
+
+
+class RandomSection(_Model):
+    samples: Annotated[int, Field(ge=0, le=100_000)] = 0
+    seed: Annotated[int, Field(ge=0)] = 0
+    keys: dict[str, RandomKey] = {}
+
+
+class SweepSpec(_Model):
+    """A validated sweep file (see the module docstring)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100)]
+    base: str
+    set: dict[str, Any] = {}
+    grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
+    zip: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
+    random: RandomSection = RandomSection()
+
+    @model_validator(mode="after")
+    def _zip_lengths(self) -> "SweepSpec":
+        lengths = {len(v) for v in self.zip.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"every list under [zip] must have the same length; found lengths {sorted(lengths)}")
+        return self
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point: its id (hash of the full scenario dict) and the overrides that made it."""
+
+    point: str
+    overrides: dict[str, Any]
+    scenario: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep did: run ids stored now, points skipped as already stored, failures (point, error)."""
+
+    name: str
+    points: int
+    stored: list[int]
+    skipped: list[str]
+    failed: list[tuple[str, str]]
+
+
+def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
+    """Load a sweep file and its base scenario (raw dict, name set); validate both.
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file and dotted key of every problem.
+    """
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ScenarioError(str(path), [("", f"cannot read file: {e.strerror or e}")]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ScenarioError(str(path), [("", f"malformed TOML: {e}")]) from None
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as e:
+        raise ScenarioError(str(path), [(".".join(str(p) for p in err["loc"]), err["msg"]) for err in e.errors()]) from None
+    base_path = (path.parent / spec.base).resolve()
+    try:
+        base = tomllib.loads(base_path.read_text())
+    except OSError as e:
+        raise ScenarioError(str(path), [("base", f"cannot read base scenario {base_path}: {e.strerror or e}")]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(str(base_path), [("", f"malformed TOML: {e}")]) from None
+    base.setdefault("name", base_path.stem)
+    return spec, base
+
+
+def _sample(key: RandomKey, rng: np.random.Generator) -> Any:
+    if key.choices is not None:
+        return key.choices[int(rng.integers(len(key.choices)))]
+    assert key.low is not None and key.high is not None
+    v = float(np.exp(rng.uniform(np.log(key.low), np.log(key.high)))) if key.log else float(rng.uniform(key.low, key.high))
+    return int(round(v)) if key.integer else v
+
+
+def expand_points(spec: SweepSpec, base: Mapping[str, Any], source: str = "<sweep>") -> list[SweepPoint]:
+    """Every point of the sweep: grid x zip rows, then random samples; each validated.
+
+    Raises
+    ------
+    ScenarioError
+        If a key does not exist in the scenario schema (checked on the first point). Points
+        that are invalid only in combination (e.g. a batch that does not divide) are kept and
+        fail at run time, recorded as failures.
+    """
+    grid_keys = list(spec.grid)
+    grid_rows = [dict(zip(grid_keys, values)) for values in itertools.product(*spec.grid.values())] or [{}]
+    n_zip = len(next(iter(spec.zip.values()))) if spec.zip else 1
+    zip_rows = [{k: v[i] for k, v in spec.zip.items()} for i in range(n_zip)] if spec.zip else [{}]
+    combos = [{**g, **z} for g in grid_rows for z in zip_rows]
+    rng = np.random.default_rng(spec.random.seed)
+    for _ in range(spec.random.samples):
+        combos.append({k: _sample(key, rng) for k, key in spec.random.keys.items()})
+    points = []
+    seen = set()
+    for i, overrides in enumerate(combos):
+        full = {**spec.set, **overrides}
+        raw = apply_overrides(base, full)
+        label = " ".join(f"{k}={v}" for k, v in overrides.items())
+        raw["name"] = f"{spec.name} {label}".strip() if label else spec.name
+        if i == 0:
+            _check_keys(raw, source)
+        point = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        if point not in seen:
+            seen.add(point)
+            points.append(SweepPoint(point=point, overrides=overrides, scenario=raw))
+    return points
+
+
+def _check_keys(raw: Mapping[str, Any], source: str) -> None:
+    """Reject unknown keys early (a typo would otherwise fail every point)."""
+    try:
+        scenario_from_dict(raw, source=source)
+    except ScenarioError as e:
+        unknown = [(k, m) for k, m in e.problems if m.startswith(UNKNOWN_KEY)]
+        if unknown:
+            raise ScenarioError(source, unknown) from None
+
+
+# --- worker side ---------------------------------------------------------------------------
+
+
+def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
+    """Simulate one point and write it as a folder of Parquet files; runs in a worker process.
+
+    Returns (folder, None) or ("", error text). Written under a temporary name and renamed,
+    so the writer never sees half a point.
+    """
+    final = Path(out_dir) / point.point
+    if final.exists():
+        return str(final), None
+    try:
+        result = simulate(scenario_from_dict(point.scenario, source=f"sweep point {point.point}"))
+    except PodscopeError as e:
+        return "", f"{type(e).__name__}: {e}"
+    except Exception as e:  # a bug in one point must not stop the sweep; keep its traceback
+        return "", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".{point.point}.", dir=out_dir))
+    try:
+        tables = {"events": result.trace.events, "steps": result.trace.steps, "chips": result.trace.chips}
+        # exact aggregates by kind (the only per-step data of a summary-mode run)
+        for agg in ("step_kind", "chip_kind"):
+            if getattr(result.trace, agg, None) is not None:
+                tables[agg] = getattr(result.trace, agg)
+        tables.update({f"extra_{k}": v for k, v in result.trace.extra.items()})
+        for name, table in tables.items():
+            pq.write_table(table, tmp / f"{name}.parquet")
+        meta = {"scenario": point.scenario, "facts": asdict(result.facts), "point": point.point, "overrides": point.overrides}
+        (tmp / "meta.json").write_text(json.dumps(meta, default=_json_default))
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(final), None
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+# --- writer side ---------------------------------------------------------------------------
+
+
+def _load_point(folder: Path, sweep: str) -> RunResult:
+    meta = json.loads((folder / "meta.json").read_text())
+    tables = {p.stem: pq.read_table(p) for p in folder.glob("*.parquet")}
+    extra = {k.removeprefix("extra_"): v for k, v in tables.items() if k.startswith("extra_")}
+    facts = meta["facts"]
+    facts["extra"] = {**facts.get("extra", {}), "sweep": {"name": sweep, "point": meta["point"], "overrides": meta["overrides"]}}
+    return RunResult(
+        scenario=scenario_from_dict(meta["scenario"]),
+        trace=Trace(events=tables["events"], steps=tables["steps"], chips=tables["chips"], extra=extra,
+                    step_kind=tables.get("step_kind"), chip_kind=tables.get("chip_kind")),  # fmt: skip
+        facts=RunFacts(**facts),
+    )
+
+
+def _record_failure(db: Database, sweep: str, point: SweepPoint, error: str) -> None:
+    with db.write() as con:
+        con.execute(_FAILURES_SQL)
+        con.execute(
+            "INSERT INTO sweep_failures VALUES ($sweep, $point, $overrides, $error, $at)",
+            {"sweep": sweep, "point": point.point, "overrides": json.dumps(point.overrides), "error": error,
+             "at": datetime.now(timezone.utc)},
+        )  # fmt: skip
+
+
+def _stored_points(db: Database, sweep: str) -> set[str]:
+    with db.read() as con:
+        return {r[0] for r in con.execute(_STORED_POINTS_SQL, {"sweep": sweep}).fetchall()}
+
+
+def default_out_dir(db: Database, sweep: str) -> Path:
+    """Where workers write points: beside the database, one folder per sweep."""
+    return db.path.parent / f"{db.path.stem}.sweeps" / sweep
+
+
+def run_sweep(
+    path: str | Path,
+    db: Database,
+    executor: cf.Executor,
+    *,
+    out_dir: str | Path | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+    keep_parquet: bool = False,
+) -> SweepResult:
+    """Run (or resume) a sweep: simulate points on ``executor``, store each finished point.
+
+    Parameters
+    ----------
+    path
+        The sweep TOML file.
+    executor
+        Any ``concurrent.futures.Executor``: a ``ProcessPoolExecutor`` or
+        ``distributed.Client(address).get_executor()``. Workers must see ``out_dir``
+        (a shared folder on a cluster) and import this repository.
+    out_dir
+        Folder for the per-point Parquet files (default: beside the database).
+    progress
+        Called as ``progress(done, total, message)`` after each point.
+    keep_parquet
+        Keep point folders after they are stored (default: removed once in DuckDB).
+
+    Raises
+    ------
+    ScenarioError
+        Bad sweep file (nothing is written).
+    """
+    spec, base = load_sweep(path)
+    points = expand_points(spec, base, source=str(path))
+    out = Path(out_dir) if out_dir is not None else default_out_dir(db, spec.name)
+    out.mkdir(parents=True, exist_ok=True)
+    done_points = _stored_points(db, spec.name)
+    todo = [p for p in points if p.point not in done_points]
+    skipped = [p.point for p in points if p.point in done_points]
+    stored: list[int] = []
+    failed: list[tuple[str, str]] = []
+    done = len(skipped)
+    if progress is not None:
+        progress(done, len(points), f"{len(skipped)} point(s) already stored")
+    futures = {executor.submit(simulate_point, p, str(out)): p for p in todo}
+    for fut in cf.as_completed(futures):
+        point = futures[fut]
+        try:
+            folder, error = fut.result()
+        except Exception as e:  # the executor itself failed for this point (worker died, ...)
+            folder, error = "", f"{type(e).__name__}: {e}"
+        if error is None:
+            try:
+                stored.append(write_run(db, _load_point(Path(folder), spec.name), name=point.scenario["name"]))
+                if not keep_parquet:
+                    shutil.rmtree(folder, ignore_errors=True)
+            except PodscopeError as e:
+                error = f"{type(e).__name__}: {e}"
+        if error is not None:
+            failed.append((point.point, error))
+            _record_failure(db, spec.name, point, error)
+        done += 1
+        if progress is not None:
+            progress(done, len(points), point.scenario["name"] + (" FAILED" if error else ""))
+    return SweepResult(name=spec.name, points=len(points), stored=stored, skipped=skipped, failed=failed)
+
+
+def make_executor(kind: str, *, address: str | None = None, workers: int | None = None) -> tuple[cf.Executor, Callable[[], None]]:
+    """A local process pool, or Dask's executor (``address`` of a running scheduler, or a loopback LocalCluster).
+
+    Returns the executor and a function that shuts everything down.
+
+    Raises
+    ------
+    ProfilerError
+        If the scheduler at ``address`` cannot be reached.
+    """
+    if kind == "local":
+        import multiprocessing
+
+        # spawn: workers start clean rather than forking a process that may hold DuckDB handles
+        pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count(), mp_context=multiprocessing.get_context("spawn"))
+        return pool, lambda: pool.shutdown(wait=True)
+    if kind == "dask":
+        from distributed import Client, LocalCluster
+
+        if address:
+            try:
+                client = Client(address, timeout="20s")
+            except (OSError, TimeoutError) as e:
+                raise ProfilerError(f"cannot reach the Dask scheduler at {address}: {e}") from e
+            return client.get_executor(), client.close
+        cluster = LocalCluster(n_workers=workers or 2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None)
+        client = Client(cluster)
+
+        def close() -> None:
+            client.close()
+            cluster.close()
+
+        return client.get_executor(), close
+    raise ValueError(f"unknown executor {kind!r}")
+

@@ -1,0 +1,540 @@
+"""Import real traces (Chrome Trace Event JSON) as Podscope runs.
+
+Reads ``.json`` or ``.json.gz`` in the Chrome Trace Event Format as written by
+``torch.profiler`` (``export_chrome_trace``), the JAX/TensorBoard profiler
+(``*.trace.json.gz``) and Podscope's own Perfetto export. The file is parsed as
+a stream (ijson) through a reader that counts bytes, so memory stays bounded
+whatever the file holds: the file size, the decompressed size (a gzip bomb
+stops at the limit) and the number of events are all capped. Any problem raises
+:class:`~engine.errors.TraceImportError` before anything is written.
+
+Devices and processes become chips
+    Processes named like a device (``/device:TPU:0``, ``GPU 1``) become chips when
+    there are any; other (host) processes are then kept only in the raw table.
+    Otherwise every process with complete events becomes a chip (a CPU
+    ``torch.profiler`` trace is one chip). Podscope's own export carries each chip's
+    id and coordinates in its ``process_name`` metadata and gets them back.
+Steps
+    ``ProfilerStep#N`` (torch), events on a thread named ``Steps`` (TensorBoard's
+    device step line) and Podscope's ``step`` lane mark steps: step *k* spans the
+    earliest start to the latest end of its markers over all processes, clipped to
+    the next step's start. Without markers the whole trace is one step.
+Kinds (first matching rule wins, see :data:`KIND_RULES`)
+    Podscope's export: the event's ``cat`` is its kind. Then by name: compile
+    (``compile``/``compilation``, not ``Compiled``; ``autotune``), collective
+    (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute,
+    send/recv, ``nccl``, ``gloo``, ``c10d::``), input wait (DataLoader,
+    ``Iterator::``, ``GetNext``, infeed, prefetch). Then compute: ``cat`` cpu_op,
+    kernel, gpu_op, Operator, names ``aten::``/``autograd::``, or threads ``XLA
+    Ops``/``XLA Modules``/``TensorFlow Ops``. Everything else is ``other``; no
+    event is dropped: every complete event is stored with its original name, cat,
+    process and thread in the ``extra_import_events`` table.
+Exclusive time
+    Real traces nest and overlap (an ``aten::linear`` holds an ``aten::addmm``; a
+    collective overlaps compute on another stream). Each chip's timeline is cut at
+    every event boundary and each piece is charged to the highest-priority kind
+    covering it, in :data:`engine.trace.EVENT_KINDS` order (input wait, compile,
+    compute, collective, sync wait, other): communication hidden under compute
+    counts as compute, as XProf's step breakdown does. Time no event covers is
+    ``other`` (idle). So per chip, events tile each step and breakdowns sum to 1.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import re
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ijson
+import numpy as np
+import pyarrow as pa
+
+from engine.errors import TraceImportError
+from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
+
+from .store import Database, write_run
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_JSON_BYTES",
+    "DEFAULT_MAX_EVENTS",
+    "KIND_RULES",
+    "ImportLimits",
+    "classify",
+    "read_trace",
+    "import_trace",
+]
+
+DEFAULT_MAX_FILE_BYTES = 512 * 2**20  # on disk, compressed or not
+DEFAULT_MAX_JSON_BYTES = 2 * 2**30  # decompressed JSON text
+DEFAULT_MAX_EVENTS = 5_000_000  # trace events of any phase
+#: longest believable single event and trace span: a week, in microseconds
+MAX_SPAN_US = 7 * 24 * 3600 * 1e6
+#: |ts| beyond this (microseconds; ~3,000 years since the epoch) is not a timestamp
+MAX_ABS_TS_US = 1e17
+_READ_CHUNK_BYTES = 1 << 16
+
+#: ordered (kind, name regex) rules; the first match wins (case-insensitive)
+KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("recompile", re.compile(r"compil(e|ation)(?!d)|autotun", re.I)),
+    (
+        "collective",
+        re.compile(
+            r"all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|all[-_ ]?to[-_ ]?all|collective[-_ ]?permute"
+            r"|\bsend\b|\brecv\b|send-done|recv-done|nccl|gloo|c10d::",
+            re.I,
+        ),
+    ),
+    ("input_wait", re.compile(r"dataloader|_next_data|iterator::|getnext|infeed|prefetch|input[-_ ]?pipeline", re.I)),
+)
+_COMPUTE_CATS = frozenset({"cpu_op", "kernel", "gpu_op", "operator", "xla op", "xla_op"})
+_COMPUTE_NAME = re.compile(r"^(aten|autograd|xla)::", re.I)
+_COMPUTE_THREADS = re.compile(r"^(xla ops|xla modules|tensorflow ops|tf ops)$", re.I)
+_STEP_MARKER = re.compile(r"^ProfilerStep#(\d+)$")
+_DEVICE_PROCESS = re.compile(r"/device:(TPU|GPU)[:_ ]?(\d+)|^(TPU|GPU)[:_ ]?(\d+)\b", re.I)
+_IDLE_CODE = KIND_CODE["other"]
+
+IMPORT_EVENTS_SCHEMA = pa.schema(
+    [
+        ("chip", pa.int32()),
+        ("pid", pa.string()),
+        ("tid", pa.string()),
+        ("name", pa.string()),
+        ("cat", pa.string()),
+        ("kind", pa.string()),
+        ("start_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """Caps that keep an import's memory and time bounded (bytes and event counts)."""
+
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
+    max_events: int = DEFAULT_MAX_EVENTS
+
+
+class _BoundedReader(io.RawIOBase):
+    """A binary reader that fails once more than ``limit`` bytes have come through."""
+
+    def __init__(self, inner: BinaryIO, limit: int, source: str, owned: tuple[BinaryIO, ...] = ()):
+        self._inner = inner
+        self._owned = owned  # closed with this reader (GzipFile leaves the file it wraps open)
+        self._limit = limit
+        self._seen = 0
+        self._source = source
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        want = min(len(buf), _READ_CHUNK_BYTES)
+        data = self._inner.read(want)
+        self._seen += len(data)
+        if self._seen > self._limit:
+            raise TraceImportError(
+                f"{self._source}: more than {self._limit:,} bytes of JSON after decompression "
+                "(a gzip bomb or a trace too large to import); raise max_json_bytes to allow it"
+            )
+        buf[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._inner.close()
+        for f in self._owned:
+            f.close()
+        super().close()
+
+
+def _open(path: Path, limits: ImportLimits) -> io.BufferedReader:
+    raw = open(path, "rb")
+    magic = raw.read(2)
+    raw.seek(0)
+    inner: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+    reader = _BoundedReader(inner, limits.max_json_bytes, str(path), owned=(raw,))
+    return io.BufferedReader(reader, buffer_size=_READ_CHUNK_BYTES)
+
+
+def _first_char(path: Path, limits: ImportLimits) -> str:
+    with _open(path, limits) as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1].decode("latin-1")
+
+
+def classify(name: str, cat: str = "", thread: str = "") -> str:
+    """The Podscope kind of a real trace event, by :data:`KIND_RULES` then the compute rules.
+
+    >>> classify("gloo:all_reduce"), classify("aten::addmm", "cpu_op"), classify("python_function")
+    ('collective', 'compute', 'other')
+    """
+    for kind, pattern in KIND_RULES:
+        if pattern.search(name):
+            return kind
+    if cat.lower() in _COMPUTE_CATS or _COMPUTE_NAME.match(name) or _COMPUTE_THREADS.match(thread):
+        return "compute"
+    return "other"
+
+
+def _num(ev: dict, key: str, index: int, source: str) -> float:
+    v = ev.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise TraceImportError(f"{source}: event #{index} ({ev.get('name')!r}, ph {ev.get('ph')!r}) has no numeric {key!r}: {v!r}")
+    return float(v)
+
+
+@dataclass
+class _Parsed:
+    pid: list[str]
+    tid: list[str]
+    name: list[str]
+    cat: list[str]
+    ts_us: list[float]
+    dur_us: list[float]
+    process_names: dict[str, str]
+    process_meta: dict[str, dict]
+    thread_names: dict[tuple[str, str], str]
+    skipped: Counter
+    total: int
+    other_data: dict
+
+
+def _parse(path: Path, limits: ImportLimits) -> _Parsed:
+    source = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise TraceImportError(f"{source}: cannot read file: {e.strerror or e}") from None
+    if size > limits.max_file_bytes:
+        raise TraceImportError(f"{source}: {size:,} bytes is over the import limit of {limits.max_file_bytes:,} bytes")
+    if size == 0:
+        raise TraceImportError(f"{source}: empty file")
+    out = _Parsed([], [], [], [], [], [], {}, {}, {}, Counter(), 0, {})
+    open_b: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
+    try:
+        first = _first_char(path, limits)
+        if first not in ("{", "["):
+            raise TraceImportError(f"{source}: not Chrome Trace Event JSON (expected '{{' or '[' first, found {first!r})")
+        prefix = "traceEvents.item" if first == "{" else "item"
+        with _open(path, limits) as f:
+            for index, ev in enumerate(ijson.items(f, prefix, use_float=True)):
+                out.total = index + 1
+                if out.total > limits.max_events:
+                    raise TraceImportError(f"{source}: more than {limits.max_events:,} events; raise max_events to import it")
+                if not isinstance(ev, dict):
+                    raise TraceImportError(f"{source}: event #{index} is a {type(ev).__name__}, not an object")
+                ph = ev.get("ph")
+                pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
+                if ph == "M":
+                    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+                    if ev.get("name") == "process_name":
+                        out.process_names[pid] = str(args.get("name", ""))
+                        if isinstance(args.get("podscope"), dict):
+                            out.process_meta[pid] = args["podscope"]
+                    elif ev.get("name") == "thread_name":
+                        out.thread_names[(pid, tid)] = str(args.get("name", ""))
+                    continue
+                if ph not in ("X", "B", "E"):
+                    out.skipped[str(ph)] += 1
+                    continue
+                if "pid" not in ev:
+                    raise TraceImportError(f"{source}: event #{index} ({ev.get('name')!r}) has no 'pid'")
+                ts = _num(ev, "ts", index, source)
+                if abs(ts) > MAX_ABS_TS_US:
+                    raise TraceImportError(f"{source}: event #{index} has an absurd timestamp ts={ts!r} us")
+                if ph == "B":
+                    open_b.setdefault((pid, tid), []).append((str(ev.get("name", "")), str(ev.get("cat", "")), ts))
+                    continue
+                if ph == "E":
+                    stack = open_b.get((pid, tid))
+                    if not stack:
+                        out.skipped["E without B"] += 1
+                        continue
+                    name, cat, t0 = stack.pop()
+                    dur = ts - t0
+                    ts = t0
+                else:
+                    name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
+                    dur = _num(ev, "dur", index, source)
+                if dur < 0 or dur > MAX_SPAN_US:
+                    raise TraceImportError(f"{source}: event #{index} ({name!r}) has an absurd duration dur={dur!r} us")
+                out.pid.append(pid)
+                out.tid.append(tid)
+                out.name.append(name)
+                out.cat.append(cat)
+                out.ts_us.append(ts)
+                out.dur_us.append(dur)
+        if first == "{" and out.process_meta:  # only Podscope's export has otherData we read (written first)
+            with _open(path, limits) as f:
+                for key, value in ijson.kvitems(f, "", use_float=True):
+                    if key == "otherData" and isinstance(value, dict):
+                        out.other_data = value
+                        break
+    except TraceImportError:
+        raise
+    except ijson.JSONError as e:
+        raise TraceImportError(f"{source}: malformed or truncated JSON: {e}") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise TraceImportError(f"{source}: corrupt or truncated gzip data: {e}") from None
+    except OSError as e:
+        raise TraceImportError(f"{source}: cannot read file: {e.strerror or e}") from None
+    unclosed = sum(len(v) for v in open_b.values())
+    if unclosed:
+        out.skipped["B without E"] += unclosed
+    if not out.ts_us:
+        raise TraceImportError(f"{source}: no complete ('X') or begin/end ('B'/'E') events found")
+    return out
+
+
+def _flatten(
+    chip: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, code: np.ndarray, n_chips: int, bounds_ns: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Priority-flatten overlapping events into exclusive, step-tiling pieces, all chips at once.
+
+    Chips' timelines are laid end to end (chip ``c`` at offset ``c * T``), cut at every
+    event and step boundary, and each piece takes the highest-priority covering kind
+    (lowest code), or ``other`` where nothing covers it. ``bounds_ns`` holds step
+    boundaries: step ``k`` is ``[bounds_ns[2k], bounds_ns[2k+1])``.
+
+    Returns (chip, step, kind_code, start_ns, dur_ns) of the merged pieces.
+    """
+    span = int(bounds_ns.max()) + 1
+    # Events outside the stepped range would spill into the next chip's stretch: clip them.
+    start_ns, end_ns = np.clip(start_ns, bounds_ns.min(), span - 1), np.clip(end_ns, bounds_ns.min(), span - 1)
+    inside = end_ns > start_ns
+    chip, start_ns, end_ns, code = chip[inside], start_ns[inside], end_ns[inside], code[inside]
+    offsets = np.arange(n_chips, dtype=np.int64) * span
+    step_cuts = (offsets[:, None] + bounds_ns[None, :]).ravel()
+    g0, g1 = chip.astype(np.int64) * span + start_ns, chip.astype(np.int64) * span + end_ns
+    cuts = np.unique(np.concatenate([g0, g1, step_cuts]))
+    n = len(cuts)
+    covered = np.zeros((len(EVENT_KINDS), n), dtype=bool)
+    for k in range(len(EVENT_KINDS)):
+        sel = code == k
+        if not sel.any():
+            continue
+        delta = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(delta, np.searchsorted(cuts, g0[sel]), 1)
+        np.add.at(delta, np.searchsorted(cuts, g1[sel]), -1)
+        covered[k] = np.cumsum(delta)[:n] > 0
+    kind = np.where(covered.any(axis=0), covered.argmax(axis=0), _IDLE_CODE)[:-1].astype(np.int8)
+    lo, hi = cuts[:-1], cuts[1:]
+    piece_chip = lo // span
+    local = lo - piece_chip * span
+    starts, ends = bounds_ns[0::2], bounds_ns[1::2]
+    step = np.searchsorted(starts, local, side="right") - 1
+    keep = (hi // span == piece_chip) & (step >= 0)
+    keep[keep] &= local[keep] < ends[step[keep]]
+    piece_chip, step, kind, local, dur = piece_chip[keep], step[keep], kind[keep], local[keep], (hi - lo)[keep]
+    if len(dur) == 0:
+        return (np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int8), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    # Merge runs of adjacent pieces with the same (chip, step, kind).
+    new_run = np.ones(len(dur), dtype=bool)
+    new_run[1:] = (piece_chip[1:] != piece_chip[:-1]) | (step[1:] != step[:-1]) | (kind[1:] != kind[:-1])
+    new_run[1:] |= local[1:] != local[:-1] + dur[:-1]
+    run_id = np.cumsum(new_run) - 1
+    merged_dur = np.bincount(run_id, weights=dur).astype(np.int64)
+    first = np.flatnonzero(new_run)
+    return piece_chip[first].astype(np.int32), step[first].astype(np.int32), kind[first], local[first], merged_dur
+
+
+def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tuple[Trace, RunFacts]:
+    """Parse and convert a trace file into Podscope's trace tables and run facts (writes nothing).
+
+    Raises
+    ------
+    TraceImportError
+        Unreadable, malformed, truncated, oversize or implausible input.
+    """
+    path = Path(path)
+    p = _parse(path, limits)
+    source = str(path)
+    pid = np.array(p.pid, dtype=object)
+    ts_ns = np.rint(np.array(p.ts_us) * 1000.0).astype(np.int64)
+    dur_ns = np.rint(np.array(p.dur_us) * 1000.0).astype(np.int64)
+    thread = [p.thread_names.get(key, "") for key in zip(p.pid, p.tid)]
+
+    # Which processes are chips.
+    x_pids = list(dict.fromkeys(p.pid))
+    if p.process_meta:
+        fmt = "podscope"
+        chip_pids = [q for q in x_pids if q in p.process_meta]
+        bad = [q for q in chip_pids if not isinstance(p.process_meta[q].get("chip"), int) or p.process_meta[q]["chip"] < 0]
+        if bad:
+            raise TraceImportError(f"{source}: process {bad[0]} has podscope metadata without a valid 'chip' id")
+        chip_of = {q: p.process_meta[q]["chip"] for q in chip_pids}
+        if len(set(chip_of.values())) != len(chip_of):
+            raise TraceImportError(f"{source}: two processes claim the same podscope chip id")
+    else:
+        devices = {q: _DEVICE_PROCESS.search(p.process_names.get(q, "")) for q in x_pids}
+        devices = {q: m for q, m in devices.items() if m}
+        if devices:
+            fmt = "device trace"
+            chip_pids = sorted(devices, key=lambda q: (int(devices[q].group(2) or devices[q].group(4)), q))
+        else:
+            fmt = "torch.profiler" if any(_STEP_MARKER.match(n) for n in p.name) else "chrome trace"
+            # A process with only unclassified events (torch's "Spans"/"Traces" profiler
+            # bookkeeping) is not a chip when another process did real work.
+            working = {q for q, n, c, t in zip(p.pid, p.name, p.cat, thread) if classify(n, c, t) != "other"}
+            chip_pids = [q for q in x_pids if q in working] or x_pids
+        chip_of = {q: i for i, q in enumerate(chip_pids)}
+    # Chip ids as found (an export of chips 1,3-4 keeps those ids); flattened on dense indices.
+    ids = np.array(sorted(set(chip_of.values())), dtype=np.int64)
+    n_chips = len(ids)
+    if ids[-1] >= 2**31:
+        raise TraceImportError(f"{source}: chip id {ids[-1]} is implausible")
+
+    # Step markers, from any process.
+    marker_step = np.full(len(pid), -1, dtype=np.int64)
+    for i, (name, cat, th, q) in enumerate(zip(p.name, p.cat, thread, p.pid)):
+        m = _STEP_MARKER.match(name)
+        if m:
+            marker_step[i] = int(m.group(1))
+        elif (cat == "step" and q in p.process_meta and name.startswith("step ")) or (th == "Steps" and name.strip().isdigit()):
+            marker_step[i] = int(name.split()[-1])
+    is_marker = marker_step >= 0
+    chip_col = np.array([chip_of.get(q, -1) for q in p.pid], dtype=np.int64)
+    on_chip = (chip_col >= 0) & ~is_marker
+    if not on_chip.any():
+        raise TraceImportError(f"{source}: no events on any device or process to attribute")
+    if is_marker.any():
+        labels = np.unique(marker_step[is_marker])
+        idx = np.searchsorted(labels, marker_step[is_marker])
+        s_start = np.full(len(labels), np.iinfo(np.int64).max)
+        s_end = np.full(len(labels), np.iinfo(np.int64).min)
+        np.minimum.at(s_start, idx, ts_ns[is_marker])
+        np.maximum.at(s_end, idx, ts_ns[is_marker] + dur_ns[is_marker])
+        order = np.argsort(s_start, kind="stable")
+        s_start, s_end = s_start[order], s_end[order]
+        s_end[:-1] = np.minimum(s_end[:-1], s_start[1:])
+    else:
+        s_start = np.array([ts_ns[on_chip].min()])
+        s_end = np.array([(ts_ns + dur_ns)[on_chip].max()])
+    t0 = int(s_start[0])
+    if (s_end.max() - t0) > MAX_SPAN_US * 1000:
+        raise TraceImportError(f"{source}: trace spans more than a week; not a training-step trace")
+    keep_step = s_end > s_start
+    s_start, s_end = s_start[keep_step] - t0, s_end[keep_step] - t0
+    if len(s_start) == 0:
+        raise TraceImportError(f"{source}: every step marker has zero length")
+
+    # Classify (cache per distinct name/cat/thread: real traces repeat a few hundred names).
+    cache: dict[tuple[str, str, str], str] = {}
+    kinds = []
+    for i, (name, cat, th, q) in enumerate(zip(p.name, p.cat, thread, p.pid)):
+        if is_marker[i]:
+            kinds.append("step")
+        elif q in p.process_meta and cat in KIND_CODE:
+            kinds.append(cat)
+        else:
+            key = (name, cat, th)
+            k = cache.get(key)
+            if k is None:
+                k = cache[key] = classify(name, cat, th)
+            kinds.append(k)
+    kind_arr = np.array(kinds, dtype=object)
+    code = np.array([KIND_CODE.get(k, _IDLE_CODE) for k in kinds], dtype=np.int8)
+
+    # Clip chip events to the stepped range and flatten.
+    lo_ns, hi_ns = ts_ns - t0, ts_ns + dur_ns - t0
+    c0, c1 = np.clip(lo_ns, 0, s_end[-1]), np.clip(hi_ns, 0, s_end[-1])
+    use = on_chip & (c1 > c0)
+    bounds = np.empty(2 * len(s_start), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = s_start, s_end
+    dense = np.searchsorted(ids, chip_col[use])
+    e_dense, e_step, e_code, e_start, e_dur = _flatten(dense, c0[use], c1[use], code[use], n_chips, bounds)
+    e_chip = ids[e_dense]
+    events = pa.Table.from_batches([events_batch(e_chip, e_step, e_code, e_start, e_dur)])
+    steps_table = pa.table(
+        {"step": np.arange(len(s_start), dtype=np.int32), "start_ns": s_start, "step_ns": s_end - s_start}, schema=STEPS_SCHEMA
+    )
+
+    # Chips and their places: Podscope's export carries them; otherwise laid along x.
+    cols = {"chip": ids.astype(np.int32), "host": np.zeros(n_chips, np.int32), "slice": np.zeros(n_chips, np.int32),
+            "x": ids.astype(np.int32), "y": np.zeros(n_chips, np.int32), "z": np.zeros(n_chips, np.int32)}  # fmt: skip
+    for q, meta in p.process_meta.items():
+        c = chip_of.get(q)
+        if c is not None:
+            row = int(np.searchsorted(ids, c))
+            for col in ("host", "slice", "x", "y", "z"):
+                if isinstance(meta.get(col), int):
+                    cols[col][row] = meta[col]
+    chips_table = pa.table(cols, schema=CHIPS_SCHEMA)
+
+    raw = pa.table(
+        {
+            "chip": pa.array(np.where(chip_col >= 0, chip_col, 0).astype(np.int32), mask=chip_col < 0),
+            "pid": pa.array(p.pid, pa.string()),
+            "tid": pa.array(p.tid, pa.string()),
+            "name": pa.array(p.name, pa.string()),
+            "cat": pa.array(p.cat, pa.string()),
+            "kind": pa.array(kind_arr.tolist(), pa.string()),
+            "start_ns": pa.array(lo_ns, pa.int64()),
+            "dur_ns": pa.array(dur_ns, pa.int64()),
+        },
+        schema=IMPORT_EVENTS_SCHEMA,
+    )
+    other_kind = Counter(n for n, k, m in zip(p.name, kinds, is_marker) if k == "other" and not m)
+    pod_meta = p.other_data.get("podscope") if isinstance(p.other_data.get("podscope"), dict) else {}
+    device_kind = {"podscope": str(pod_meta.get("chip") or "imported"), "device trace": "device"}.get(fmt, "cpu")
+    if fmt == "device trace":
+        m = _DEVICE_PROCESS.search(p.process_names.get(chip_pids[0], ""))
+        device_kind = (m.group(1) or m.group(3)).lower()
+    facts = RunFacts(
+        chip=device_kind,
+        chips=n_chips,
+        hosts=int(len(np.unique(cols["host"]))),
+        slices=int(len(np.unique(cols["slice"]))),
+        topology=str(pod_meta.get("topology") or f"{n_chips} imported"),
+        steps=len(s_start),
+        params=None,
+        samples_per_step=None,
+        tokens_per_step=None,
+        model_flops_per_step=None,
+        hardware_flops_per_step=None,
+        peak_flops_per_s_per_chip=None,
+        peak_hbm_bytes=None,
+        hbm_capacity_bytes=None,
+        oom=False,
+        hbm_breakdown_bytes=None,
+        extra={
+            "import": {
+                "file": path.name,
+                "format": fmt,
+                "trace_events": p.total,
+                "complete_events": len(p.name),
+                "step_markers": int(is_marker.sum()),
+                "host_events": int((chip_col < 0).sum()),
+                "skipped_by_phase": dict(p.skipped),
+                "events_by_kind": dict(Counter(k for k in kinds if k != "step")),
+                "top_unclassified": [n for n, _ in other_kind.most_common(10)],
+            }
+        },
+    )
+    return Trace(events=events, steps=steps_table, chips=chips_table, extra={"import_events": raw}), facts
+
+
+def import_trace(db: Database, path: str | Path, *, name: str | None = None, limits: ImportLimits = ImportLimits()) -> int:
+    """Import a trace file into the database as a run with ``source='imported'``; returns its run_id.
+
+    The file is fully parsed and checked before the database is opened, so a bad
+    file writes nothing.
+
+    Raises
+    ------
+    TraceImportError
+        Bad input (nothing written).
+    ProfilerError
+        Storage failure (nothing written: the run is one transaction).
+    """
+    trace, facts = read_trace(path, limits=limits)
+    stem = Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+    return write_run(db, RunResult(scenario=None, trace=trace, facts=facts), name=name or stem, source="imported")
