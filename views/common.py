@@ -8,7 +8,11 @@ is added or deleted, so caches never serve a stale run list.
 from __future__ import annotations
 
 from collections.abc import Callable
+import io
 from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
 
 import streamlit as st
 
@@ -16,7 +20,20 @@ from engine.errors import PodscopeError
 from profiler import api, queries
 from profiler.store import Database, resolve_db_path
 
-__all__ = ["get_db", "data_version", "query", "run_picker", "select_run", "seed_if_empty", "invalidate"]
+__all__ = [
+    "get_db",
+    "data_version",
+    "query",
+    "run_picker",
+    "select_run",
+    "seed_if_empty",
+    "invalidate",
+    "chart",
+    "download_csv",
+    "export_button",
+    "run_context",
+    "simulate_variant",
+]
 
 
 @st.cache_resource
@@ -93,3 +110,75 @@ def run_picker(key: str = "run_id", label: str = "Run") -> int | None:
 def select_run(run_id: int, key: str = "run_id") -> None:
     """Make ``run_id`` the picked run on the next script run (call before ``st.rerun()``)."""
     st.session_state[f"select_{key}"] = run_id
+
+
+def download_csv(df: pd.DataFrame, file_name: str, key: str, label: str = "Download data (CSV)") -> None:
+    """A download button for a figure's data; the CSV is built only when clicked."""
+    st.download_button(
+        label, data=lambda: df.to_csv(index=False).encode(), file_name=file_name, mime="text/csv", key=key,
+        on_click="ignore", icon=":material/download:",
+    )  # fmt: skip
+
+
+def chart(fig: Any, df: pd.DataFrame | None, file_name: str, key: str, **kwargs: Any) -> Any:
+    """Draw a Plotly figure and, when its data is given, a CSV download of that data beneath it."""
+    out = st.plotly_chart(fig, width="stretch", key=f"chart_{key}", **kwargs)
+    if df is not None and not df.empty:
+        download_csv(df, file_name, key=f"csv_{key}")
+    return out
+
+
+def _events_parquet(path: str, run_id: int, step0: int, step1: int) -> bytes:
+    # A thin export of the run's events for a window; ``profiler export`` (Perfetto, full runs) supersedes it.
+    with _db(path).read() as con:
+        table = queries.events_window(con, run_id, step0, step1)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def export_button(run_id: int, step0: int, step1: int, key: str) -> None:
+    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked)."""
+    path = str(get_db().path)
+    st.download_button(
+        f"Export trace, steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
+        file_name=f"run{run_id}_steps{step0}-{step1}.parquet", mime="application/vnd.apache.parquet", key=key,
+        on_click="ignore", icon=":material/file_export:",
+    )  # fmt: skip
+
+
+def run_context(title: str, key: str = "run_id") -> tuple[int, dict[str, Any]] | None:
+    """Page header: the title, the run picker and the chosen run's summary (None when there is no run)."""
+    st.title(title)
+    run_id = run_picker(key)
+    if run_id is None:
+        return None
+    try:
+        summary = query(queries.run_summary, run_id)
+    except PodscopeError as e:
+        st.error(f"Cannot read run #{run_id}: {e}")
+        return None
+    if summary.get("source") == "imported":
+        st.caption("Imported trace: numbers the trace does not carry (model, memory, scenario) are shown as n/a.")
+    return run_id, summary
+
+
+def simulate_variant(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any] | None:
+    """Validate ``base`` with dotted-key ``overrides``, simulate and store it; returns the new run's summary.
+
+    Problems are shown on the page (a ScenarioError lists every bad key) and give None, never an exception.
+    """
+    from engine import ScenarioError, scenario_from_dict
+    from engine.scenario import apply_overrides
+
+    try:
+        scenario = scenario_from_dict(apply_overrides(base, overrides), source=source)
+        summary = api.run_scenario(scenario, get_db())
+    except ScenarioError as e:
+        st.error("\n\n".join(f"**{k or 'scenario'}**: {m}" for k, m in e.problems))
+        return None
+    except PodscopeError as e:
+        st.error(str(e))
+        return None
+    invalidate()
+    return summary
