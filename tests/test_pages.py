@@ -1,0 +1,106 @@
+"""Every dashboard page through AppTest: a small stored run, an empty database, an OOM run, an imported run."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import load_scenario, simulate
+from profiler import write_run
+from profiler.store import Database
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGES = [
+    "views/overview.py",
+    "views/idle.py",
+    "views/pod.py",
+    "views/timeline.py",
+    "views/memory.py",
+    "views/scaling.py",
+    "views/recompilation.py",
+    "views/compare.py",
+]
+
+OOM_TOML = """
+name = "oom"
+[pod]
+chip = "tpu-v4"
+topology = "2x2x1"
+[model]
+kind = "transformer"
+layers = 48
+d_model = 8192
+heads = 64
+d_ff = 32768
+vocab = 32000
+seq_len = 2048
+[training]
+global_batch = 8
+steps = 3
+[sim]
+seed = 1
+"""
+
+
+def _run(path: Path, page: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+@pytest.fixture
+def small_db(tmp_path, monkeypatch, small_scenario) -> Path:
+    path = tmp_path / "small.duckdb"
+    write_run(Database(path), simulate(small_scenario), name="stored-run")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    return path
+
+
+@pytest.fixture
+def oom_db(tmp_path, monkeypatch, write_toml) -> Path:
+    path = tmp_path / "oom.duckdb"
+    result = simulate(load_scenario(write_toml(OOM_TOML, "oom.toml")))
+    assert result.facts.oom, "the fixture must be an out-of-memory run"
+    write_run(Database(path), result, name="oom-run")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    return path
+
+
+@pytest.fixture
+def imported_db(tmp_path, monkeypatch, small_scenario) -> Path:
+    """A run stored as an imported trace: no scenario, and facts without the model's numbers."""
+    path = tmp_path / "imported.duckdb"
+    result = simulate(small_scenario)
+    facts = dataclasses.replace(result.facts, params=0, model_flops_per_step=0.0, hardware_flops_per_step=0.0, hbm_breakdown_bytes={})
+    write_run(Database(path), dataclasses.replace(result, scenario=None, facts=facts), name="imported-run", source="imported")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    return path
+
+
+@pytest.fixture
+def empty_db(tmp_path, monkeypatch) -> Path:
+    """An empty database that stays empty: the file exists with its schema, and seeding is skipped by a run-less page check."""
+    path = tmp_path / "empty.duckdb"
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    return path
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_on_small_run(small_db, page):
+    at = _run(small_db, page)
+    assert at.title and at.title[0].value
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_on_oom_run(oom_db, page):
+    _run(oom_db, page)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_on_imported_run(imported_db, page):
+    _run(imported_db, page)
