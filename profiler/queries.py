@@ -107,10 +107,13 @@ __all__ += [
     "events_window",
     "run_tables",
     "TIMELINE_MAX_CHIPS",
+    "TIMELINE_MAX_CELLS",
 ]
 
 #: most chips one timeline draws (rows of the Gantt)
 TIMELINE_MAX_CHIPS = 256
+#: most (chip, bucket) cells one timeline returns: keeps the figure under ~3 MB of JSON
+TIMELINE_MAX_CELLS = 100_000
 
 _HAS_TABLE_SQL = "SELECT count(*) FROM information_schema.tables WHERE table_name = $name"
 
@@ -292,7 +295,8 @@ def timeline(
     step0, step1
         Inclusive step range.
     buckets
-        Time buckets across the window (the horizontal resolution).
+        Time buckets across the window (the horizontal resolution); lowered so that
+        ``len(chips) * buckets <= TIMELINE_MAX_CELLS``.
 
     Returns
     -------
@@ -302,6 +306,7 @@ def timeline(
         steps: step, start_rel_ns (step start relative to the window), for step boundaries.
     """
     chip_list = [int(c) for c in chips[:TIMELINE_MAX_CHIPS]]
+    buckets = max(1, min(int(buckets), TIMELINE_MAX_CELLS // max(1, len(chip_list))))
     p = {"id": run_id, "step0": step0, "step1": step1}
     cells = con.execute(_TIMELINE_SQL, {**p, "chips": chip_list, "buckets": buckets}).df()
     steps = con.execute(_TIMELINE_STEPS_SQL, p).df()

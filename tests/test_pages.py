@@ -104,3 +104,40 @@ def test_page_on_oom_run(oom_db, page):
 @pytest.mark.parametrize("page", PAGES)
 def test_page_on_imported_run(imported_db, page):
     _run(imported_db, page)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_on_empty_database(empty_db, page):
+    """Each page alone (app.py would seed the examples) on a database with no runs: a message, no exception."""
+    at = AppTest.from_file(str(Path(APP).parent / page), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.info, "an empty database must say so"
+
+
+def test_key_elements_on_small_run(small_db):
+    idle = _run(small_db, "views/idle.py")
+    assert {"Idle share", "Input wait", "Sync wait"} <= {m.label for m in idle.metric}
+    assert len(idle.get("plotly_chart")) == 2
+    memory = _run(small_db, "views/memory.py")
+    assert "Peak HBM per chip" in {m.label for m in memory.metric}
+    assert memory.success, "a run that fits says so"
+    timeline = _run(small_db, "views/timeline.py")
+    assert len(timeline.get("plotly_chart")) == 1
+    pod = _run(small_db, "views/pod.py")
+    assert any("Chip 0" in m.value for m in pod.markdown)
+    recompile = _run(small_db, "views/recompilation.py")
+    assert recompile.info  # no compile log on main's engine yet
+
+
+def test_memory_page_explains_oom(oom_db):
+    at = _run(oom_db, "views/memory.py")
+    assert at.error and "Out of memory" in at.error[0].value
+
+
+def test_compare_what_if_rejects_unknown_section_with_message(small_db):
+    at = _run(small_db, "views/compare.py")
+    at.checkbox[0].check()
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    # An engine without the [input] model rejects it by key; one with it simulates the variant.
+    assert (at.error and "input" in at.error[0].value) or any("against base" in m.value for m in at.markdown)

@@ -60,13 +60,22 @@ def _cached(path: str, version: tuple[int, int], fn_name: str, args: tuple[Any, 
         return fn(con, *args)
 
 
+@st.cache_data(show_spinner=False, ttl=2.0)
+def _recent_version(path: str) -> tuple[int, int]:
+    # Checking the version opens the file (~30 ms on a large database); a page asks many
+    # queries per render, so one check serves them all for two seconds. Runs added here
+    # call invalidate(); runs added by the CLI show up within two seconds.
+    return data_version(_db(path))
+
+
 def query(fn: Callable[..., Any], *args: Any) -> Any:
     """Run a :mod:`profiler.queries` function through the cache."""
-    db = get_db()
-    return _cached(str(db.path), data_version(db), fn.__name__, args)
+    path = str(get_db().path)
+    return _cached(path, _recent_version(path), fn.__name__, args)
 
 
 def invalidate() -> None:
+    _recent_version.clear()
     _cached.clear()
 
 

@@ -55,7 +55,8 @@ def main() -> None:
     if len(chips) > queries.TIMELINE_MAX_CHIPS:
         st.caption(f"Showing the first {queries.TIMELINE_MAX_CHIPS} of {len(chips)} chips.")
         chips = chips[: queries.TIMELINE_MAX_CHIPS]
-    buckets = st.select_slider("Resolution (time buckets)", [200, 400, 800, 1600], value=800, key="tl_buckets")
+    buckets = st.select_slider("Resolution (time buckets)", [200, 400, 800, 1600], value=800, key="tl_buckets",
+                               help=f"capped at {queries.TIMELINE_MAX_CELLS:,} cells (chips x buckets)")
     cells, steps = common.query(queries.timeline, run_id, tuple(chips), int(step0), int(step1), int(buckets))
     if cells.empty:
         st.info("No events for these chips in this window.")
