@@ -108,7 +108,7 @@ def page(server):
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg = browser.new_page(viewport={"width": 1400, "height": 2000})
         yield pg
         browser.close()
 

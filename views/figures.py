@@ -52,6 +52,9 @@ KIND_LABELS = {
 
 def _layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
     fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white")
+    if fig.layout.legend.orientation == "h":
+        # Above the plot, under the title: below it would collide with the x-axis title.
+        fig.update_layout(legend=dict(y=1.0, yanchor="bottom", x=0), margin_t=70)
     return fig
 
 
@@ -176,7 +179,7 @@ def pod_plane(
     values = df[metric].to_numpy(dtype=float) * (100 if percent else 1)
     n_h = int(df[horizontal].max()) + 1 if not df.empty else 1
     n_v = int(df[vertical].max()) + 1 if not df.empty else 1
-    size = max(6, min(40, int(560 / max(n_h, n_v))))
+    size = max(6, min(90, int(480 / max(n_h, n_v))))
     fig = go.Figure()
     if links is not None and not links.empty:
         for trace in _link_traces(links, horizontal, vertical):
@@ -245,7 +248,7 @@ def timeline_gantt(cells: pd.DataFrame, steps: pd.DataFrame, chips: list[int], t
     if len(steps) <= 60:
         for start in steps["start_rel_ns"].iloc[1:]:
             fig.add_vline(x=start / 1e6, line_width=1, line_dash="dot", line_color="#333")
-    fig.update_layout(xaxis_title="ms from window start", legend_orientation="h", yaxis_autorange="reversed")
+    fig.update_layout(xaxis_title="ms from window start", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), yaxis_autorange="reversed")
     return _layout(fig, title, height=max(300, min(900, 60 + 14 * len(chips))))
 
 
@@ -257,8 +260,11 @@ def hbm_bar(breakdown_bytes: pd.DataFrame, capacity_bytes: float | None, title: 
             x=["HBM"], y=[row.bytes / 2**30], name=str(row.category),
             hovertemplate=f"{row.category}: %{{y:.2f}} GiB<extra></extra>",
         )  # fmt: skip
-    if capacity_bytes:
+    total_bytes = float(breakdown_bytes["bytes"].sum())
+    if capacity_bytes and total_bytes >= 0.2 * capacity_bytes:
         fig.add_hline(y=capacity_bytes / 2**30, line_color="#E45756", line_dash="dash", annotation_text=f"capacity {capacity_bytes / 2**30:.0f} GiB")
+    elif capacity_bytes:  # a line far above the bars would flatten them to nothing
+        title += f" (capacity {capacity_bytes / 2**30:.0f} GiB, off scale)"
     fig.update_layout(barmode="stack", yaxis_title="GiB", legend_orientation="v")
     return _layout(fig, title, height=400)
 

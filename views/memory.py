@@ -21,7 +21,7 @@ def _verdict(summary: dict) -> None:
     cols[2].metric("Headroom", _gib(cap - peak) if peak is not None and cap else "n/a")
     if not summary.get("oom"):
         if peak is not None and cap:
-            st.success(f"Fits: the busiest chip uses {peak / cap:.0%} of its HBM.")
+            st.success(f"Fits: the busiest chip uses {peak / cap:.1%} of its HBM.")
         return
     detail = summary.get("oom_detail")
     lines = ["**Out of memory**: this job does not fit in HBM."]
