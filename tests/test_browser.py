@@ -71,7 +71,11 @@ def server(tmp_path_factory, request):
     toml = tmp / "small.toml"
     toml.write_text(textwrap.dedent(SMALL_TOML))
     db_path = tmp / "browser.duckdb"
+    from tests.dashboard_fixtures import extras_result
+
     write_run(Database(db_path), simulate(load_scenario(toml)), name="browser-run")
+    # The newest run (shown first) carries link load, compiles, memory timeline and advice.
+    write_run(Database(db_path), extras_result(load_scenario(toml)), name="browser-extras")
     port = _free_port()
     env = {**os.environ, "PODSCOPE_DB": str(db_path), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
     log = open(tmp / "streamlit.log", "w")

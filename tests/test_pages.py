@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from engine import load_scenario, simulate
 from profiler import write_run
 from profiler.store import Database
+from tests.dashboard_fixtures import extras_result
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = [
@@ -46,9 +47,17 @@ seed = 1
 
 
 def _run(path: Path, page: str) -> AppTest:
+    """The page through the app's navigation (as a user reaches it)."""
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _page(page: str) -> AppTest:
+    """The page script alone: half the script runs of :func:`_run`, for the many database variants."""
+    at = AppTest.from_file(str(Path(APP).parent / page), default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
@@ -98,19 +107,18 @@ def test_page_on_small_run(small_db, page):
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_on_oom_run(oom_db, page):
-    _run(oom_db, page)
+    _page(page)
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_on_imported_run(imported_db, page):
-    _run(imported_db, page)
+    _page(page)
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_on_empty_database(empty_db, page):
     """Each page alone (app.py would seed the examples) on a database with no runs: a message, no exception."""
-    at = AppTest.from_file(str(Path(APP).parent / page), default_timeout=60).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = _page(page)
     assert at.info, "an empty database must say so"
 
 
@@ -118,19 +126,19 @@ def test_key_elements_on_small_run(small_db):
     idle = _run(small_db, "views/idle.py")
     assert {"Idle share", "Input wait", "Sync wait"} <= {m.label for m in idle.metric}
     assert len(idle.get("plotly_chart")) == 2
-    memory = _run(small_db, "views/memory.py")
+    memory = _page("views/memory.py")
     assert "Peak HBM per chip" in {m.label for m in memory.metric}
     assert memory.success, "a run that fits says so"
-    timeline = _run(small_db, "views/timeline.py")
+    timeline = _page("views/timeline.py")
     assert len(timeline.get("plotly_chart")) == 1
-    pod = _run(small_db, "views/pod.py")
+    pod = _page("views/pod.py")
     assert any("Chip 0" in m.value for m in pod.markdown)
-    recompile = _run(small_db, "views/recompilation.py")
+    recompile = _page("views/recompilation.py")
     assert recompile.info  # no compile log on main's engine yet
 
 
 def test_memory_page_explains_oom(oom_db):
-    at = _run(oom_db, "views/memory.py")
+    at = _page("views/memory.py")
     assert at.error and "Out of memory" in at.error[0].value
 
 
@@ -141,3 +149,31 @@ def test_compare_what_if_rejects_unknown_section_with_message(small_db):
     assert not at.exception, [e.value for e in at.exception]
     # An engine without the [input] model rejects it by key; one with it simulates the variant.
     assert (at.error and "input" in at.error[0].value) or any("against base" in m.value for m in at.markdown)
+
+
+@pytest.fixture
+def extras_db(tmp_path, monkeypatch, small_scenario) -> Path:
+    """A run carrying every table and summary key the engine helpers add (per the contracts), filled by hand."""
+    path = tmp_path / "extras.duckdb"
+    write_run(Database(path), extras_result(small_scenario), name="extras-run")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    return path
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_with_every_extra_table(extras_db, page):
+    _page(page)
+
+
+def test_extras_are_shown(extras_db):
+    overview = _run(extras_db, "views/overview.py")
+    assert overview.error and "Shapes change every step" in overview.error[0].value  # critical first
+    assert overview.warning and "Input pipeline" in overview.warning[0].value
+    recompile = _page("views/recompilation.py")
+    assert next(m.value for m in recompile.metric if m.label == "Recompiles") == "3"
+    assert len(recompile.get("plotly_chart")) == 2
+    memory = _page("views/memory.py")
+    assert len(memory.get("plotly_chart")) == 3  # breakdown, in-step timeline, per-chip peaks
+    pod = _page("views/pod.py")
+    assert "HBM peak (GiB)" in pod.selectbox[0].options
+    assert any(e.label == "Busiest links" for e in pod.expander)
