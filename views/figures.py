@@ -54,7 +54,7 @@ def _layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
     fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white")
     if fig.layout.legend.orientation == "h":
         # Above the plot, under the title: below it would collide with the x-axis title.
-        fig.update_layout(legend=dict(y=1.0, yanchor="bottom", x=0), margin_t=70)
+        fig.update_layout(legend=dict(y=1.0, yanchor="bottom", x=0), margin_t=90, title=dict(y=0.99, yanchor="top", yref="container"))
     return fig
 
 

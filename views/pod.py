@@ -40,7 +40,7 @@ def _chip_panel(df, chip: int) -> None:
         st.caption(f"No chip {chip} in this run.")
         return
     r = row.iloc[0]
-    st.markdown(f"**Chip {chip}** · host {r['host']} · slice {r['slice']} · ({r['x']}, {r['y']}, {r['z']})")
+    st.markdown(f"**Chip {chip}** · host {int(r['host'])} · slice {int(r['slice'])} · ({int(r['x'])}, {int(r['y'])}, {int(r['z'])})")
     cols = st.columns(6)
     for col, (key, label) in zip(cols, [(k, v) for k, v in METRICS.items() if k.endswith("_frac")] + [("hbm_peak_bytes", "HBM peak")]):
         if key not in row:
