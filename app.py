@@ -25,4 +25,5 @@ PAGES = [
 ]
 
 common.seed_if_empty()
-st.navigation(PAGES).run()
+with common.page_connection():
+    st.navigation(PAGES).run()

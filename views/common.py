@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -33,6 +35,7 @@ __all__ = [
     "export_button",
     "run_context",
     "simulate_variant",
+    "page_connection",
 ]
 
 
@@ -191,3 +194,20 @@ def simulate_variant(base: dict[str, Any], overrides: dict[str, Any], source: st
         return None
     invalidate()
     return summary
+
+
+@contextmanager
+def page_connection() -> Iterator[None]:
+    """Hold one connection open while a page renders.
+
+    Opening a DuckDB file costs ~35 ms, and a page asks several queries, each on its own short
+    connection. While one connection is open, DuckDB reuses the open database for every further
+    connection in the process (~0.2 ms). The file is released when the page is drawn, so the CLI
+    can still write between renders (it retries briefly on the lock, as it always has).
+    """
+    db = get_db()
+    if not db.path.exists():  # nothing to keep open; reads see an empty database
+        yield
+        return
+    with db.read():
+        yield
