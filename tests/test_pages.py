@@ -177,3 +177,17 @@ def test_extras_are_shown(extras_db):
     pod = _page("views/pod.py")
     assert "HBM peak (GiB)" in pod.selectbox[0].options
     assert any(e.label == "Busiest links" for e in pod.expander)
+
+
+def test_scaling_sweep_adds_runs_and_plots_the_curve(small_db):
+    at = _page("views/scaling.py")
+    at.text_input[0].set_value("2x2x1, 2x2x4, 3x3x3")  # 27 chips: batch 256 does not divide -> shown, not raised
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.error and "global_batch" in at.error[0].value and "3x3x3" in at.warning[0].value
+    with Database(small_db).read() as con:
+        chips = sorted(r[0] for r in con.execute("SELECT chips FROM runs").fetchall())
+    assert chips == [4, 8, 16]
+    at = _page("views/scaling.py")
+    assert len(at.get("plotly_chart")) == 4
+    assert at.multiselect[0].value  # the 3-point series is picked by default

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import streamlit as st
+
+from engine.scenario import parse_topology
 
 from profiler import queries
 from views import common, figures
@@ -21,25 +25,30 @@ def _sweep(runs) -> None:
             base_id = st.selectbox("Base run", list(labels)[::-1], format_func=labels.get)
             shapes = st.text_input("Topologies (comma-separated)", "2x2x1, 2x2x2, 2x2x4", help="chips per torus axis for each point")
             mode = st.radio("Batch", ["strong (keep global batch)", "weak (keep per-chip batch)"], horizontal=True)
-            go = st.form_submit_button("Run sweep")
-        if not go:
+            submitted = st.form_submit_button("Run sweep")
+        if not submitted:
             return
         base = common.query(queries.run_scenario, int(base_id))
         base_chips = int(runs.loc[runs["run_id"] == base_id, "chips"].iloc[0])
         topologies = [t.strip() for t in shapes.split(",") if t.strip()]
         bar = st.progress(0.0, text="Sweeping...")
+        failed: list[str] = []
         for i, topo in enumerate(topologies):
             bar.progress(i / len(topologies), text=f"Simulating {topo} ({i + 1}/{len(topologies)})")
             overrides = {"name": f"{base['name']} [sweep {topo}]", "pod.topology": topo, "parallelism.data": None}
             if mode.startswith("weak"):
-                chips = 1
-                for part in topo.lower().split("x"):
-                    chips *= int(part) if part.isdigit() else 1
-                chips *= int(base["pod"].get("slices", 1))
+                try:
+                    chips = math.prod(parse_topology(topo)) * int(base["pod"].get("slices", 1))
+                except ValueError:
+                    chips = base_chips  # the loader reports the bad topology by key below
                 overrides["training.global_batch"] = max(1, base["training"]["global_batch"] * chips // base_chips)
-            common.simulate_variant(base, overrides, source=f"sweep {topo}")
+            if common.simulate_variant(base, overrides, source=f"sweep {topo}") is None:
+                failed.append(topo)
         bar.progress(1.0, text="Sweep done")
-        st.rerun()
+        if failed:  # keep the errors on screen; the stored points show on the next interaction
+            st.warning(f"Not simulated: {', '.join(failed)} (see above). The other points are stored.")
+        else:
+            st.rerun()
 
 
 def main() -> None:
