@@ -191,3 +191,17 @@ def test_scaling_sweep_adds_runs_and_plots_the_curve(small_db):
     at = _page("views/scaling.py")
     assert len(at.get("plotly_chart")) == 4
     assert at.multiselect[0].value  # the 3-point series is picked by default
+
+
+def test_pod_3d_and_timeline_chip_choices(extras_db):
+    pod = _page("views/pod.py")
+    pod.radio(key="pod_view").set_value("3D").run()
+    assert not pod.exception, [e.value for e in pod.exception]
+    assert len(pod.get("plotly_chart")) == 1
+    pod.selectbox(key="pod_metric").set_value("hbm_peak_bytes").run()
+    assert not pod.exception
+    timeline = _page("views/timeline.py")
+    for how in ("By host", "By coordinate"):
+        timeline.radio(key="tl_how").set_value(how).run()
+        assert not timeline.exception, [e.value for e in timeline.exception]
+        assert len(timeline.get("plotly_chart")) == 1, how
