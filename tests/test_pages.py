@@ -205,3 +205,15 @@ def test_pod_3d_and_timeline_chip_choices(extras_db):
         timeline.radio(key="tl_how").set_value(how).run()
         assert not timeline.exception, [e.value for e in timeline.exception]
         assert len(timeline.get("plotly_chart")) == 1, how
+
+
+def test_memory_page_shows_oom_detail(tmp_path, monkeypatch, write_toml):
+    result = simulate(load_scenario(write_toml(OOM_TOML, "oom.toml")))
+    detail = {"chip": 0, "term": "activations", "over_bytes": 3 * 2**30, "suggestions": ["Turn on remat", "Shard with FSDP"]}
+    result = dataclasses.replace(result, facts=dataclasses.replace(result.facts, extra={"oom_detail": detail}))
+    path = tmp_path / "oom_detail.duckdb"
+    write_run(Database(path), result)
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/memory.py")
+    text = at.error[0].value
+    assert "3.00 GiB" in text and "activations" in text and "Shard with FSDP" in text
