@@ -15,8 +15,16 @@ st.set_page_config(page_title="Podscope", page_icon=":material/memory:", layout=
 
 PAGES = [
     st.Page("views/overview.py", title="Overview", icon=":material/dashboard:", default=True),
+    st.Page("views/idle.py", title="Idle time", icon=":material/hourglass_empty:"),
+    st.Page("views/pod.py", title="Pod", icon=":material/grid_view:"),
+    st.Page("views/timeline.py", title="Timeline", icon=":material/view_timeline:"),
+    st.Page("views/memory.py", title="Memory", icon=":material/memory:"),
+    st.Page("views/scaling.py", title="Scaling", icon=":material/trending_up:"),
+    st.Page("views/recompilation.py", title="Recompilation", icon=":material/build:"),
+    st.Page("views/compare.py", title="Compare / what-if", icon=":material/compare_arrows:"),
     st.Page("views/validation.py", title="Validation", icon=":material/fact_check:"),
 ]
 
 common.seed_if_empty()
-st.navigation(PAGES).run()
+with common.page_connection():
+    st.navigation(PAGES).run()

@@ -279,7 +279,8 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
     special = np.flatnonzero((compile_s > 0) | (ckpt_s > 0) | (fail.restart_s > 0))
     return IdlePlan(
         segments=segments,
-        tables={"compiles": compiles},
+        # no [compile] section: compilation is not modelled, so there is no log (not an empty one)
+        tables={"compiles": compiles} if cc is not None or compiles.num_rows else {},
         badput_s=badput_s,
         facts=facts,
         special_steps=special,

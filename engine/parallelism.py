@@ -56,6 +56,7 @@ import pyarrow as pa
 from .collectives import dcn_all_reduce_time_s, ring_phase
 from .errors import TopologyError
 from .models import ModelCost
+from .units import seconds_to_ns
 
 __all__ = [
     "MESH_AXES",
@@ -426,7 +427,7 @@ def plan_collectives(
                 "op": pa.array(op, pa.string()),
                 "mesh_axis": pa.array(axis, pa.string()),
                 "bytes": pa.array(nbytes, pa.float64()),
-                "time_ns": pa.array(np.rint(np.asarray(t) * 1e9).astype(np.int64), pa.int64()),
+                "time_ns": pa.array(seconds_to_ns("layer collective", t), pa.int64()),
             },
             schema=LAYER_COLLECTIVES_SCHEMA,
         )

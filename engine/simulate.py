@@ -45,7 +45,7 @@ from .trace import (
     events_batch,
     kind_array,
 )
-from .units import GB_BYTES, NS_PER_S
+from .units import GB_BYTES, MAX_RUN_NS, NS_PER_S, seconds_to_ns
 
 __all__ = ["Segment", "SimContext", "Assembled", "simulate", "assemble", "assemble_steps", "STEP_BLOCK"]
 
@@ -65,20 +65,6 @@ class Segment:
     barrier: bool = False
 
 
-#: largest run the int64 nanosecond clock holds, with headroom for sums inside a step (~146 years)
-MAX_RUN_NS = 2**62
-
-
-def _to_ns(kind: str, dur_s: np.ndarray | float) -> np.ndarray:
-    ns = np.asarray(dur_s, dtype=np.float64) * NS_PER_S
-    # Absurd sizes validate field by field but overflow int64 nanoseconds; casting would wrap silently.
-    if not np.all(np.isfinite(ns)) or np.any(ns < 0) or np.any(ns >= MAX_RUN_NS):
-        worst = float(np.nanmax(np.abs(ns))) / NS_PER_S if np.any(~np.isnan(ns)) else float("nan")
-        raise SimulationError(
-            f"a {kind!r} phase lasts {worst:.3g} s (or is not a finite non-negative time); trace times must stay below "
-            f"{MAX_RUN_NS / NS_PER_S:.3g} s per run: the model, batch or steps are implausibly large"
-        )
-    return np.rint(ns).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -104,7 +90,7 @@ def assemble(segments: list[Segment], steps: int, chips: int, detail: str = "ful
         ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
         per-step and per-chip aggregates (for sweeps and very large pods).
     """
-    seg_ns = [_to_ns(seg.kind, seg.dur_s) for seg in segments]
+    seg_ns = [seconds_to_ns(seg.kind, seg.dur_s) for seg in segments]
     # A step never exceeds the sum of its segments' longest durations (barrier waits only
     # pad up to the slowest chip), so bounding that sum in float keeps every int64 sum exact.
     longest_step_ns = sum(float(ns.max()) for ns in seg_ns if ns.size)

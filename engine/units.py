@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+import numpy as np
+
+from .errors import SimulationError
+
 Nanoseconds: TypeAlias = int
 Seconds: TypeAlias = float
 Bytes: TypeAlias = float
@@ -24,3 +28,27 @@ BITS_PER_BYTE = 8
 
 #: Bytes per element by training precision (parameters / activations as stored).
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "int8": 1}
+
+#: largest run the int64 nanosecond clock holds, with headroom for sums inside a step (~146 years)
+MAX_RUN_NS = 2**62
+
+
+def seconds_to_ns(what: str, dur_s: np.ndarray | float) -> np.ndarray:
+    """Seconds to int64 nanoseconds, refusing times the trace cannot hold.
+
+    Absurd sizes validate field by field but overflow int64 nanoseconds; a bare cast
+    would wrap silently into negative times.
+
+    Raises
+    ------
+    SimulationError
+        If a time is not finite, negative, or at least ``MAX_RUN_NS``.
+    """
+    ns = np.asarray(dur_s, dtype=np.float64) * NS_PER_S
+    if not np.all(np.isfinite(ns)) or np.any(ns < 0) or np.any(ns >= MAX_RUN_NS):
+        worst = float(np.nanmax(np.abs(ns))) / NS_PER_S if np.any(~np.isnan(ns)) else float("nan")
+        raise SimulationError(
+            f"a {what!r} phase lasts {worst:.3g} s (or is not a finite non-negative time); trace times must stay below "
+            f"{MAX_RUN_NS / NS_PER_S:.3g} s per run: the model, batch or steps are implausibly large"
+        )
+    return np.rint(ns).astype(np.int64)

@@ -13,8 +13,12 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from engine.errors import RunNotFoundError
+from engine.trace import EVENT_KINDS
+
+from .store import _ident
 
 __all__ = ["list_runs", "run_summary", "run_scenario", "breakdown", "step_times", "list_sweeps", "sweep_runs", "MAX_POINTS"]
 
@@ -109,3 +113,356 @@ def sweep_runs(con: duckdb.DuckDBPyConnection, sweep: str) -> pd.DataFrame:
     ``overrides`` is the point's dotted-key overrides as a JSON text.
     """
     return con.execute(_SWEEP_RUNS_SQL, {"sweep": sweep}).df()
+
+
+# --------------------------------------------------------------------------------------------
+# Dashboard pages (idle time, pod, timeline, memory, scaling, recompilation, compare, export).
+# Tables written by later engine mechanisms (extra_*) may be absent: every reader checks with
+# :func:`has_table` first and returns None, so a page can say "this run has no ..." instead of
+# failing, and starts working as soon as the table appears.
+# --------------------------------------------------------------------------------------------
+
+__all__ += [
+    "has_table",
+    "kind_by_step",
+    "kind_by_host",
+    "chip_metrics",
+    "worst_chips",
+    "hosts",
+    "link_load",
+    "timeline",
+    "step_range",
+    "memory_timeline",
+    "chip_memory",
+    "compiles_by_step",
+    "compiles_by_cause",
+    "scaling_runs",
+    "step_kind_s",
+    "events_window",
+    "run_tables",
+    "TIMELINE_MAX_CHIPS",
+    "TIMELINE_MAX_CELLS",
+]
+
+#: kinds the timeline names; any other kind (an imported trace's) is drawn as "other"
+_TIMELINE_KINDS = EVENT_KINDS
+
+#: most chips one timeline draws (rows of the Gantt)
+TIMELINE_MAX_CHIPS = 256
+#: most (chip, bucket) cells one timeline returns: keeps the figure under ~3 MB of JSON
+TIMELINE_MAX_CELLS = 100_000
+
+_HAS_TABLE_SQL = "SELECT count(*) FROM information_schema.tables WHERE table_name = $name"
+
+
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """True if the database holds table ``name`` (extra tables appear only once a run wrote one)."""
+    return con.execute(_HAS_TABLE_SQL, {"name": name}).fetchone()[0] > 0
+
+
+def _extra_rows(con: duckdb.DuckDBPyConnection, table: str, run_id: int) -> bool:
+    # Table names cannot be bound; ``table`` only ever comes from the constants in this module.
+    return has_table(con, table) and con.execute(f"SELECT count(*) FROM {table} WHERE run_id = $id", {"id": run_id}).fetchone()[0] > 0
+
+
+_KIND_BY_STEP_SQL = """
+WITH n AS (SELECT count(*) AS steps, any_value(chips) AS chips FROM steps, (SELECT chips FROM runs WHERE run_id = $id) WHERE run_id = $id),
+b AS (SELECT greatest(1, CAST(ceil(steps / $max_points) AS BIGINT)) AS width, chips FROM n)
+SELECT min(step) AS step, kind,
+       sum(chip_ns) / 1e9 / b.chips / count(DISTINCT step) AS chip_s_per_step
+FROM step_kind, b WHERE run_id = $id
+GROUP BY step // b.width, kind, b.chips ORDER BY step, kind
+"""
+
+
+def kind_by_step(con: duckdb.DuckDBPyConnection, run_id: int, max_points: int = MAX_POINTS) -> pd.DataFrame:
+    """Mean chip time per step by kind, over steps bucketed to at most ``max_points`` buckets.
+
+    Columns: step (first step of the bucket), kind, chip_s_per_step (seconds of a chip's step spent
+    on ``kind``, averaged over chips and the steps of the bucket; kinds sum to the mean step time).
+    """
+    return con.execute(_KIND_BY_STEP_SQL, {"id": run_id, "max_points": max_points}).df()
+
+
+_KIND_BY_HOST_SQL = """
+SELECT c.host, k.kind, sum(k.ns) / 1e9 AS chip_s,
+       sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY c.host) AS frac
+FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
+WHERE k.run_id = $id GROUP BY c.host, k.kind ORDER BY c.host, k.kind
+"""
+
+
+def kind_by_host(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
+    """Chip time by host and kind: host, kind, chip_s, frac (per host, fractions sum to 1)."""
+    return con.execute(_KIND_BY_HOST_SQL, {"id": run_id}).df()
+
+
+_CHIP_METRICS_SQL = """
+WITH k AS (
+    SELECT chip,
+           sum(ns) AS total_ns,
+           sum(ns) FILTER (WHERE kind = 'compute') AS compute_ns,
+           sum(ns) FILTER (WHERE kind = 'collective') AS collective_ns,
+           sum(ns) FILTER (WHERE kind = 'input_wait') AS input_wait_ns,
+           sum(ns) FILTER (WHERE kind = 'sync_wait') AS sync_wait_ns,
+           sum(ns) FILTER (WHERE kind = 'recompile') AS recompile_ns,
+           sum(ns) FILTER (WHERE kind = 'other') AS other_ns
+    FROM chip_kind WHERE run_id = $id GROUP BY chip
+)
+SELECT c.chip, c.host, c.slice, c.x, c.y, c.z,
+       coalesce(k.compute_ns, 0) / nullif(k.total_ns, 0) AS compute_frac,
+       coalesce(k.collective_ns, 0) / nullif(k.total_ns, 0) AS collective_frac,
+       coalesce(k.input_wait_ns, 0) / nullif(k.total_ns, 0) AS input_wait_frac,
+       coalesce(k.sync_wait_ns, 0) / nullif(k.total_ns, 0) AS sync_wait_frac,
+       coalesce(k.recompile_ns, 0) / nullif(k.total_ns, 0) AS recompile_frac,
+       coalesce(k.other_ns, 0) / nullif(k.total_ns, 0) AS other_frac,
+       1 - (coalesce(k.compute_ns, 0) + coalesce(k.collective_ns, 0)) / nullif(k.total_ns, 0) AS idle_frac,
+       k.total_ns / 1e9 AS busy_and_idle_s
+FROM chips c LEFT JOIN k ON k.chip = c.chip
+WHERE c.run_id = $id ORDER BY c.chip
+"""
+_CHIP_MEMORY_JOIN_SQL = "SELECT chip, peak_bytes AS hbm_peak_bytes FROM extra_chip_memory WHERE run_id = $id"
+
+
+def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
+    """One row per chip: where it sits and where its time went.
+
+    Columns: chip, host, slice, x, y, z, compute_frac, collective_frac, input_wait_frac,
+    sync_wait_frac, recompile_frac, other_frac, idle_frac (everything but compute and exposed
+    collectives), busy_and_idle_s (the chip's wall time) and, when the run stored per-chip memory,
+    hbm_peak_bytes.
+    """
+    df = con.execute(_CHIP_METRICS_SQL, {"id": run_id}).df()
+    if _extra_rows(con, "extra_chip_memory", run_id):
+        mem = con.execute(_CHIP_MEMORY_JOIN_SQL, {"id": run_id}).df()
+        df = df.merge(mem, on="chip", how="left")
+    return df
+
+
+_WORST_CHIPS_SQL = """
+SELECT c.chip, c.host, c.x, c.y, c.z,
+       sum(k.ns) FILTER (WHERE k.kind NOT IN ('compute', 'collective')) / sum(k.ns) AS idle_frac,
+       sum(k.ns) FILTER (WHERE k.kind = 'input_wait') / sum(k.ns) AS input_wait_frac,
+       sum(k.ns) FILTER (WHERE k.kind = 'sync_wait') / sum(k.ns) AS sync_wait_frac
+FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
+WHERE k.run_id = $id GROUP BY c.chip, c.host, c.x, c.y, c.z
+ORDER BY idle_frac DESC NULLS LAST, c.chip LIMIT $n
+"""
+
+
+def worst_chips(con: duckdb.DuckDBPyConnection, run_id: int, n: int = 10) -> pd.DataFrame:
+    """The ``n`` chips that spend the largest share of their time idle (not computing or communicating)."""
+    return con.execute(_WORST_CHIPS_SQL, {"id": run_id, "n": n}).df().fillna({"input_wait_frac": 0.0, "sync_wait_frac": 0.0})
+
+
+_HOSTS_SQL = "SELECT host, list(chip ORDER BY chip) AS chips FROM chips WHERE run_id = $id GROUP BY host ORDER BY host"
+
+
+def hosts(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
+    """Hosts of a run and their chips: host, chips (list of chip ids)."""
+    return con.execute(_HOSTS_SQL, {"id": run_id}).df()
+
+
+_LINK_LOAD_SQL = """
+SELECT l.src_chip, l.dst_chip, l.axis, l.bytes_per_step, l.busy_ns_per_step, l.utilization,
+       s.x AS src_x, s.y AS src_y, s.z AS src_z, d.x AS dst_x, d.y AS dst_y, d.z AS dst_z
+FROM extra_link_load l
+LEFT JOIN chips s ON s.run_id = l.run_id AND s.chip = l.src_chip
+LEFT JOIN chips d ON d.run_id = l.run_id AND d.chip = l.dst_chip
+WHERE l.run_id = $id ORDER BY l.src_chip, l.dst_chip
+"""
+
+
+def link_load(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame | None:
+    """Steady-state load of each directed link, with both ends' coordinates; None if the run has none."""
+    if not _extra_rows(con, "extra_link_load", run_id):
+        return None
+    return con.execute(_LINK_LOAD_SQL, {"id": run_id}).df()
+
+
+_STEP_RANGE_SQL = "SELECT min(step), max(step), min(start_ns) FROM steps WHERE run_id = $id"
+
+
+def step_range(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int] | None:
+    """(first, last) step of a run, or None if it stored no steps."""
+    row = con.execute(_STEP_RANGE_SQL, {"id": run_id}).fetchone()
+    return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
+
+
+# Level of detail, as XProf and Perfetto do it: the window [t0, t1) is cut into $buckets equal
+# time buckets; every event is split over the buckets it overlaps, and each (chip, bucket) shows
+# the kind that covered most of it. Exact when buckets are shorter than events; otherwise short
+# events lose to long ones, which is what a pixel can show anyway. Cells and kinds are grouped as
+# integers (chip * (buckets + 1) + bucket, the kind's position in $kinds): grouping on the kind
+# strings took most of the time. The chip set is a semi-join, not list_contains, whose per-row cost
+# grows with the list.
+_TIMELINE_SQL = """
+WITH w AS (
+    SELECT min(start_ns) AS t0, max(start_ns + step_ns) AS t1
+    FROM steps WHERE run_id = $id AND step BETWEEN $step0 AND $step1
+),
+p AS (SELECT t0, t1, greatest(1, CAST(ceil((t1 - t0) / $buckets) AS BIGINT)) AS width FROM w),
+e AS (
+    SELECT e.chip, coalesce(list_position($kinds, e.kind), 0) AS k, e.start_ns - p.t0 AS s, e.start_ns + e.dur_ns - p.t0 AS f, p.width
+    FROM events e, p
+    WHERE e.run_id = $id AND e.step BETWEEN $step0 AND $step1 AND e.dur_ns > 0
+      AND e.chip IN (SELECT unnest($chips))
+),
+split AS (
+    SELECT chip * ($buckets + 1) + b AS cell, k, least(f, (b + 1) * width) - greatest(s, b * width) AS overlap_ns
+    FROM (SELECT chip, k, s, f, width, unnest(range(s // width, (f - 1) // width + 1)) AS b FROM e)
+),
+agg AS (SELECT cell, k, sum(overlap_ns) AS ns FROM split GROUP BY cell, k),
+cells AS (SELECT cell, arg_max(k, ns) AS k, max(ns) / sum(ns) AS share FROM agg GROUP BY cell)
+SELECT CAST(cell // ($buckets + 1) AS INTEGER) AS chip, cell % ($buckets + 1) AS bucket, coalesce($kinds[k], 'other') AS kind, share,
+       p.t0 AS t0_ns, p.width AS width_ns
+FROM cells, p ORDER BY cell
+"""
+_TIMELINE_STEPS_SQL = """
+SELECT step, start_ns - min(start_ns) OVER () AS start_rel_ns FROM steps
+WHERE run_id = $id AND step BETWEEN $step0 AND $step1 ORDER BY step
+"""
+
+
+def timeline(
+    con: duckdb.DuckDBPyConnection, run_id: int, chips: tuple[int, ...], step0: int, step1: int, buckets: int = 800
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A level-of-detail Gantt of the chosen chips over steps [step0, step1].
+
+    Parameters
+    ----------
+    chips
+        Chip ids (at most :data:`TIMELINE_MAX_CHIPS`; more are cut off).
+    step0, step1
+        Inclusive step range.
+    buckets
+        Time buckets across the window (the horizontal resolution); lowered so that
+        ``len(chips) * buckets <= TIMELINE_MAX_CELLS``.
+
+    Returns
+    -------
+    (cells, steps)
+        cells: chip, bucket, kind (dominant kind of the bucket), share (its fraction of the bucket),
+        t0_ns (window start), width_ns (bucket width). At most ``len(chips) * buckets`` rows.
+        steps: step, start_rel_ns (step start relative to the window), for step boundaries.
+    """
+    chip_list = [int(c) for c in chips[:TIMELINE_MAX_CHIPS]]
+    buckets = max(1, min(int(buckets), TIMELINE_MAX_CELLS // max(1, len(chip_list))))
+    p = {"id": run_id, "step0": step0, "step1": step1}
+    cells = con.execute(_TIMELINE_SQL, {**p, "chips": chip_list, "buckets": buckets, "kinds": list(_TIMELINE_KINDS)}).df()
+    steps = con.execute(_TIMELINE_STEPS_SQL, p).df()
+    return cells, steps
+
+
+_MEMORY_TIMELINE_SQL = """
+SELECT point, any_value(phase) AS phase, category, sum(bytes) AS bytes
+FROM extra_memory_timeline WHERE run_id = $id GROUP BY point, category ORDER BY point, category
+"""
+
+
+def memory_timeline(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame | None:
+    """HBM use of a representative chip through one step: point, phase, category, bytes (None if absent)."""
+    if not _extra_rows(con, "extra_memory_timeline", run_id):
+        return None
+    return con.execute(_MEMORY_TIMELINE_SQL, {"id": run_id}).df()
+
+
+_CHIP_MEMORY_SQL = """
+SELECT m.chip, m.peak_bytes, c.host, c.x, c.y, c.z
+FROM extra_chip_memory m LEFT JOIN chips c ON c.run_id = m.run_id AND c.chip = m.chip
+WHERE m.run_id = $id ORDER BY m.chip
+"""
+
+
+def chip_memory(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame | None:
+    """Peak HBM of every chip: chip, peak_bytes, host, x, y, z (None if the run stored none)."""
+    if not _extra_rows(con, "extra_chip_memory", run_id):
+        return None
+    return con.execute(_CHIP_MEMORY_SQL, {"id": run_id}).df()
+
+
+_COMPILES_BY_STEP_SQL = """
+SELECT step, count(*) AS compiles, sum(compile_ns) / 1e9 AS compile_s, string_agg(DISTINCT cause, ', ') AS causes
+FROM extra_compiles WHERE run_id = $id GROUP BY step ORDER BY step
+"""
+_COMPILES_BY_CAUSE_SQL = """
+SELECT cause, count(*) AS compiles, sum(compile_ns) / 1e9 AS compile_s, count(DISTINCT signature) AS signatures,
+       min(step) AS first_step, max(step) AS last_step
+FROM extra_compiles WHERE run_id = $id GROUP BY cause ORDER BY compile_s DESC
+"""
+
+
+def compiles_by_step(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame | None:
+    """Compilations per step: step, compiles, compile_s, causes (None if the run stored none)."""
+    if not has_table(con, "extra_compiles"):
+        return None
+    return con.execute(_COMPILES_BY_STEP_SQL, {"id": run_id}).df()
+
+
+def compiles_by_cause(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame | None:
+    """Compilations by cause: cause, compiles, compile_s, signatures, first_step, last_step."""
+    if not has_table(con, "extra_compiles"):
+        return None
+    return con.execute(_COMPILES_BY_CAUSE_SQL, {"id": run_id}).df()
+
+
+_SCALING_RUNS_SQL = """
+SELECT run_id, name, source, chip, chips, steps,
+       scenario->'model'->>'kind' AS model_kind,
+       CAST(scenario->'training'->>'global_batch' AS BIGINT) AS global_batch,
+       CAST(summary->>'step_time_s' AS DOUBLE) AS step_time_s,
+       CAST(summary->>'samples_per_s' AS DOUBLE) AS samples_per_s,
+       CAST(summary->>'tokens_per_s' AS DOUBLE) AS tokens_per_s,
+       CAST(summary->>'mfu' AS DOUBLE) AS mfu,
+       CAST(summary->>'oom' AS BOOLEAN) AS oom
+FROM runs ORDER BY run_id
+"""
+
+
+def scaling_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Every run with what a scaling plot needs: chips, model kind, global batch and headline numbers.
+
+    Columns: run_id, name, source, chip, chips, steps, model_kind, global_batch, step_time_s,
+    samples_per_s, tokens_per_s, mfu, oom, per_chip_batch (global_batch / chips).
+    """
+    df = con.execute(_SCALING_RUNS_SQL).df()
+    df["per_chip_batch"] = df["global_batch"] / df["chips"]
+    return df
+
+
+_STEP_KIND_S_SQL = """
+SELECT k.kind, sum(k.ns) / 1e9 / r.chips / r.steps AS s_per_step
+FROM chip_kind k JOIN runs r ON r.run_id = k.run_id
+WHERE k.run_id = $id GROUP BY k.kind, r.chips, r.steps ORDER BY k.kind
+"""
+
+
+def step_kind_s(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
+    """Mean seconds of a chip's step by kind: kind, s_per_step (kinds sum to the mean step time)."""
+    return con.execute(_STEP_KIND_S_SQL, {"id": run_id}).df()
+
+
+_EVENTS_WINDOW_SQL = """
+SELECT chip, step, kind, start_ns, dur_ns FROM events
+WHERE run_id = $id AND step BETWEEN $step0 AND $step1 ORDER BY step, chip, start_ns
+"""
+
+
+def events_window(con: duckdb.DuckDBPyConnection, run_id: int, step0: int, step1: int) -> pa.Table:
+    """The raw events of steps [step0, step1] as an Arrow table (for a trace export of a window)."""
+    return con.execute(_EVENTS_WINDOW_SQL, {"id": run_id, "step0": step0, "step1": step1}).to_arrow_table()
+
+
+def run_tables(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]:
+    """Row counts of every per-run table holding this run (core and extra_*), for the run metadata panel."""
+    names = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY table_name").fetchall()]
+    out: dict[str, Any] = {}
+    for table in names:
+        if table in ("runs",) or table.startswith("_"):
+            continue
+        cols = [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = $t", {"t": table}).fetchall()]
+        if "run_id" not in cols:
+            continue
+        # The name comes from information_schema, not from a user; checked and quoted as an identifier.
+        out[table] = con.execute(f"SELECT count(*) FROM {_ident(table)} WHERE run_id = $id", {"id": run_id}).fetchone()[0]
+    return out

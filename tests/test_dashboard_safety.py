@@ -56,5 +56,6 @@ def test_page_shows_busy_state_while_another_process_holds_the_database(tmp_path
         holder.kill()
         holder.wait()
     at.button(key="podscope_busy_retry").click().run()
-    assert not at.exception and not at.warning
+    # the page renders again (an advisor finding may show as a warning; the busy state must not)
+    assert not at.exception and not any("Database busy" in w.value for w in at.warning)
     assert any(m.label == "MFU" for m in at.metric)

@@ -20,7 +20,7 @@ def test_without_idle_sections_the_step_is_untouched(small_scenario):
     plan = plan_idle(ctx, comp, base)
     assert plan.segments == base
     assert plan.facts["recompiles"] == 0 and plan.facts["stragglers"] == [] and plan.badput_s == 0
-    assert plan.tables["compiles"].num_rows == 0
+    assert "compiles" not in plan.tables  # compilation not modelled: no log at all, not an empty one
 
 
 def test_waiting_for_another_hosts_batch_is_input_wait_not_sync_wait():

@@ -7,8 +7,14 @@ is added or deleted, so caches never serve a stale run list.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import io
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
 
 import streamlit as st
 
@@ -16,7 +22,21 @@ from engine.errors import PodscopeError
 from profiler import api, queries
 from profiler.store import Database, DatabaseBusyError, resolve_db_path
 
-__all__ = ["get_db", "data_version", "query", "run_picker", "select_run", "seed_if_empty", "invalidate"]
+__all__ = [
+    "get_db",
+    "data_version",
+    "query",
+    "run_picker",
+    "select_run",
+    "seed_if_empty",
+    "invalidate",
+    "chart",
+    "download_csv",
+    "export_button",
+    "run_context",
+    "simulate_variant",
+    "page_connection",
+]
 
 
 @st.cache_resource
@@ -43,25 +63,39 @@ def _cached(path: str, version: tuple[int, int], fn_name: str, args: tuple[Any, 
         return fn(con, *args)
 
 
+@st.cache_data(show_spinner=False, ttl=2.0)
+def _recent_version(path: str) -> tuple[int, int]:
+    # Checking the version opens the file (~30 ms on a large database); a page asks many
+    # queries per render, so one check serves them all for two seconds. Runs added here
+    # call invalidate(); runs added by the CLI show up within two seconds.
+    return data_version(_db(path))
+
+
 def query(fn: Callable[..., Any], *args: Any) -> Any:
     """Run a :mod:`profiler.queries` function through the cache.
 
     If another process holds the database past the store's lock bound (a very large
     write), the page says so and stops with a Retry button instead of failing.
     """
-    db = get_db()
+    path = str(get_db().path)
     try:
-        return _cached(str(db.path), data_version(db), fn.__name__, args)
+        return _cached(path, _recent_version(path), fn.__name__, args)
     except DatabaseBusyError:
-        st.warning(
-            "Database busy: another process (the CLI or a sweep) is writing a run to "
-            f"`{db.path.name}`. Retry in a moment; nothing is lost."
-        )
-        st.button("Retry", key="podscope_busy_retry")
-        st.stop()
+        _busy(Path(path))
+
+
+def _busy(path: Path) -> None:
+    """Say the database is held by another writer, offer Retry, and stop this render."""
+    st.warning(
+        "Database busy: another process (the CLI or a sweep) is writing a run to "
+        f"`{path.name}`. Retry in a moment; nothing is lost."
+    )
+    st.button("Retry", key="podscope_busy_retry")
+    st.stop()
 
 
 def invalidate() -> None:
+    _recent_version.clear()
     _cached.clear()
 
 
@@ -107,3 +141,96 @@ def run_picker(key: str = "run_id", label: str = "Run") -> int | None:
 def select_run(run_id: int, key: str = "run_id") -> None:
     """Make ``run_id`` the picked run on the next script run (call before ``st.rerun()``)."""
     st.session_state[f"select_{key}"] = run_id
+
+
+def download_csv(df: pd.DataFrame, file_name: str, key: str, label: str = "Download data (CSV)") -> None:
+    """A download button for a figure's data; the CSV is built only when clicked."""
+    st.download_button(
+        label, data=lambda: df.to_csv(index=False).encode(), file_name=file_name, mime="text/csv", key=key,
+        on_click="ignore", icon=":material/download:",
+    )  # fmt: skip
+
+
+def chart(fig: Any, df: pd.DataFrame | None, file_name: str, key: str, **kwargs: Any) -> Any:
+    """Draw a Plotly figure and, when its data is given, a CSV download of that data beneath it."""
+    out = st.plotly_chart(fig, width="stretch", key=f"chart_{key}", **kwargs)
+    if df is not None and not df.empty:
+        download_csv(df, file_name, key=f"csv_{key}")
+    return out
+
+
+def _events_parquet(path: str, run_id: int, step0: int, step1: int) -> bytes:
+    # A thin export of the run's events for a window; ``profiler export`` (Perfetto, full runs) supersedes it.
+    with _db(path).read() as con:
+        table = queries.events_window(con, run_id, step0, step1)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def export_button(run_id: int, step0: int, step1: int, key: str) -> None:
+    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked)."""
+    path = str(get_db().path)
+    st.download_button(
+        f"Export trace, steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
+        file_name=f"run{run_id}_steps{step0}-{step1}.parquet", mime="application/vnd.apache.parquet", key=key,
+        on_click="ignore", icon=":material/file_export:",
+    )  # fmt: skip
+
+
+def run_context(title: str, key: str = "run_id") -> tuple[int, dict[str, Any]] | None:
+    """Page header: the title, the run picker and the chosen run's summary (None when there is no run)."""
+    st.title(title)
+    run_id = run_picker(key)
+    if run_id is None:
+        return None
+    try:
+        summary = query(queries.run_summary, run_id)
+    except PodscopeError as e:
+        st.error(f"Cannot read run #{run_id}: {e}")
+        return None
+    if summary.get("source") == "imported":
+        st.caption("Imported trace: numbers the trace does not carry (model, memory, scenario) are shown as n/a.")
+    return run_id, summary
+
+
+def simulate_variant(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any] | None:
+    """Validate ``base`` with dotted-key ``overrides``, simulate and store it; returns the new run's summary.
+
+    Problems are shown on the page (a ScenarioError lists every bad key) and give None, never an exception.
+    """
+    from engine import ScenarioError, scenario_from_dict
+    from engine.scenario import apply_overrides
+
+    try:
+        scenario = scenario_from_dict(apply_overrides(base, overrides), source=source)
+        summary = api.run_scenario(scenario, get_db())
+    except ScenarioError as e:
+        st.error("\n\n".join(f"**{k or 'scenario'}**: {m}" for k, m in e.problems))
+        return None
+    except PodscopeError as e:
+        st.error(str(e))
+        return None
+    invalidate()
+    return summary
+
+
+@contextmanager
+def page_connection() -> Iterator[None]:
+    """Hold one connection open while a page renders.
+
+    Opening a DuckDB file costs ~35 ms, and a page asks several queries, each on its own short
+    connection. While one connection is open, DuckDB reuses the open database for every further
+    connection in the process (~0.2 ms). The file is released when the page is drawn, so the CLI
+    can still write between renders (it retries briefly on the lock, as it always has).
+    """
+    db = get_db()
+    if not db.path.exists():  # nothing to keep open; reads see an empty database
+        yield
+        return
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(db.read())
+        except DatabaseBusyError:
+            _busy(db.path)
+        yield

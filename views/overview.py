@@ -68,6 +68,48 @@ def _what_if(run_id: int) -> None:
     st.rerun()
 
 
+_SEVERITY = {"critical": st.error, "warning": st.warning, "info": st.info}
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _advice(summary: dict) -> None:
+    """The advisor's findings (summary key ``advice``), most severe first; absent on older runs."""
+    advice = summary.get("advice")
+    if advice is None:
+        return
+    st.subheader("Advisor")
+    if not advice:
+        st.success("The advisor found nothing to flag in this run.")
+        return
+    for item in sorted(advice, key=lambda a: _SEVERITY_ORDER.get(a.get("severity"), 3)):
+        show = _SEVERITY.get(item.get("severity"), st.info)
+        evidence = item.get("evidence") or {}
+        ev = ", ".join(f"{k} = {v:.4g}" if isinstance(v, (int, float)) else f"{k} = {v}" for k, v in evidence.items())
+        show(f"**{item.get('rule', 'finding')}**: {item.get('message', '')}" + (f"\n\n_{ev}_" if ev else ""))
+
+
+def _metadata(run_id: int, summary: dict) -> None:
+    with st.expander("Run metadata"):
+        facts = {
+            k: summary.get(k)
+            for k in ("run_id", "name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "params", "events")
+        }
+        st.dataframe(
+            [{"field": k, "value": "n/a" if v is None else str(v)} for k, v in facts.items()], hide_index=True, width="stretch"
+        )
+        st.markdown("**Stored tables** (rows of this run)")
+        st.dataframe([{"table": t, "rows": n} for t, n in common.query(queries.run_tables, run_id).items()], hide_index=True)
+        scenario = common.query(queries.run_scenario, run_id)
+        if scenario is not None:
+            st.markdown("**Scenario**")
+            st.json(scenario, expanded=False)
+        st.markdown("**Summary**")
+        st.json(summary, expanded=False)
+        rng = common.query(queries.step_range, run_id)
+        if rng is not None:
+            common.export_button(run_id, rng[0], min(rng[1], rng[0] + 9), key="ov_export")
+
+
 def main() -> None:
     st.title("Overview")
     run_id = common.run_picker()
@@ -84,9 +126,9 @@ def main() -> None:
         steps = common.query(queries.step_times, run_id)
         fig = figures.step_time_line(steps) if not steps.empty else figures.empty_figure("No steps in this run")
         st.plotly_chart(fig, width="stretch")
+    _advice(summary)
     _what_if(run_id)
-    with st.expander("Run metadata"):
-        st.json(summary, expanded=False)
+    _metadata(run_id, summary)
 
 
 main()

@@ -1,0 +1,161 @@
+"""The whole dashboard in a real browser: headless Chromium driven by Playwright.
+
+Starts ``streamlit run app.py`` on a free local port against a database in tmp_path, visits every
+page, fails on any Streamlit exception box, runs one what-if simulation end to end, and saves a
+screenshot per page to tests/artifacts/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from engine import simulate
+from profiler import write_run
+from profiler.store import Database
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# url path of each page (Streamlit derives it from the file name) and a text the page must show
+PLOT = '[data-testid="stPlotlyChart"] .main-svg'
+PAGES = [
+    ("", "Overview", PLOT),
+    ("idle", "Idle time", PLOT),
+    ("pod", "Pod", PLOT),
+    ("timeline", "Timeline", PLOT),
+    ("memory", "Memory", PLOT),
+    ("scaling", "Scaling", PLOT),
+    ("recompilation", "Recompilation", PLOT),
+    ("compare", "Compare / what-if", '[data-testid="stForm"]'),
+]
+
+pytestmark = pytest.mark.browser
+
+if not CHROMIUM.exists():
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI=true but /usr/bin/chromium is missing: the browser tests must run in CI", pytrace=False)
+    pytest.skip("no /usr/bin/chromium (apt-get install chromium)", allow_module_level=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, request):
+    from tests.conftest import SMALL_TOML  # noqa: PLC0415
+    import textwrap
+
+    from engine import load_scenario
+
+    tmp = tmp_path_factory.mktemp("browser")
+    toml = tmp / "small.toml"
+    toml.write_text(textwrap.dedent(SMALL_TOML))
+    db_path = tmp / "browser.duckdb"
+    from tests.dashboard_fixtures import extras_result
+
+    write_run(Database(db_path), simulate(load_scenario(toml)), name="browser-run")
+    # The newest run (shown first) carries link load, compiles, memory timeline and advice.
+    write_run(Database(db_path), extras_result(load_scenario(toml)), name="browser-extras")
+    port = _free_port()
+    env = {**os.environ, "PODSCOPE_DB": str(db_path), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    log = open(tmp / "streamlit.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", "127.0.0.1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.terminate()
+        pytest.fail(f"streamlit did not start; log: {(tmp / 'streamlit.log').read_text()}")
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 2000})
+        yield pg
+        browser.close()
+
+
+_IDLE_JS = """() => {
+  const w = document.querySelector('[data-testid="stStatusWidget"]');
+  return !w || !/Stop|Running/.test(w.innerText);
+}"""
+
+
+def _settle(pg, selector: str | None = None) -> None:
+    """Wait until the page's key element is drawn and Streamlit has finished running the script."""
+    pg.wait_for_selector('[data-testid="stApp"]', timeout=30_000)
+    if selector:
+        pg.wait_for_selector(selector, timeout=60_000)
+    pg.wait_for_function(_IDLE_JS, timeout=60_000)
+    pg.wait_for_timeout(1000)
+
+
+def _no_exception(pg, where: str) -> None:
+    boxes = pg.locator('[data-testid="stException"]')
+    assert boxes.count() == 0, f"{where}: {boxes.first.inner_text()}"
+
+
+@pytest.mark.parametrize(("path", "heading", "selector"), PAGES)
+def test_every_page_renders_without_exception(server, page, path, heading, selector):
+    page.goto(f"{server}/{path}")
+    _settle(page, selector)
+    page.get_by_role("heading", name=heading).first.wait_for(timeout=30_000)
+    _no_exception(page, path or "overview")
+    page.screenshot(path=str(ARTIFACTS / f"page_{path or 'overview'}.png"), full_page=True)
+
+
+def test_what_if_simulation_end_to_end(server, page):
+    page.goto(f"{server}/compare")
+    _settle(page, '[data-testid="stForm"]')
+    topology = page.get_by_label("Topology")
+    topology.fill("4x4x4")
+    page.get_by_label("Global batch").fill("1024")
+    page.get_by_role("button", name="Simulate").click()
+    # The new 64-chip run becomes the comparison once it is simulated and stored.
+    page.get_by_text("(64 x tpu-v4) against base").wait_for(timeout=120_000)
+    _settle(page, PLOT)
+    _no_exception(page, "compare after what-if")
+    assert page.locator('[data-testid="stMetric"]').count() >= 5
+    page.screenshot(path=str(ARTIFACTS / "what_if_result.png"), full_page=True)

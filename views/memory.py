@@ -1,0 +1,70 @@
+"""Memory: HBM by category against capacity, HBM through a step, per-chip peaks, and the OOM verdict."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from profiler import queries
+from views import common, figures
+
+
+def _gib(x: float | None) -> str:
+    return f"{x / 2**30:,.2f} GiB" if x is not None else "n/a"
+
+
+def _verdict(summary: dict) -> None:
+    peak, cap = summary.get("peak_hbm_bytes"), summary.get("hbm_capacity_bytes")
+    cols = st.columns(3)
+    cols[0].metric("Peak HBM per chip", _gib(peak))
+    cols[1].metric("Capacity per chip", _gib(cap))
+    cols[2].metric("Headroom", _gib(cap - peak) if peak is not None and cap else "n/a")
+    if not summary.get("oom"):
+        if peak is not None and cap:
+            st.success(f"Fits: the busiest chip uses {peak / cap:.1%} of its HBM.")
+        return
+    detail = summary.get("oom_detail")
+    lines = ["**Out of memory**: this job does not fit in HBM."]
+    if isinstance(detail, dict):
+        over = detail.get("over_bytes")
+        lines.append(
+            f"Chip {detail.get('chip', '?')} overflows by {_gib(over)}; the largest term is **{detail.get('term', '?')}**."
+        )
+        for s in detail.get("suggestions") or []:
+            lines.append(f"- {s}")
+    elif peak is not None and cap:
+        lines.append(f"Peak {_gib(peak)} exceeds capacity {_gib(cap)} by {_gib(peak - cap)}.")
+    st.error("\n\n".join(lines))
+
+
+def main() -> None:
+    ctx = common.run_context("Memory")
+    if ctx is None:
+        return
+    run_id, summary = ctx
+    _verdict(summary)
+    cap = summary.get("hbm_capacity_bytes")
+    breakdown = summary.get("hbm_breakdown_bytes") or {}
+    timeline = common.query(queries.memory_timeline, run_id)
+    left, right = st.columns(2)
+    with left:
+        if breakdown:
+            df = pd.DataFrame({"category": list(breakdown), "bytes": [float(v) for v in breakdown.values()]})
+            common.chart(figures.hbm_bar(df, cap), df, f"run{run_id}_hbm_breakdown.csv", "mem_bar")
+        else:
+            st.info("This run carries no HBM breakdown (an imported trace without memory data).")
+    with right:
+        if timeline is not None:
+            common.chart(figures.memory_timeline_area(timeline, cap), timeline, f"run{run_id}_hbm_timeline.csv", "mem_tl")
+        else:
+            st.info("No in-step memory timeline stored for this run (the engine's memory timeline adds it).")
+    per_chip = common.query(queries.chip_memory, run_id)
+    if per_chip is not None:
+        common.chart(figures.chip_memory_histogram(per_chip, cap), per_chip, f"run{run_id}_chip_memory.csv", "mem_chips")
+        top = per_chip.sort_values("peak_bytes", ascending=False).head(10)
+        st.dataframe(top.assign(peak_gib=top["peak_bytes"] / 2**30).drop(columns="peak_bytes"), hide_index=True)
+    else:
+        st.caption("Per-chip peaks are not stored for this run; every chip is taken to hold the same footprint as above.")
+
+
+main()

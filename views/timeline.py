@@ -1,0 +1,70 @@
+"""Timeline: a per-chip Gantt over a step range, bucketed in DuckDB so any pod size stays fast."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from profiler import queries
+from views import common, figures
+
+_WINDOW_DEFAULT_STEPS = 5
+
+
+def _choose_chips(run_id: int, chips_df) -> list[int]:
+    how = st.radio("Chips", ["Worst N", "By host", "By coordinate"], horizontal=True, key="tl_how")
+    if how == "Worst N":
+        n = st.slider("N (most idle chips)", 1, min(queries.TIMELINE_MAX_CHIPS, len(chips_df)), min(16, len(chips_df)), key="tl_n")
+        return [int(c) for c in common.query(queries.worst_chips, run_id, int(n))["chip"]]
+    if how == "By host":
+        hosts = common.query(queries.hosts, run_id)
+        picked = st.multiselect("Hosts", hosts["host"].tolist(), default=hosts["host"].tolist()[:2], key="tl_hosts")
+        return sorted(int(c) for h in hosts[hosts["host"].isin(picked)]["chips"] for c in h)
+    cols = st.columns(3)
+    sel = chips_df
+    for col, axis in zip(cols, "xyz"):
+        values = sorted(chips_df[axis].dropna().unique().tolist())
+        if len(values) <= 1:
+            continue
+        chosen = col.multiselect(axis, values, default=values[:1] if axis != "x" else values, key=f"tl_{axis}")
+        sel = sel[sel[axis].isin(chosen)]
+    return [int(c) for c in sel["chip"]]
+
+
+def main() -> None:
+    ctx = common.run_context("Timeline")
+    if ctx is None:
+        return
+    run_id, summary = ctx
+    rng = common.query(queries.step_range, run_id)
+    if rng is None:
+        st.info("This run stored no steps, so there is no timeline to draw.")
+        return
+    first, last = rng
+    if last > first:
+        step0, step1 = st.slider(
+            "Steps", first, last, (first, min(last, first + _WINDOW_DEFAULT_STEPS - 1)), key="tl_steps",
+            help="Any range works: the window is bucketed in the database to a fixed number of cells.",
+        )  # fmt: skip
+    else:
+        step0, step1 = first, last
+    chips_df = common.query(queries.chip_metrics, run_id)
+    chips = _choose_chips(run_id, chips_df)
+    if not chips:
+        st.info("No chips selected.")
+        return
+    if len(chips) > queries.TIMELINE_MAX_CHIPS:
+        st.caption(f"Showing the first {queries.TIMELINE_MAX_CHIPS} of {len(chips)} chips.")
+        chips = chips[: queries.TIMELINE_MAX_CHIPS]
+    buckets = st.select_slider("Resolution (time buckets)", [200, 400, 800, 1600], value=800, key="tl_buckets",
+                               help=f"capped at {queries.TIMELINE_MAX_CELLS:,} cells (chips x buckets)")
+    cells, steps = common.query(queries.timeline, run_id, tuple(chips), int(step0), int(step1), int(buckets))
+    if cells.empty:
+        st.info("No events for these chips in this window.")
+        return
+    fig = figures.timeline_gantt(cells, steps, chips, title=f"Steps {step0}-{step1}, {len(chips)} chips")
+    common.chart(fig, cells, f"run{run_id}_timeline_{step0}-{step1}.csv", "timeline")
+    st.caption("Each cell shows the cause that covered most of its time bucket; zoom the step range in for exact events.")
+    common.export_button(run_id, int(step0), int(step1), key="tl_export")
+
+
+main()
