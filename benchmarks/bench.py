@@ -8,7 +8,8 @@ memory is their own), the numbers the README's Performance section reports:
 2. storage: Podscope's write of that run against a bare DuckDB insert of the same
    Arrow events table, in the same process (the practical limit), as a ratio;
 3. queries: p50/p95 of every dashboard page's queries on that run, and figure sizes;
-4. sweeps: runs/s for a 100-point sweep of 256-chip scenarios (summary mode);
+4. sweeps: runs/s for a 100-point sweep of 256-chip scenarios, in process and through
+   profiler/sweep.py on a process pool and a 2-worker Dask LocalCluster;
 5. growth: time and peak memory over chips x steps, to check cost grows linearly.
 
 Benchmarks are scripts, not tests: timings on a shared machine are noisy, so the
@@ -36,19 +37,31 @@ sys.path.insert(0, str(ROOT))
 import duckdb  # noqa: E402
 
 from engine import scenario_from_dict, simulate  # noqa: E402
+from profiler import store  # noqa: E402
 from profiler.store import Database, write_run, write_runs  # noqa: E402
 
+#: the [input] section of data/scenarios/resnet50-v4-gcs-input-bound.toml, read so the bench
+#: follows that scenario's keys (one read stream per host: the chips really wait for input)
+_INPUT_TOML = ROOT / "data/scenarios/resnet50-v4-gcs-input-bound.toml"
 
-def pod_scenario(chips_topology: str, steps: int, *, slices: int = 1, trace: str = "full", chip: str = "tpu-v4") -> dict:
-    n = 1
-    for a in chips_topology.split("x"):
+
+def all_causes_scenario(topology: str, steps: int, *, slices: int = 1, trace: str = "full", seed: int = 0) -> dict:
+    """ResNet-50 data-parallel on TPU v4 with every idle cause on: input, compile, stragglers, failures."""
+    import tomllib
+
+    n = slices
+    for a in topology.split("x"):
         n *= int(a)
     return {
-        "name": f"bench-{chip}-{chips_topology}x{slices}-{steps}",
-        "pod": {"chip": chip, "topology": chips_topology, "slices": slices},
+        "name": f"bench-{topology}x{slices}-{steps}-{trace}",
+        "pod": {"chip": "tpu-v4", "topology": topology, "slices": slices},
         "model": {"kind": "resnet50"},
-        "training": {"global_batch": 16 * n * slices, "steps": steps, "optimizer": "momentum"},
-        "sim": {"seed": 0, "trace": trace},
+        "training": {"global_batch": 64 * n, "steps": steps, "precision": "bf16", "optimizer": "momentum"},
+        "input": tomllib.loads(_INPUT_TOML.read_text())["input"],
+        "compile": {"jit": True},
+        "stragglers": {"chips": [5], "slowdown": 1.25, "random_fraction": 0.1, "random_slowdown_max": 1.05},
+        "failures": {"fail_at_steps": [steps // 2], "checkpoint_every_steps": max(1, steps // 10)},
+        "sim": {"seed": seed, "trace": trace},
     }
 
 
@@ -58,24 +71,32 @@ def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
-def bench_simulation_and_storage(tmp: Path, steps: int) -> dict[str, Any]:
-    scenario = scenario_from_dict(pod_scenario("16x16x16", steps))
-    result, sim_s = _timed(simulate, scenario)
-    events = result.trace.events
-    db = Database(tmp / "podscope.duckdb")
-    _, store_s = _timed(write_run, db, result)
-    # The practical limit: a bare insert of the same Arrow events table into a fresh file.
-    bare_path = tmp / "bare.duckdb"
-    con = duckdb.connect(str(bare_path))
+def _bare_insert_s(path: Path, events) -> float:
+    """The practical limit: one INSERT of the Arrow events table into a fresh file, one transaction."""
+    con = duckdb.connect(str(path))
     con.execute("CREATE TABLE events (run_id INTEGER, chip INTEGER, step INTEGER, kind VARCHAR, start_ns BIGINT, dur_ns BIGINT)")
     con.register("ev", events)
     t0 = time.perf_counter()
     con.execute("BEGIN")
     con.execute("INSERT INTO events SELECT 1, chip, step, CAST(kind AS VARCHAR), start_ns, dur_ns FROM ev")
     con.execute("COMMIT")
-    bare_s = time.perf_counter() - t0
-    con.close()
-    return {
+    con.close()  # includes the checkpoint, as Podscope's write does
+    return time.perf_counter() - t0
+
+
+def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) -> dict[str, Any]:
+    """Sections 1 and 2: simulate 4,096 chips x ``steps`` with full events, store it, compare with a bare insert."""
+    scenario = scenario_from_dict(all_causes_scenario("16x16x16", steps))
+    result, sim_s = _timed(simulate, scenario)
+    events = result.trace.events
+    peak_sim = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # side by side, alternating, so load changes hit both: bare, podscope, bare
+    bare1 = _bare_insert_s(tmp / "bare1.duckdb", events)
+    db = Database(tmp / "podscope.duckdb")
+    _, store_s = _timed(write_run, db, result)
+    bare2 = _bare_insert_s(tmp / "bare2.duckdb", events)
+    bare_s = (bare1 + bare2) / 2
+    out: dict[str, Any] = {
         "chips": 4096,
         "steps": steps,
         "events": events.num_rows,
@@ -85,27 +106,111 @@ def bench_simulation_and_storage(tmp: Path, steps: int) -> dict[str, Any]:
         "simulate_and_store_s": sim_s + store_s,
         "store_rows_per_s": events.num_rows / store_s,
         "bare_insert_s": bare_s,
+        "bare_insert_runs_s": [bare1, bare2],
         "bare_rows_per_s": events.num_rows / bare_s,
         "store_vs_bare_rate": bare_s / store_s,
+        "event_chunk_rows": store.EVENT_CHUNK_ROWS,
+        "peak_rss_bytes_after_simulate_and_store": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes_after_simulate": peak_sim,
+        "db_bytes": db.path.stat().st_size,
         "db_path": str(db.path),
     }
+    if chunk_variants:
+        # the chunk size trades write rate against a waiting reader's worst delay (profiler/store.py)
+        variants = {}
+        default = store.EVENT_CHUNK_ROWS
+        try:
+            for rows in (500_000, 2_000_000, 4_000_000, events.num_rows):
+                store.EVENT_CHUNK_ROWS = rows
+                path = tmp / f"chunk-{rows}.duckdb"
+                _, s = _timed(write_run, Database(path), result)
+                variants[str(rows)] = {"store_s": s, "vs_bare": bare_s / s, "chunks": -(-events.num_rows // rows)}
+                path.unlink()
+        finally:
+            store.EVENT_CHUNK_ROWS = default
+        out["chunk_rows_variants"] = variants
+    for p in ("bare1.duckdb", "bare2.duckdb"):
+        (tmp / p).unlink(missing_ok=True)
+    return out
+
+
+def bench_queries(db_path: str, repeats: int) -> dict[str, Any]:
+    """Section 3: every dashboard page's queries (benchmarks/bench_dashboard.py's lists) and figure sizes."""
+    from benchmarks.bench_dashboard import figure_sizes, measure_pages
+
+    db = Database(db_path, read_only_reads=False)  # as the dashboard opens it
+    with db.read() as con:
+        run_id = int(con.execute("SELECT max(run_id) FROM runs").fetchone()[0])
+    pages = measure_pages(db, run_id, repeats)
+    return {"pages": pages, "figure_bytes": figure_sizes(db, run_id)}
 
 
 def bench_sweep_summary_mode(tmp: Path, points: int) -> dict[str, Any]:
-    """Runs per second for 256-chip, 100-step scenarios in summary mode, stored in one file."""
+    """Section 4a: summary-mode runs simulated and stored in this process (store.write_runs), runs/s."""
     db = Database(tmp / "sweep.duckdb")
 
     def results():
         for i in range(points):
-            raw = pod_scenario("8x8x4", 100, trace="summary")
-            raw["sim"]["seed"] = i
-            raw["name"] = f"sweep-{i}"
-            yield simulate(scenario_from_dict(raw))
+            yield simulate(scenario_from_dict(all_causes_scenario("8x8x4", 100, trace="summary", seed=i)))
 
     t0 = time.perf_counter()
     write_runs(db, results())
     dt = time.perf_counter() - t0
     return {"points": points, "chips": 256, "steps": 100, "wall_s": dt, "runs_per_s": points / dt}
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(type(v))
+
+
+def _toml(raw: dict[str, Any]) -> str:
+    """A scenario dict (one level of sections) as TOML text."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in raw.items() if not isinstance(v, dict)]
+    for section, body in raw.items():
+        if isinstance(body, dict):
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {_toml_value(v)}" for k, v in body.items()]
+    return "\n".join(lines) + "\n"
+
+
+def bench_sweeps(tmp: Path, points: int, trace: str, executors: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Section 4b: a ``points``-point sweep of 256-chip, 100-step scenarios through profiler/sweep.py.
+
+    Times the executor start (process spawn / Dask LocalCluster) apart from the sweep itself.
+    """
+    from profiler.sweep import make_executor, run_sweep
+
+    base = all_causes_scenario("8x8x4", 100, trace=trace)
+    (tmp / "sweep-base.toml").write_text(_toml(base))
+    out = []
+    for kind in executors:
+        path = tmp / f"sweep-{kind}-{trace}.toml"
+        path.write_text(
+            f'name = "bench-{kind}-{trace}"\nbase = "sweep-base.toml"\n'
+            f'[random]\nsamples = {points}\nseed = 0\n[random.keys]\n"sim.seed" = {{ low = 0, high = 1000000000, integer = true }}\n'
+        )
+        db = Database(tmp / f"sweep-{kind}-{trace}.duckdb")
+        (executor, close), start_s = _timed(make_executor, kind, workers=2)
+        try:
+            # warm every worker (imports) so the sweep measures steady state
+            _, warm_s = _timed(lambda: list(executor.map(abs, range(4))))
+            warm_s += start_s
+            res, dt = _timed(run_sweep, path, db, executor)
+        finally:
+            close()
+        out.append({
+            "executor": kind, "workers": 2, "trace": trace, "points": res.points, "stored": len(res.stored),
+            "failed": len(res.failed), "executor_start_s": warm_s, "sweep_s": dt, "runs_per_s": len(res.stored) / dt,
+        })  # fmt: skip
+    return out
 
 
 _GROWTH_CHILD = r"""
@@ -119,72 +224,46 @@ r = simulate(scenario_from_dict(raw))
 t1 = time.perf_counter()
 write_run(Database(sys.argv[2]), r)
 t2 = time.perf_counter()
+# VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child would report its parent's peak
+hwm_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({{"simulate_s": t1 - t0, "store_s": t2 - t1, "events": r.trace.events.num_rows,
-                  "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}}))
+                  "peak_rss_bytes": hwm_kib * 1024}}))
 """
 
 
 def bench_growth(tmp: Path, quick: bool) -> list[dict[str, Any]]:
-    cases = [("8x8x4", 1, 100), ("8x8x16", 1, 100), ("16x16x16", 1, 100), ("16x16x16", 4, 100), ("16x16x16", 1, 1000)]
+    """Section 5: each case in a fresh subprocess (its own peak memory); ns per chip-step."""
+    # (topology, slices, steps): 256, 1,024, 4,096, 16,384 chips at 100 steps, then 4,096 and 16,384 at 1,000
+    cases = [("8x8x4", 1, 100), ("8x8x16", 1, 100), ("16x16x16", 1, 100), ("16x16x16", 4, 100), ("8x8x4", 1, 1000),
+             ("16x16x16", 1, 1000), ("16x16x16", 4, 1000)]  # fmt: skip
     if quick:
         cases = cases[:3]
     out = []
     for topo, slices, steps in cases:
         for trace in ("full", "summary"):
-            if trace == "full" and slices * steps > 1000:
-                continue  # 16,384 chips x events: use summary mode at that scale
-            raw = pod_scenario(topo, steps, slices=slices, trace=trace)
-            code = _GROWTH_CHILD.format(root=str(ROOT))
-            p = subprocess.run(
-                [sys.executable, "-c", code, json.dumps(raw), str(tmp / f"growth-{topo}-{slices}-{steps}-{trace}.duckdb")],
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            row = json.loads(p.stdout)
             chips = slices
             for a in topo.split("x"):
                 chips *= int(a)
+            if trace == "full" and chips * steps > 4096 * 1000:
+                continue  # 16,384 chips x 1,000 steps of events (~115 M rows): summary mode at that scale
+            raw = all_causes_scenario(topo, steps, slices=slices, trace=trace)
+            db_path = tmp / f"growth-{topo}-{slices}-{steps}-{trace}.duckdb"
+            p = subprocess.run(
+                [sys.executable, "-c", _GROWTH_CHILD.format(root=str(ROOT)), json.dumps(raw), str(db_path)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            db_path.unlink(missing_ok=True)
+            row = json.loads(p.stdout)
             row.update({"chips": chips, "steps": steps, "trace": trace})
             row["ns_per_chip_step"] = (row["simulate_s"] + row["store_s"]) / (chips * steps) * 1e9
+            row["simulate_ns_per_chip_step"] = row["simulate_s"] / (chips * steps) * 1e9
             out.append(row)
-    return out
-
-
-def bench_queries(db_path: str, repeats: int) -> dict[str, Any]:
-    """p50/p95 of each dashboard page's queries (the pages' query lists live in benchmarks/dashboard_queries.py)."""
-    try:
-        from benchmarks.dashboard_queries import PAGE_QUERIES  # type: ignore[import-not-found]
-    except ImportError:
-        from profiler import queries
-
-        PAGE_QUERIES = {
-            "overview": [
-                ("run_summary", lambda con, rid: queries.run_summary(con, rid)),
-                ("breakdown", lambda con, rid: queries.breakdown(con, rid)),
-                ("step_times", lambda con, rid: queries.step_times(con, rid)),
-            ]
-        }
-    db = Database(db_path)
-    out: dict[str, Any] = {}
-    with db.read() as con:
-        run_id = con.execute("SELECT max(run_id) FROM runs").fetchone()[0]
-        for page, items in PAGE_QUERIES.items():
-            for name, fn in items:
-                times = []
-                for _ in range(repeats):
-                    t0 = time.perf_counter()
-                    fn(con, run_id)
-                    times.append(time.perf_counter() - t0)
-                times.sort()
-                out[f"{page}.{name}"] = {
-                    "p50_ms": statistics.median(times) * 1e3,
-                    "p95_ms": times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))] * 1e3,
-                }
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (~1 minute)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     steps = 100 if args.quick else 1000
@@ -194,30 +273,57 @@ def main() -> int:
             "python": platform.python_version(),
             "platform": platform.platform(),
             "duckdb": duckdb.__version__,
-        }
+        },
+        "load_average_start": os.getloadavg(),
     }
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
     with tempfile.TemporaryDirectory(prefix="podscope-bench-") as d:
         tmp = Path(d)
-        report["simulation"] = bench_simulation_and_storage(tmp, steps)
+        say("1-2. simulation and storage ...")
+        report["simulation"] = bench_simulation_and_storage(tmp, steps, chunk_variants=not args.quick)
+        say("3. dashboard queries ...")
         report["queries"] = bench_queries(report["simulation"]["db_path"], 5 if args.quick else 20)
-        report["sweep_summary_mode"] = bench_sweep_summary_mode(tmp, 20 if args.quick else 100)
+        (tmp / "podscope.duckdb").unlink()
+        say("4. sweeps ...")
+        points = 20 if args.quick else 100
+        report["sweep_in_process"] = bench_sweep_summary_mode(tmp, points)
+        report["sweeps"] = bench_sweeps(tmp, points, "summary", ("local", "dask"))
+        if not args.quick:
+            report["sweeps"] += bench_sweeps(tmp, points, "full", ("local",))
+        say("5. growth ...")
         report["growth"] = bench_growth(tmp, args.quick)
+    report["load_average_end"] = os.getloadavg()
     report["peak_rss_bytes_main"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if args.json:
         print(json.dumps(report, indent=1))
-    else:
-        sim = report["simulation"]
-        print(f"simulate {sim['chips']} chips x {sim['steps']} steps: {sim['simulate_s']:.2f} s ({sim['events_per_s'] / 1e6:.1f} M events/s)")
-        print(f"store: {sim['store_s']:.2f} s ({sim['store_rows_per_s'] / 1e6:.1f} M rows/s); bare insert {sim['bare_insert_s']:.2f} s; ratio {sim['store_vs_bare_rate']:.2f}")
-        for k, v in report["queries"].items():
-            print(f"query {k}: p50 {v['p50_ms']:.1f} ms, p95 {v['p95_ms']:.1f} ms")
-        sw = report["sweep_summary_mode"]
-        print(f"sweep (summary mode, 256 chips x 100 steps): {sw['runs_per_s']:.1f} runs/s")
-        for g in report["growth"]:
-            print(
-                f"growth {g['chips']:>6} chips x {g['steps']:>4} steps [{g['trace']:>7}]: sim {g['simulate_s']:.2f} s, "
-                f"store {g['store_s']:.2f} s, {g['ns_per_chip_step']:.0f} ns/chip-step, peak {g['peak_rss_bytes'] / 2**30:.2f} GiB"
-            )
+        return 0
+    la0, la1 = report["load_average_start"], report["load_average_end"]
+    print(f"machine: {os.cpu_count()} cores, load average {la0[0]:.1f} at start, {la1[0]:.1f} at end; duckdb {duckdb.__version__}")
+    sim = report["simulation"]
+    print(f"1. simulate {sim['chips']} chips x {sim['steps']} steps, all idle causes: {sim['simulate_s']:.2f} s, "
+          f"{sim['events']:,} events ({sim['events_per_s'] / 1e6:.2f} M events/s); simulated + stored {sim['simulate_and_store_s']:.2f} s; "
+          f"peak RSS {sim['peak_rss_bytes_after_simulate_and_store'] / 2**30:.2f} GiB")  # fmt: skip
+    print(f"2. store {sim['store_s']:.2f} s ({sim['store_rows_per_s'] / 1e6:.2f} M rows/s, chunks of {sim['event_chunk_rows']:,}); "
+          f"bare insert {sim['bare_insert_s']:.2f} s; store/bare rate {sim['store_vs_bare_rate']:.0%}")  # fmt: skip
+    for rows, v in sim.get("chunk_rows_variants", {}).items():
+        print(f"   chunk {int(rows):>10,} rows: {v['chunks']:>3} chunks, store {v['store_s']:.2f} s, {v['vs_bare']:.0%} of bare")
+    for row in report["queries"]["pages"]:
+        print(f"3. page {row['page']:<36} {row['queries']:>2} queries: p50 {row['p50_ms']:6.1f} ms, p95 {row['p95_ms']:6.1f} ms")
+    for name, size in report["queries"]["figure_bytes"].items():
+        print(f"3. figure {name:<36} {size / 1e6:.2f} MB")
+    sw = report["sweep_in_process"]
+    print(f"4. summary mode in process (simulate + store.write_runs), 256 chips x 100 steps: {sw['runs_per_s']:.1f} runs/s")
+    for sw in report["sweeps"]:
+        print(f"4. sweep {sw['points']} points [{sw['trace']}] on {sw['executor']} ({sw['workers']} workers): "
+              f"{sw['runs_per_s']:.1f} runs/s ({sw['sweep_s']:.1f} s, executor start {sw['executor_start_s']:.1f} s, {sw['failed']} failed)")  # fmt: skip
+    for g in report["growth"]:
+        print(
+            f"5. {g['chips']:>6} chips x {g['steps']:>4} steps [{g['trace']:>7}]: sim {g['simulate_s']:6.2f} s, "
+            f"store {g['store_s']:5.2f} s, {g['ns_per_chip_step']:5.0f} ns/chip-step, peak {g['peak_rss_bytes'] / 2**30:.2f} GiB"
+        )
     return 0
 
 

@@ -110,6 +110,34 @@ def figures_for(con, run_id: int) -> dict[str, object]:
     }
 
 
+def measure_pages(db: Database, run_id: int, repeat: int) -> list[dict]:
+    """p50/p95 (ms) of each page's first render: its queries, each on its own connection."""
+    with db.read() as con:
+        pages = page_queries(con, run_id)
+    rows = []
+    for page, items in pages.items():
+        totals = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            with db.read():  # as app.py's page_connection(): one open file for the whole render
+                for _name, fn in items:
+                    with db.read() as con:
+                        fn(con)
+            totals.append((time.perf_counter() - t0) * 1e3)
+        rows.append({
+            "page": page, "queries": len(items), "min_ms": min(totals),
+            "p50_ms": float(np.percentile(totals, 50)), "p95_ms": float(np.percentile(totals, 95)),
+        })  # fmt: skip
+    return rows
+
+
+def figure_sizes(db: Database, run_id: int) -> dict[str, float]:
+    """JSON size in bytes of every figure the pages draw for this run."""
+    with db.read() as con:
+        figs = figures_for(con, run_id)
+    return {k: float(f.figure_bytes(v)) for k, v in figs.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", help="DuckDB file to use (kept); default: a temporary file")
@@ -128,27 +156,10 @@ def main() -> None:
         with db.read():
             pass
     print(f"opening the file: {(time.perf_counter() - t0) * 100:.1f} ms per connection")
-    with db.read() as con:
-        pages = page_queries(con, run_id)
-    rows = []
-    for page, items in pages.items():
-        totals = []
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            with db.read():  # as app.py's page_connection(): one open file for the whole render
-                for _name, fn in items:
-                    with db.read() as con:
-                        fn(con)
-            totals.append((time.perf_counter() - t0) * 1e3)
-        rows.append({
-            "page": page, "queries": len(items), "min_ms": min(totals),
-            "p50_ms": np.percentile(totals, 50), "p95_ms": np.percentile(totals, 95),
-        })  # fmt: skip
+    rows = measure_pages(db, run_id, args.repeat)
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.1f}"))
-    with db.read() as con:
-        figs = figures_for(con, run_id)
-    sizes = pd.DataFrame([{"figure": k, "json_MB": f.figure_bytes(v) / 1e6} for k, v in figs.items()])
+    sizes = pd.DataFrame([{"figure": k, "json_MB": v / 1e6} for k, v in figure_sizes(db, run_id).items()])
     print(sizes.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     if tmp is not None:
         tmp.cleanup()

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from engine.catalog import DATA_DIR
@@ -67,12 +68,17 @@ DEFAULT_DB_PATH = DATA_DIR / "podscope.duckdb"
 LOCK_RETRY_S = 10.0
 #: lock polling interval bounds; short, so a reader slips in between a large write's chunks
 _POLL_MIN_S, _POLL_MAX_S = 0.005, 0.05
-#: events per write transaction of a large run: ~0.5 s of lock on the 2-core dev machine (README)
-EVENT_CHUNK_ROWS = 500_000
+#: events per write transaction of a large run: ~1 s of lock on the 2-core dev machine. Each chunk
+#: costs an open, a checkpoint on close and WRITER_YIELD_S of pause (~0.15 s together), so the
+#: chunk size trades a waiting reader's worst delay against write rate: 500k rows wrote a
+#: 28.7M-event run at ~40% of a bare DuckDB insert, 4M rows at ~80% (README, Performance).
+EVENT_CHUNK_ROWS = 4_000_000
 #: pause between chunks, longer than a reader's poll interval so a waiting reader gets the file
 WRITER_YIELD_S = 2 * _POLL_MAX_S
-#: write_runs releases its connection after holding it this long, so a sweep cannot lock readers out
+#: write_runs writes a batch of small runs after staging them for this long (or WRITE_BATCH_RUNS
+#: runs), so a sweep's readers see new runs soon and wait at most one batch's insert
 WRITER_HOLD_S = 0.5
+WRITE_BATCH_RUNS = 64
 #: a pending run from another host (whose process cannot be checked) is abandoned after this long
 ABANDONED_AFTER_S = 6 * 3600.0
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -268,8 +274,23 @@ class _StagedRun:
     summary: dict[str, Any]
 
 
-def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
-    """Build everything but the events rows in a private in-memory DuckDB (run_id 0)."""
+def _new_stage_db() -> duckdb.DuckDBPyConnection:
+    mem = duckdb.connect(":memory:")
+    mem.execute(SCHEMA_SQL)
+    mem.execute("DROP TABLE events")
+    return mem
+
+
+#: empties a reused staging database between runs (one call: statements cost more than the rows)
+_CLEAR_STAGE_SQL = "DROP VIEW IF EXISTS events; " + " ".join(f"DELETE FROM {t};" for t in ("runs", "chips", "steps", "step_kind", "chip_kind"))
+
+
+def _stage(result: RunResult, run_name: str, source: str, mem: duckdb.DuckDBPyConnection | None = None) -> _StagedRun:
+    """Build everything but the events rows in a private in-memory DuckDB (run_id 0).
+
+    ``mem`` is a staging database from :func:`_new_stage_db` to reuse (emptied again before
+    returning); creating one costs ~20 ms, more than staging a summary-mode run.
+    """
     from .summary import build_summary  # summary queries live with the query layer
 
     scenario, facts, trace = result.scenario, result.facts, result.trace
@@ -286,10 +307,10 @@ def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
         "scenario": json.dumps(scenario.to_dict() if scenario is not None else None),
         "facts": json.dumps(asdict(facts), default=_json_default),
     }
-    mem = duckdb.connect(":memory:")
+    own = mem is None
+    if mem is None:
+        mem = _new_stage_db()
     try:
-        mem.execute(SCHEMA_SQL)
-        mem.execute("DROP TABLE events")
         mem.register("_podscope_staged_events", trace.events)
         mem.execute(_STAGED_EVENTS_VIEW)
         _insert_runs_row(mem, 0, row, summary=None)
@@ -310,11 +331,21 @@ def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
     except duckdb.Error as e:
         raise ProfilerError(f"cannot prepare run {run_name!r} for storage: {e}") from e
     finally:
-        mem.close()
+        if own:
+            mem.close()
+        else:
+            _clear_stage(mem, list(trace.extra))
     return _StagedRun(runs_row=row, small=small, summary=summary)
 
 
+def _clear_stage(mem: duckdb.DuckDBPyConnection, extras: list[str]) -> None:
+    drops = " ".join(f"DROP TABLE IF EXISTS {_ident('extra_' + n)};" for n in extras if _IDENT.match(n))
+    mem.execute(_CLEAR_STAGE_SQL + drops)
+    mem.unregister("_podscope_staged_events")
+
+
 _SMALL_TABLES = ("chips", "steps", "step_kind", "chip_kind")
+_RUNS_COLUMNS = "run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts, summary"
 _INSERT_RUN_SQL = """
 INSERT INTO runs (run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts, summary)
 VALUES ($run_id, $name, $created_at, $source, $chip, $chips, $hosts, $slices, $topology, $steps, $scenario, $facts, $summary)
@@ -415,38 +446,105 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
 
 
 def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "simulated") -> list[int]:
-    """Store many runs, each in its own transaction, reusing one connection between them.
+    """Store many runs, several small runs per transaction; returns their run_ids in order.
 
-    Opening and checkpointing a DuckDB file costs tens of milliseconds, more than
-    storing a summary-mode run; a sweep's single writer uses this to keep up. The
-    connection is released after ``WRITER_HOLD_S`` of use (and for every large run,
-    which is written in chunks) so readers are not locked out for a whole sweep.
-    ``results`` is consumed while the file may be held: pass finished results.
-    A failure leaves every run written before it intact and nothing of the failed one.
+    Opening and checkpointing a DuckDB file costs tens of milliseconds, and every
+    statement a few, more than storing a summary-mode run; a sweep's single writer uses
+    this to keep up. Small runs are staged without the file, then written in batches:
+    one transaction per batch, one INSERT per table for the whole batch (the Arrow
+    tables of its runs concatenated, each with its run_id). A batch is closed after
+    ``WRITER_HOLD_S`` of staging or ``WRITE_BATCH_RUNS`` runs, so readers wait at most
+    one batch's insert. Large runs are written alone, in chunks (:func:`write_run`).
+
+    Each run is in the database whole or not at all. A failure leaves every run before
+    the failing one stored and nothing of the failing one (a batch that fails to insert
+    is retried run by run, so only the bad run is missing).
     """
     ids: list[int] = []
-    held: ExitStack | None = None
-    held_since = 0.0
+    batch: list[tuple[_StagedRun, RunResult]] = []
+    mem = _new_stage_db()
+    batch_since = time.monotonic()
+
+    def flush() -> None:
+        if batch:
+            ids.extend(_write_batch(db, batch))
+            batch.clear()
+
     try:
         for result in results:
-            staged = _stage(result, _run_name(result, None), source)
-            large = result.trace.events.num_rows > EVENT_CHUNK_ROWS
-            if held is not None and (large or time.monotonic() - held_since > WRITER_HOLD_S):
-                held.close()
-                held = None
-                time.sleep(WRITER_YIELD_S)  # let a reader polling for the file in
-            if large:
-                ids.append(_write_chunked(db, staged, result))
+            if result.trace.events.num_rows > EVENT_CHUNK_ROWS:
+                flush()
+                ids.append(_write_chunked(db, _stage(result, _run_name(result, None), source, mem), result))
                 continue
-            if held is None:
-                held = ExitStack()
-                con = held.enter_context(db.write())
-                _collect_abandoned(con)
-                held_since = time.monotonic()
-            ids.append(_write_whole(con, staged, result))
+            if not batch:
+                batch_since = time.monotonic()
+            batch.append((_stage(result, _run_name(result, None), source, mem), result))
+            rows = sum(r.trace.events.num_rows for _, r in batch)
+            if len(batch) >= WRITE_BATCH_RUNS or rows > EVENT_CHUNK_ROWS or time.monotonic() - batch_since > WRITER_HOLD_S:
+                flush()
+        flush()
+    except BaseException:
+        flush()  # the runs staged before a failure are still stored
+        raise
     finally:
-        if held is not None:
-            held.close()
+        mem.close()
+    return ids
+
+
+def _write_batch(db: Database, batch: list[tuple[_StagedRun, RunResult]]) -> list[int]:
+    """Small staged runs in one transaction, one INSERT per table; run by run if that fails."""
+    with db.write() as con:
+        _collect_abandoned(con)
+        try:
+            with _transaction(con):
+                return _insert_batch(con, batch)
+        except (duckdb.Error, pa.ArrowException):
+            pass  # e.g. extra tables whose schemas differ between runs: fall back below
+        return [_write_whole(con, staged, result) for staged, result in batch]
+
+
+def _with_run_id(table: pa.Table, run_id: int) -> pa.Table:
+    return table.add_column(0, "run_id", pa.array(np.full(table.num_rows, run_id, dtype=np.int32)))
+
+
+def _insert_batch(con: duckdb.DuckDBPyConnection, batch: list[tuple[_StagedRun, RunResult]]) -> list[int]:
+    n = len(batch)
+    ids = [int(r[0]) for r in con.execute("SELECT nextval('run_id_seq') FROM range($n)", {"n": n}).fetchall()]
+    grouped: dict[tuple[str, bool], list[pa.Table]] = {}  # (table, is_extra) -> per-run tables with run_id
+    for run_id, (staged, result) in zip(ids, batch):
+        for table, data in [("events", result.trace.events), *staged.small.items()]:
+            grouped.setdefault((table, False), []).append(_with_run_id(data, run_id))
+        for name_, data in result.trace.extra.items():
+            if not _IDENT.match(name_):
+                raise ProfilerError(f"extra trace table name {name_!r} is not a plain identifier")
+            grouped.setdefault((f"extra_{name_}", True), []).append(_with_run_id(data, run_id))
+    for (table, is_extra), parts in grouped.items():
+        data = pa.concat_tables(parts)
+        if data.num_rows == 0 and not is_extra:
+            continue
+        view = f"_podscope_in_{table}"
+        con.register(view, data)
+        try:
+            t, v = _ident(table), _ident(view)
+            if is_extra:
+                con.execute(f"CREATE TABLE IF NOT EXISTS {t} AS SELECT * FROM {v} LIMIT 0")
+                con.execute(f"INSERT INTO {t} BY NAME SELECT * FROM {v}")
+            else:
+                cols = _EVENT_COLUMNS if table == "events" else [
+                    f"CAST({c} AS VARCHAR)" if c == "kind" else c for c in data.column_names[1:]
+                ]  # fmt: skip
+                con.execute(f"INSERT INTO {t} SELECT run_id, {', '.join(cols)} FROM {v}")
+        finally:
+            con.unregister(view)
+    runs = pa.Table.from_pylist([
+        {**staged.runs_row, "run_id": run_id, "summary": json.dumps({**staged.summary, "run_id": run_id})}
+        for run_id, (staged, _) in zip(ids, batch)
+    ])  # fmt: skip
+    con.register("_podscope_in_runs", runs)
+    try:
+        con.execute(f"INSERT INTO runs ({_RUNS_COLUMNS}) SELECT {_RUNS_COLUMNS} FROM _podscope_in_runs")
+    finally:
+        con.unregister("_podscope_in_runs")
     return ids
 
 

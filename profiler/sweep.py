@@ -51,7 +51,7 @@ from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_di
 from engine.errors import PodscopeError, ProfilerError, ScenarioError
 from engine.validation_messages import UNKNOWN_KEY
 
-from .store import Database, write_run
+from .store import Database, write_run, write_runs
 
 __all__ = [
     "SweepSpec",
@@ -70,6 +70,10 @@ CREATE TABLE IF NOT EXISTS sweep_failures (
     sweep VARCHAR NOT NULL, point VARCHAR NOT NULL, overrides JSON, error VARCHAR, created_at TIMESTAMP WITH TIME ZONE
 )
 """
+_STORED_POINT_IDS_SQL = (
+    "SELECT json_extract_string(summary, '$.sweep.point'), run_id FROM runs "
+    "WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
+)
 _STORED_POINTS_SQL = (
     "SELECT json_extract_string(summary, '$.sweep.point') FROM runs WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
 )
@@ -293,9 +297,41 @@ def _record_failure(db: Database, sweep: str, point: SweepPoint, error: str) -> 
         )  # fmt: skip
 
 
+def _stored_point_ids(db: Database, sweep: str) -> dict[str, int]:
+    with db.read() as con:
+        return {r[0]: int(r[1]) for r in con.execute(_STORED_POINT_IDS_SQL, {"sweep": sweep}).fetchall()}
+
+
 def _stored_points(db: Database, sweep: str) -> set[str]:
     with db.read() as con:
         return {r[0] for r in con.execute(_STORED_POINTS_SQL, {"sweep": sweep}).fetchall()}
+
+
+def _store_points(db: Database, sweep: str, ready: list[tuple[SweepPoint, str]]) -> list[tuple[tuple[SweepPoint, str], int, str | None]]:
+    """Store finished points together; on a failure, one by one so only the bad point fails.
+
+    Returns ((point, folder), run_id, error) per point, error None when stored.
+    """
+    if not ready:
+        return []
+    try:
+        results = [_load_point(Path(folder), sweep) for _, folder in ready]
+        ids = write_runs(db, results)
+        return [(item, run_id, None) for item, run_id in zip(ready, ids)]
+    except (PodscopeError, OSError, ValueError):
+        pass  # fall through: each point reports its own error below
+    already = _stored_point_ids(db, sweep)  # write_runs keeps the runs before a failure
+    out = []
+    for item in ready:
+        point, folder = item
+        if point.point in already:
+            out.append((item, already[point.point], None))
+            continue
+        try:
+            out.append((item, write_run(db, _load_point(Path(folder), sweep), name=point.scenario["name"]), None))
+        except (PodscopeError, OSError, ValueError) as e:
+            out.append((item, -1, f"{type(e).__name__}: {e}"))
+    return out
 
 
 def default_out_dir(db: Database, sweep: str) -> Path:
@@ -347,25 +383,37 @@ def run_sweep(
     if progress is not None:
         progress(done, len(points), f"{len(skipped)} point(s) already stored")
     futures = {executor.submit(simulate_point, p, str(out)): p for p in todo}
-    for fut in cf.as_completed(futures):
-        point = futures[fut]
-        try:
-            folder, error = fut.result()
-        except Exception as e:  # the executor itself failed for this point (worker died, ...)
-            folder, error = "", f"{type(e).__name__}: {e}"
-        if error is None:
+    pending = set(futures)
+    while pending:
+        # every point finished by now is stored in one batch (store.write_runs): per-run
+        # statement and file-open costs, not simulation, limit a sweep of small runs
+        finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+        ready: list[tuple[SweepPoint, str]] = []
+        for fut in finished:
+            point = futures[fut]
             try:
-                stored.append(write_run(db, _load_point(Path(folder), spec.name), name=point.scenario["name"]))
+                folder, error = fut.result()
+            except Exception as e:  # the executor itself failed for this point (worker died, ...)
+                folder, error = "", f"{type(e).__name__}: {e}"
+            if error is None:
+                ready.append((point, folder))
+            else:
+                failed.append((point.point, error))
+                _record_failure(db, spec.name, point, error)
+                done += 1
+                if progress is not None:
+                    progress(done, len(points), point.scenario["name"] + " FAILED")
+        for (point, folder), run_id, error in _store_points(db, spec.name, ready):
+            if error is None:
+                stored.append(run_id)
                 if not keep_parquet:
                     shutil.rmtree(folder, ignore_errors=True)
-            except PodscopeError as e:
-                error = f"{type(e).__name__}: {e}"
-        if error is not None:
-            failed.append((point.point, error))
-            _record_failure(db, spec.name, point, error)
-        done += 1
-        if progress is not None:
-            progress(done, len(points), point.scenario["name"] + (" FAILED" if error else ""))
+            else:
+                failed.append((point.point, error))
+                _record_failure(db, spec.name, point, error)
+            done += 1
+            if progress is not None:
+                progress(done, len(points), point.scenario["name"] + (" FAILED" if error else ""))
     return SweepResult(name=spec.name, points=len(points), stored=stored, skipped=skipped, failed=failed)
 
 

@@ -48,7 +48,9 @@ def _orphans(db: Database) -> dict[str, int]:
 def _kill_at(db_path: Path, topology: str, steps: int, mark: str) -> list[str]:
     """Start a writer, wait for its milestone ``mark`` (where it stalls), SIGKILL it; return its output."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.workers", "write", str(db_path), topology, str(steps), "1", "--pause-at", mark],
+        # 500k-row chunks whatever the production chunk size, so the large run has the chunks to kill in
+        [sys.executable, "-m", "tests.workers", "write", str(db_path), topology, str(steps), "1", "--pause-at", mark,
+         "--chunk-rows", "500000"],  # fmt: skip
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
