@@ -137,14 +137,16 @@ def assemble(segments: list[Segment], steps: int, chips: int, detail: str = "ful
     for s0, s1, parts in blocks:
         n_steps = s1 - s0
         k = len(parts)
-        # (steps, chips, parts) order: each chip's events of a step are adjacent and time-ordered.
-        starts = np.stack([np.broadcast_to(p[1], (n_steps, chips)) for p in parts], axis=2)
-        durs = np.stack([np.broadcast_to(p[2], (n_steps, chips)) for p in parts], axis=2)
-        codes = np.broadcast_to(np.array([p[0] for p in parts], dtype=np.int8), (n_steps, chips, k))
+        # (chips, steps, parts) order within a block: each chip's events of the block are adjacent
+        # and time-ordered, so DuckDB's row groups (~123k rows) each hold a few hundred chips, and a
+        # timeline of a few chips over many steps reads a few row groups per block, not the table.
+        starts = np.stack([np.broadcast_to(p[1], (n_steps, chips)).T for p in parts], axis=2)
+        durs = np.stack([np.broadcast_to(p[2], (n_steps, chips)).T for p in parts], axis=2)
+        codes = np.broadcast_to(np.array([p[0] for p in parts], dtype=np.int8), (chips, n_steps, k))
         keep = durs > 0
-        step_col = np.broadcast_to(np.arange(s0, s1, dtype=np.int32)[:, None, None], (n_steps, chips, k))
-        chip_col = np.broadcast_to(chip_ids[None, :, None], (n_steps, chips, k))
-        abs_start = starts + step_start[s0:s1, None, None]
+        step_col = np.broadcast_to(np.arange(s0, s1, dtype=np.int32)[None, :, None], (chips, n_steps, k))
+        chip_col = np.broadcast_to(chip_ids[:, None, None], (chips, n_steps, k))
+        abs_start = starts + step_start[None, s0:s1, None]
         batches.append(events_batch(chip_col[keep], step_col[keep], codes[keep], abs_start[keep], durs[keep]))
     events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
     steps_table = pa.table(
