@@ -76,8 +76,9 @@ EVENT_CHUNK_ROWS = 4_000_000
 #: pause between chunks, longer than a reader's poll interval so a waiting reader gets the file
 WRITER_YIELD_S = 2 * _POLL_MAX_S
 #: write_runs writes a batch of small runs after staging them for this long (or WRITE_BATCH_RUNS
-#: runs), so a sweep's readers see new runs soon and wait at most one batch's insert
-WRITER_HOLD_S = 0.5
+#: runs): new runs appear within seconds, and a reader waits at most one batch's insert (one
+#: statement per table, ~0.1 s), not the staging, which holds no lock
+WRITE_BATCH_S = 2.0
 WRITE_BATCH_RUNS = 64
 #: a pending run from another host (whose process cannot be checked) is abandoned after this long
 ABANDONED_AFTER_S = 6 * 3600.0
@@ -317,7 +318,7 @@ def _stage(result: RunResult, run_name: str, source: str, mem: duckdb.DuckDBPyCo
         _insert_arrow(mem, "chips", trace.chips, 0, ["chip", "host", "slice", "x", "y", "z"])
         _insert_arrow(mem, "steps", trace.steps, 0, ["step", "start_ns", "step_ns"])
         for name_, table in trace.extra.items():
-            _insert_extra(mem, name_, table, 0)  # so summary code may read extras; published from the Arrow
+            _stage_extra(mem, name_, table)  # so summary code may read extras; published from the Arrow
         if trace.step_kind is not None and trace.chip_kind is not None:
             # exact aggregates from the engine (also the only ones in summary mode)
             _insert_arrow(mem, "step_kind", trace.step_kind, 0, ["step", "CAST(kind AS VARCHAR)", "chip_ns", "max_chip_ns"])
@@ -338,10 +339,20 @@ def _stage(result: RunResult, run_name: str, source: str, mem: duckdb.DuckDBPyCo
     return _StagedRun(runs_row=row, small=small, summary=summary)
 
 
+def _stage_extra(mem: duckdb.DuckDBPyConnection, name: str, data: pa.Table) -> None:
+    """An extra table as a view ``extra_<name>`` (run_id 0) over its Arrow: one statement, no copy."""
+    if not _IDENT.match(name):
+        raise ProfilerError(f"extra trace table name {name!r} is not a plain identifier")
+    view = f"_podscope_in_extra_{name}"
+    mem.register(view, data)
+    mem.execute(f"CREATE OR REPLACE VIEW {_ident('extra_' + name)} AS SELECT CAST(0 AS INTEGER) AS run_id, * FROM {_ident(view)}")
+
+
 def _clear_stage(mem: duckdb.DuckDBPyConnection, extras: list[str]) -> None:
-    drops = " ".join(f"DROP TABLE IF EXISTS {_ident('extra_' + n)};" for n in extras if _IDENT.match(n))
-    mem.execute(_CLEAR_STAGE_SQL + drops)
-    mem.unregister("_podscope_staged_events")
+    names = [n for n in extras if _IDENT.match(n)]
+    mem.execute(_CLEAR_STAGE_SQL + " ".join(f"DROP VIEW IF EXISTS {_ident('extra_' + n)};" for n in names))
+    for n in ["staged_events", *(f"in_extra_{n}" for n in names)]:
+        mem.unregister(f"_podscope_{n}")
 
 
 _SMALL_TABLES = ("chips", "steps", "step_kind", "chip_kind")
@@ -453,7 +464,7 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
     this to keep up. Small runs are staged without the file, then written in batches:
     one transaction per batch, one INSERT per table for the whole batch (the Arrow
     tables of its runs concatenated, each with its run_id). A batch is closed after
-    ``WRITER_HOLD_S`` of staging or ``WRITE_BATCH_RUNS`` runs, so readers wait at most
+    ``WRITE_BATCH_S`` of staging or ``WRITE_BATCH_RUNS`` runs, so readers wait at most
     one batch's insert. Large runs are written alone, in chunks (:func:`write_run`).
 
     Each run is in the database whole or not at all. A failure leaves every run before
@@ -480,7 +491,7 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
                 batch_since = time.monotonic()
             batch.append((_stage(result, _run_name(result, None), source, mem), result))
             rows = sum(r.trace.events.num_rows for _, r in batch)
-            if len(batch) >= WRITE_BATCH_RUNS or rows > EVENT_CHUNK_ROWS or time.monotonic() - batch_since > WRITER_HOLD_S:
+            if len(batch) >= WRITE_BATCH_RUNS or rows > EVENT_CHUNK_ROWS or time.monotonic() - batch_since > WRITE_BATCH_S:
                 flush()
         flush()
     except BaseException:

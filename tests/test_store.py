@@ -184,3 +184,31 @@ def test_write_runs_batches_with_one_transaction_per_run(db, small_scenario):
         # the two first runs, plus the good run written before the failure; nothing of the bad one
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
         assert con.execute("SELECT count(DISTINCT run_id) FROM events").fetchone()[0] == 3
+
+
+def _stored_rows(db, run_id: int) -> dict[str, list]:
+    """Every per-run table's rows of one run (run_id column dropped), sorted, plus the summary without run_id."""
+    from profiler.store import _run_tables
+
+    with db.read() as con:
+        out = {
+            t: sorted(map(repr, con.execute(f'SELECT * EXCLUDE (run_id) FROM "{t}" WHERE run_id = ?', [run_id]).fetchall()))
+            for t in _run_tables(con)
+        }
+        summary = queries.run_summary(con, run_id)
+    summary.pop("run_id")
+    out["summary"] = [json.dumps(summary, sort_keys=True)]
+    return out
+
+
+def test_write_runs_batch_stores_each_run_exactly_as_write_run(tmp_path, small_scenario):
+    """One batch transaction for several runs (one INSERT per table) stores the same rows as one run at a time."""
+    from profiler.store import Database, write_runs
+
+    results = [simulate(small_scenario.model_copy(update={"name": f"r{i}"})) for i in range(3)]
+    one, batch = Database(tmp_path / "one.duckdb"), Database(tmp_path / "batch.duckdb")
+    ids_one = [write_run(one, r) for r in results]
+    ids_batch = write_runs(batch, results)
+    assert ids_batch == [1, 2, 3]
+    for a, b in zip(ids_one, ids_batch):
+        assert _stored_rows(one, a) == _stored_rows(batch, b)
