@@ -345,7 +345,8 @@ def _stage_extra(mem: duckdb.DuckDBPyConnection, name: str, data: pa.Table) -> N
         raise ProfilerError(f"extra trace table name {name!r} is not a plain identifier")
     view = f"_podscope_in_extra_{name}"
     mem.register(view, data)
-    mem.execute(f"CREATE OR REPLACE VIEW {_ident('extra_' + name)} AS SELECT CAST(0 AS INTEGER) AS run_id, * FROM {_ident(view)}")
+    table, view = _ident(f"extra_{name}"), _ident(view)
+    mem.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT CAST(0 AS INTEGER) AS run_id, * FROM {view}")
 
 
 def _clear_stage(mem: duckdb.DuckDBPyConnection, extras: list[str]) -> None:
@@ -357,6 +358,7 @@ def _clear_stage(mem: duckdb.DuckDBPyConnection, extras: list[str]) -> None:
 
 _SMALL_TABLES = ("chips", "steps", "step_kind", "chip_kind")
 _RUNS_COLUMNS = "run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts, summary"
+_INSERT_RUNS_BATCH_SQL = f"INSERT INTO runs ({_RUNS_COLUMNS}) SELECT {_RUNS_COLUMNS} FROM _podscope_in_runs"
 _INSERT_RUN_SQL = """
 INSERT INTO runs (run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts, summary)
 VALUES ($run_id, $name, $created_at, $source, $chip, $chips, $hosts, $slices, $topology, $steps, $scenario, $facts, $summary)
@@ -533,27 +535,28 @@ def _insert_batch(con: duckdb.DuckDBPyConnection, batch: list[tuple[_StagedRun, 
         data = pa.concat_tables(parts)
         if data.num_rows == 0 and not is_extra:
             continue
-        view = f"_podscope_in_{table}"
-        con.register(view, data)
+        name = f"_podscope_in_{table}"
+        con.register(name, data)
         try:
-            t, v = _ident(table), _ident(view)
+            columns = _EVENT_COLUMNS if table == "events" else [
+                "CAST(kind AS VARCHAR)" if c == "kind" else _ident(c) for c in data.column_names[1:]
+            ]  # fmt: skip
+            cols = ", ".join(columns)  # constants of this module and checked column names
+            table, view = _ident(table), _ident(name)
             if is_extra:
-                con.execute(f"CREATE TABLE IF NOT EXISTS {t} AS SELECT * FROM {v} LIMIT 0")
-                con.execute(f"INSERT INTO {t} BY NAME SELECT * FROM {v}")
+                con.execute(f"CREATE TABLE IF NOT EXISTS {table} AS SELECT * FROM {view} LIMIT 0")
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {view}")
             else:
-                cols = _EVENT_COLUMNS if table == "events" else [
-                    f"CAST({c} AS VARCHAR)" if c == "kind" else c for c in data.column_names[1:]
-                ]  # fmt: skip
-                con.execute(f"INSERT INTO {t} SELECT run_id, {', '.join(cols)} FROM {v}")
+                con.execute(f"INSERT INTO {table} SELECT run_id, {cols} FROM {view}")
         finally:
-            con.unregister(view)
+            con.unregister(name)
     runs = pa.Table.from_pylist([
         {**staged.runs_row, "run_id": run_id, "summary": json.dumps({**staged.summary, "run_id": run_id})}
         for run_id, (staged, _) in zip(ids, batch)
     ])  # fmt: skip
     con.register("_podscope_in_runs", runs)
     try:
-        con.execute(f"INSERT INTO runs ({_RUNS_COLUMNS}) SELECT {_RUNS_COLUMNS} FROM _podscope_in_runs")
+        con.execute(_INSERT_RUNS_BATCH_SQL)
     finally:
         con.unregister("_podscope_in_runs")
     return ids
