@@ -15,8 +15,8 @@ from views import common, figures
 
 _HEADLINES = [
     ("step_time_s", "Step time", lambda v: f"{v * 1e3:,.2f} ms", True),
-    ("samples_per_s", "Samples/s", lambda v: f"{v:,.0f}", False),
-    ("tokens_per_s", "Tokens/s", lambda v: f"{v:,.0f}", False),
+    ("samples_per_s", "Samples/s", common.si, False),
+    ("tokens_per_s", "Tokens/s", common.si, False),
     ("mfu", "MFU", lambda v: f"{v * 100:.1f}%", False),
     ("peak_hbm_bytes", "HBM peak", lambda v: f"{v / 2**30:.2f} GiB", True),
 ]
