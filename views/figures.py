@@ -94,6 +94,9 @@ def step_time_line(df: pd.DataFrame, title: str = "Step time") -> go.Figure:
         )  # fmt: skip
     fig.add_scatter(x=df["step"], y=df["step_s"] * 1e3, mode="lines", name="step time", line_color="#4C78A8")
     fig.update_layout(xaxis_title="step", yaxis_title="ms", showlegend=False)
+    # A compile or restart step can be 100x the steady step: a log axis keeps the steady state readable.
+    if df["max_s"].max() > 20 * df["step_s"].median():
+        fig.update_yaxes(type="log", title="ms (log)")
     return _layout(fig, title)
 
 
