@@ -94,7 +94,8 @@ _DOC = {
     "mxu_efficiency": "achievable fraction of peak MXU FLOP/s on large, padded GEMMs (prior 0.80)",
     "hbm_efficiency": "achievable fraction of HBM bandwidth for streaming ops (prior 0.85; ~87% measured on a TPU7x "
                       "HBM copy microbenchmark, reference id coll_tpu7x_hbm_copy_microbench)",
-    "op_overhead_us": "fixed cost per op per pass (pipeline fill, DMA setup) (prior)",
+    "op_overhead_us": "fixed cost per engine op per pass: one op stands for a layer's few fused kernels "
+                      "(pipeline fill, DMA setup, launch) (prior 2)",
     "step_overhead_us": "host dispatch / infeed handshake per step (prior 200)",
     "jitter_frac": "std-dev of per-chip, per-step multiplicative compute noise (prior)",
     "ici_efficiency": "achievable fraction of ICI link bandwidth in ring collectives (prior 0.90)",
