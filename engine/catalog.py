@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from .errors import ScenarioError
-from .units import GB_BYTES, GIB_BYTES, TERA
+from .units import GB_BYTES, GIB_BYTES, MIB_BYTES, TERA
 
 __all__ = ["ChipSpec", "load_catalog", "DATA_DIR", "DEFAULT_CATALOG_PATH"]
 
@@ -41,6 +41,10 @@ _REQUIRED = {
     "wraparound": str,
 }
 
+#: keys a chip table may omit, with their default: on-chip memory beside the cores that holds
+#: whole tensors between ops (TPU v4's CMEM); 0 where the generation has none or none is documented
+_OPTIONAL = {"cmem_mib": 0.0}
+
 
 @dataclass(frozen=True)
 class ChipSpec:
@@ -62,6 +66,7 @@ class ChipSpec:
     max_slice_chips: int
     tensorcores_per_chip: int
     wraparound: Wraparound
+    cmem_bytes: float = 0.0  # on-chip common memory (v4 CMEM) that can hold a tensor between ops
 
     def peak_flops_per_s(self, precision: str) -> float:
         """Peak matmul rate for a training precision (fp32 runs as multi-pass bf16)."""
@@ -92,9 +97,13 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
             problems.append((f"{key}.{name}", f"expected a list of positive integers, got {raw[name]!r}"))
         elif name == "wraparound" and raw[name] not in _WRAPAROUND:
             problems.append((f"{key}.{name}", f"got {raw[name]!r}; valid: {', '.join(_WRAPAROUND)}"))
+    for name, default in _OPTIONAL.items():
+        value = raw.get(name, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            problems.append((f"{key}.{name}", f"expected a number >= 0, got {value!r}"))
     for name in raw:
-        if name not in _REQUIRED:
-            problems.append((f"{key}.{name}", f"unknown key; valid keys: {', '.join(_REQUIRED)}"))
+        if name not in _REQUIRED and name not in _OPTIONAL:
+            problems.append((f"{key}.{name}", f"unknown key; valid keys: {', '.join([*_REQUIRED, *_OPTIONAL])}"))
     if problems:
         raise ScenarioError(source, problems)
     return ChipSpec(
@@ -114,6 +123,7 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         max_slice_chips=int(raw["max_slice_chips"]),
         tensorcores_per_chip=int(raw["tensorcores_per_chip"]),
         wraparound=raw["wraparound"],
+        cmem_bytes=float(raw.get("cmem_mib", _OPTIONAL["cmem_mib"])) * MIB_BYTES,
     )
 
 

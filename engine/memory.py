@@ -171,12 +171,14 @@ def _unit_activations(
         loss = tokens * model.vocab / tensor * LOGIT_BYTES
         return saved, recompute, loss
     ops = cost.ops
-    per_row = ops.m * ops.k * ops.count + np.where(ops.w_is_activation, ops.k * ops.n * ops.count, 0.0)
+    # The weight gradient needs each GEMM's input as stored: a convolution's input feature map, not the
+    # kh*kw-times larger im2col matrix (XLA convolves in place; in_elems_per_repeat is the map).
+    per_row = ops.in_elems_per_repeat * ops.count + np.where(ops.w_is_activation, ops.k * ops.n * ops.count, 0.0)
     per_row = per_row + 0.5 * ops.elementwise_elems_total
     per_row = per_row * b * elem / tensor
     if remat == "full":
         blocks = max(cost.layers, 1)
-        boundary = float(ops.m[0] * ops.k[0]) * b * elem / tensor
+        boundary = float(ops.in_elems_per_repeat[0]) * b * elem / tensor
         saved[:] = boundary * blocks / n
         recompute[:] = per_row.sum() / blocks
     else:

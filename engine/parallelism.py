@@ -30,8 +30,9 @@ Per-step collectives by strategy (one representative chip, steady state):
 * tensor parallel (Megatron-LM, Shoeybi et al. 2019): two all-reduces of the
   layer's activations forward and two backward per transformer layer over
   ``tensor`` (two more in the backward pass under full remat, for the recomputed forward). They sit on the critical path (the next matmul needs the result),
-  so they are fully exposed; XLA's collective-matmul decomposition can hide them
-  but is not modelled.
+  so without help they are fully exposed; XLA's collective-matmul decomposition
+  (Wang et al. 2023) hides a calibrated fraction ``tp_overlap_frac`` of each
+  behind the layer's own matmuls.
 * parameter server (TF ``ParameterServerStrategy``): the sparse parameters
   (embedding tables) live on CPU parameter-server hosts; each step every worker
   pulls the rows its batch looks up and pushes their gradients over DCN, limited
@@ -334,6 +335,7 @@ def plan_collectives(
     ps_hosts: int = 0,
     ps_bytes_per_s_per_host: float = 0.0,
     remat: str = "none",
+    tp_overlap_frac: float = 0.0,
 ) -> CollectivePlan:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -344,6 +346,8 @@ def plan_collectives(
     Under ``remat = "full"`` the recomputed forward repeats each layer's tensor-parallel
     all-reduces inside the backward pass (Korthikanti et al. 2022, sec. 5); the other
     policies recompute only work inside a head shard, which needs no communication.
+    ``tp_overlap_frac`` of each tensor-parallel all-reduce hides behind the same unit's compute
+    in that pass (never more than that compute): the collective-matmul decomposition.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
@@ -389,8 +393,14 @@ def plan_collectives(
     # Backward runs units in reverse: gather of i hides behind backward of i+1, together with the
     # reduce-scatter of i+1; the first gather (last unit) and the last reduce-scatter (unit 0) are exposed.
     bwd_fsdp = ag[-1] + rs[0] + float(np.maximum(0.0, ag[:-1] + rs[1:] - cb[1:]).sum()) if n else 0.0
-    forward_s = fwd_fsdp + float(tp_f.sum())
-    backward_s = bwd_fsdp + float(tp_b.sum())
+    # Collective matmul (Wang et al. 2023) splits the layer's matmuls into chunks and overlaps each
+    # chunk's partial all-reduce with the next chunk's compute; the calibrated fraction says how much
+    # of that the compiler achieves. TP runs on its own torus axes, so it does not compete with the
+    # FSDP gathers above for links.
+    tp_f_exposed = tp_f - tp_overlap_frac * np.minimum(tp_f, cf)
+    tp_b_exposed = tp_b - tp_overlap_frac * np.minimum(tp_b, cb)
+    forward_s = fwd_fsdp + float(tp_f_exposed.sum())
+    backward_s = bwd_fsdp + float(tp_b_exposed.sum())
 
     # Data-parallel gradient sync of this chip's dense shard: over `data` in the slice, then DCN.
     dense = cost.params - sparse

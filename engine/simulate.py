@@ -245,6 +245,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         ps_hosts=ps.hosts if use_ps else 0,
         ps_bytes_per_s_per_host=ps.dcn_gbps_per_host * GB_BYTES * cal.dcn_efficiency,
         remat=tr.remat,
+        tp_overlap_frac=cal.tp_overlap_frac,
     )
     shard = par.fsdp * par.tensor
     dense_params = cost.params - (cost.sparse_params if use_ps else 0)

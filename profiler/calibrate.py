@@ -1,7 +1,8 @@
 """Fit the engine's few general parameters to published end-to-end results, with cross-validation.
 
 ``python -m profiler calibrate`` maps the reference file to cases, fits the
-parameters in :data:`FITTED` (achievable fractions of peak, a per-step overhead:
+parameters in :data:`FITTED` (achievable fractions of peak, a per-op overhead, the
+overlapped share of tensor-parallel communication:
 general physics, never per-entry constants) by minimising the mean absolute log
 error ``mean |ln(predicted / published)|`` over the *end-to-end* cases, and writes
 ``data/calibration.toml`` with the fitted values, the fit's date, its inputs
@@ -65,6 +66,13 @@ FITTED: dict[str, Bound] = {
     "mxu_efficiency": Bound(0.3, 1.0),  # fraction of peak MXU FLOP/s on large padded GEMMs
     "hbm_efficiency": Bound(0.3, 1.0),  # fraction of HBM bandwidth for streaming ops
     "ici_efficiency": Bound(0.3, 1.0),  # fraction of ICI link bandwidth in ring collectives
+    # Fixed cost per op launch and pass: it is what makes small per-chip batches (ResNet-50 at 16-32
+    # images per chip) slower per image than large ones. One engine op stands for the few XLA
+    # fusions of a layer (a conv with its batch-norm statistics and normalisation, and their
+    # gradients), so the bound allows tens of microseconds.
+    "op_overhead_s": Bound(0.0, 50e-6),
+    # Share of tensor-parallel all-reduces hidden behind the layer's matmuls (collective matmul).
+    "tp_overlap_frac": Bound(0.0, 1.0),
 }
 
 #: calibration.toml section, key and unit factor (file unit per internal unit) of every Calibration field
@@ -78,6 +86,7 @@ _TOML_KEYS = {
     "ici_hop_latency_s": ("interconnect", "ici_hop_latency_us", 1e6),
     "dcn_efficiency": ("interconnect", "dcn_efficiency", 1.0),
     "dcn_latency_s": ("interconnect", "dcn_latency_us", 1e6),
+    "tp_overlap_frac": ("interconnect", "tp_overlap_frac", 1.0),
 }
 
 #: What each key means and where its prior comes from (written beside the value).
@@ -85,13 +94,16 @@ _DOC = {
     "mxu_efficiency": "achievable fraction of peak MXU FLOP/s on large, padded GEMMs (prior 0.80)",
     "hbm_efficiency": "achievable fraction of HBM bandwidth for streaming ops (prior 0.85; ~87% measured on a TPU7x "
                       "HBM copy microbenchmark, reference id coll_tpu7x_hbm_copy_microbench)",
-    "op_overhead_us": "fixed cost per op per pass (pipeline fill, DMA setup) (prior)",
+    "op_overhead_us": "fixed cost per engine op per pass: one op stands for a layer's few fused kernels "
+                      "(pipeline fill, DMA setup, launch) (prior 2)",
     "step_overhead_us": "host dispatch / infeed handshake per step (prior 200)",
     "jitter_frac": "std-dev of per-chip, per-step multiplicative compute noise (prior)",
     "ici_efficiency": "achievable fraction of ICI link bandwidth in ring collectives (prior 0.90)",
     "ici_hop_latency_us": "per-hop latency; scaling book sharding.md Q5 uses ~1 us for TPU v5e (prior)",
     "dcn_efficiency": "achievable fraction of per-host DCN NIC bandwidth (prior)",
     "dcn_latency_us": "per-step latency of a DCN ring step (prior)",
+    "tp_overlap_frac": "fraction of a tensor-parallel all-reduce hidden behind the layer's own matmuls "
+                       "(collective matmul, Wang et al. 2023) (prior 0: fully exposed)",
 }  # fmt: skip
 
 _GRID_POINTS = 9

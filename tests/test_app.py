@@ -31,7 +31,7 @@ def test_overview_shows_headline_numbers(app_db):
     at = AppTest.from_file(APP, default_timeout=60).run()
     _no_exceptions(at)
     labels = {m.label for m in at.metric}
-    assert {"Step time", "Throughput", "MFU", "Chips"} <= labels
+    assert {"Step time", "Throughput (samples/s)", "MFU", "Chips"} <= labels
     chips = next(m.value for m in at.metric if m.label == "Chips")
     assert chips.startswith("8 x tpu-v4")
 

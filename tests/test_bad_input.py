@@ -132,6 +132,8 @@ def test_absurd_but_valid_sizes_are_a_simulation_error_not_garbage(small_scenari
         ({"wraparound": "some"}, "valid: all, cube, axis16, none"),
         ({"host_shape": [2, 0]}, "list of positive integers"),
         ({"bogus_gbps": 1.0}, "unknown key; valid keys: display_name"),
+        ({"cmem_mib": -1.0}, "expected a number >= 0"),
+        ({"cmem_mib": "big"}, "expected a number >= 0"),
     ],
 )
 def test_catalog_rejects_bad_chip_tables(tmp_path, edit, fragment):

@@ -48,8 +48,11 @@ def test_timeline_with_fine_buckets_matches_raw_events(stored):
         raw = con.execute("SELECT chip, kind, start_ns, dur_ns FROM events WHERE run_id = $id AND step = 0 AND chip IN (0, 3)", {"id": run_id}).df()
     assert len(steps) == 1 and set(cells["chip"]) == {0, 3}
     width = int(cells["width_ns"].iloc[0])
+    step_end = int((raw.start_ns + raw.dur_ns).max())
     for row in cells[cells["share"] == 1.0].itertuples():
-        mid = row.bucket * width + width // 2
+        # the last bucket may reach past the step's end (width is rounded up): take the midpoint of its covered part
+        lo = row.bucket * width
+        mid = (lo + min(lo + width, step_end)) // 2
         ev = raw[(raw.chip == row.chip) & (raw.start_ns <= mid) & (raw.start_ns + raw.dur_ns > mid)]
         assert ev["kind"].iloc[0] == row.kind
 

@@ -171,6 +171,24 @@ class TestPlanCollectives:
         assert full.backward_s == pytest.approx(2 * plan.backward_s, rel=1e-12)
         assert full.forward_s == plan.forward_s
 
+    def test_collective_matmul_hides_a_fraction_of_each_tp_all_reduce(self):
+        mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(16, 1, 4))
+        _, exposed = _plan(mesh, 1e3, 2e3)
+        _, half = _plan(mesh, 1e3, 2e3, tp_overlap_frac=0.5)
+        _, hidden = _plan(mesh, 1e3, 2e3, tp_overlap_frac=1.0)
+        # ample compute per layer: the hidden share is exactly the fraction
+        assert half.forward_s == pytest.approx(0.5 * exposed.forward_s, rel=1e-12)
+        assert half.backward_s == pytest.approx(0.5 * exposed.backward_s, rel=1e-12)
+        assert hidden.forward_s == pytest.approx(0.0, abs=1e-15)
+        # the collectives themselves are unchanged, only how much of them is exposed
+        assert half.per_layer.equals(exposed.per_layer)
+
+    def test_tp_overlap_never_hides_more_than_the_layer_compute(self):
+        mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(16, 1, 4))
+        cost, exposed = _plan(mesh, 0.0, 0.0)
+        _, hidden = _plan(mesh, 0.0, 0.0, tp_overlap_frac=1.0)
+        assert hidden.forward_s == exposed.forward_s and hidden.backward_s == exposed.backward_s
+
     def test_data_parallel_gradient_sync_only(self):
         mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(64, 1, 1))
         cost, plan = _plan(mesh, 1.0, 2.0)

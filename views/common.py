@@ -138,6 +138,14 @@ def run_picker(key: str = "run_id", label: str = "Run") -> int | None:
     return int(choice)
 
 
+def si(value: float, unit: str = "") -> str:
+    """A rate for a metric tile: 3 significant digits with k/M/G, so it fits the tile ("255k samples/s")."""
+    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g}{prefix} {unit}".rstrip()
+    return f"{value:.3g} {unit}".rstrip()
+
+
 def select_run(run_id: int, key: str = "run_id") -> None:
     """Make ``run_id`` the picked run on the next script run (call before ``st.rerun()``)."""
     st.session_state[f"select_{key}"] = run_id

@@ -15,8 +15,8 @@ from views import common, figures
 
 _HEADLINES = [
     ("step_time_s", "Step time", lambda v: f"{v * 1e3:,.2f} ms", True),
-    ("samples_per_s", "Samples/s", lambda v: f"{v:,.0f}", False),
-    ("tokens_per_s", "Tokens/s", lambda v: f"{v:,.0f}", False),
+    ("samples_per_s", "Samples/s", common.si, False),
+    ("tokens_per_s", "Tokens/s", common.si, False),
     ("mfu", "MFU", lambda v: f"{v * 100:.1f}%", False),
     ("peak_hbm_bytes", "HBM peak", lambda v: f"{v / 2**30:.2f} GiB", True),
 ]
@@ -41,11 +41,11 @@ def _knobs(base: dict) -> dict | None:
         precisions = ["bf16", "int8", "fp32"]
         precision = c4.selectbox("Precision", precisions, index=precisions.index(training.get("precision", "bf16")))
         c1, c2, c3, c4 = st.columns(4)
-        remats = ["none", "selective", "full"]
+        remats = ["none", "minimal", "selective", "full"]
         remat = c1.selectbox("Remat", remats, index=remats.index(training.get("remat", "none")) if training.get("remat", "none") in remats else 0)
-        set_input = c2.checkbox("Set input pipeline", value=bool(inp), help="[input] prefetch and parallel calls; needs an engine with the input model")
-        prefetch = c3.number_input("Prefetch (batches)", min_value=0, value=int(inp.get("prefetch", 2)))
-        calls = c4.number_input("Parallel calls", min_value=1, value=int(inp.get("parallel_calls", 1)))
+        set_input = c2.checkbox("Set input pipeline", value=bool(inp), help="[input] prefetch and num_parallel_calls (tf.data)")
+        prefetch = _choice(c3, "Prefetch (batches)", ["autotune", 0, 1, 2, 4, 8, 16], inp.get("prefetch", "autotune"))
+        calls = _choice(c4, "Parallel calls", ["autotune", 1, 2, 4, 8, 16, 32, 64], inp.get("num_parallel_calls", "autotune"))
         submitted = st.form_submit_button("Simulate", type="primary")
     if not submitted:
         return None
@@ -63,9 +63,16 @@ def _knobs(base: dict) -> dict | None:
     if int(slices) != int(pod.get("slices", 1)) or "slices" in pod:
         overrides["pod.slices"] = int(slices)
     if set_input:
-        overrides["input.prefetch"] = int(prefetch)
-        overrides["input.parallel_calls"] = int(calls)
+        overrides["input.prefetch"] = prefetch
+        overrides["input.num_parallel_calls"] = calls
     return overrides
+
+
+def _choice(col, label: str, options: list, current):
+    """A select box over tf.data-style values ("autotune" or an integer), starting at the base run's value."""
+    if current not in options:
+        options = [*options, current]
+    return col.selectbox(label, options, index=options.index(current))
 
 
 def _side_by_side(a: dict, b: dict) -> None:

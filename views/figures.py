@@ -94,6 +94,9 @@ def step_time_line(df: pd.DataFrame, title: str = "Step time") -> go.Figure:
         )  # fmt: skip
     fig.add_scatter(x=df["step"], y=df["step_s"] * 1e3, mode="lines", name="step time", line_color="#4C78A8")
     fig.update_layout(xaxis_title="step", yaxis_title="ms", showlegend=False)
+    # A compile or restart step can be 100x the steady step: a log axis keeps the steady state readable.
+    if df["max_s"].max() > 20 * df["step_s"].median():
+        fig.update_yaxes(type="log", title="ms (log)")
     return _layout(fig, title)
 
 
@@ -143,15 +146,22 @@ def kind_area(df: pd.DataFrame, title: str = "Chip time per step by cause") -> g
     return _layout(fig, title, height=360)
 
 
-def host_bars(df: pd.DataFrame, title: str = "Chip time by host") -> go.Figure:
-    """Stacked bars of each host's chip-time fractions by kind (columns: host, kind, frac)."""
+def _stacked_kind_bars(df: pd.DataFrame, x: str, y: str, scale: float, hover: str) -> go.Figure:
+    """One bar per ``x`` value, stacked by kind in the fixed kind order and colours; ``hover`` formats %{x}, %{y}."""
     fig = go.Figure()
     for kind in _kind_order(df["kind"]):
         part = df[df["kind"] == kind]
+        label = KIND_LABELS.get(kind, kind)
         fig.add_bar(
-            x=part["host"], y=part["frac"] * 100, name=KIND_LABELS.get(kind, kind), marker_color=KIND_COLORS.get(kind, "#BBBBBB"),
-            hovertemplate=f"host %{{x}}: {KIND_LABELS.get(kind, kind)} %{{y:.2f}}%<extra></extra>",
+            x=part[x], y=part[y] * scale, name=label, marker_color=KIND_COLORS.get(kind, "#BBBBBB"),
+            hovertemplate=hover.replace("{label}", label),
         )  # fmt: skip
+    return fig
+
+
+def host_bars(df: pd.DataFrame, title: str = "Chip time by host") -> go.Figure:
+    """Stacked bars of each host's chip-time fractions by kind (columns: host, kind, frac)."""
+    fig = _stacked_kind_bars(df, "host", "frac", 100, "host %{x}: {label} %{y:.2f}%<extra></extra>")
     fig.update_layout(barmode="stack", xaxis_title="host", yaxis_title="% of chip time", legend_orientation="h", bargap=0.05)
     return _layout(fig, title, height=360)
 
@@ -374,13 +384,7 @@ def scaling_figure(df: pd.DataFrame, metric: str, ideal: pd.DataFrame | None = N
 
 def compare_bars(df: pd.DataFrame, title: str = "Step time by cause") -> go.Figure:
     """Side-by-side stacked bars of seconds per step by kind (columns: run, kind, s_per_step)."""
-    fig = go.Figure()
-    for kind in _kind_order(df["kind"]):
-        part = df[df["kind"] == kind]
-        fig.add_bar(
-            x=part["run"], y=part["s_per_step"] * 1e3, name=KIND_LABELS.get(kind, kind), marker_color=KIND_COLORS.get(kind, "#BBBBBB"),
-            hovertemplate=f"{KIND_LABELS.get(kind, kind)}: %{{y:.3f}} ms<extra>%{{x}}</extra>",
-        )  # fmt: skip
+    fig = _stacked_kind_bars(df, "run", "s_per_step", 1e3, "{label}: %{y:.3f} ms<extra>%{x}</extra>")
     fig.update_layout(barmode="stack", yaxis_title="ms per step (mean over chips)", legend_orientation="h")
     return _layout(fig, title, height=380)
 

@@ -17,7 +17,10 @@ def _headline(summary: dict) -> None:
     cols[0].metric("Step time", f"{step * 1e3:,.2f} ms" if step else "n/a")
     sps = summary.get("samples_per_s")
     tps = summary.get("tokens_per_s")
-    cols[1].metric("Throughput", f"{tps:,.0f} tok/s" if tps else (f"{sps:,.0f} samples/s" if sps else "n/a"))
+    if tps:
+        cols[1].metric("Throughput (tokens/s)", common.si(tps))
+    else:
+        cols[1].metric("Throughput (samples/s)", common.si(sps) if sps else "n/a")
     mfu = summary.get("mfu")
     cols[2].metric("MFU", f"{mfu * 100:.1f}%" if mfu is not None else "n/a")
     cols[3].metric("Chips", f"{summary['chips']:,} x {summary.get('chip') or '?'}")
