@@ -480,8 +480,9 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
 
     def flush() -> None:
         if batch:
-            ids.extend(_write_batch(db, batch))
-            batch.clear()
+            pending = list(batch)
+            batch.clear()  # before writing: a failed batch must not be written again by the handler below
+            ids.extend(_write_batch(db, pending))
 
     try:
         for result in results:
