@@ -18,11 +18,9 @@ from engine.catalog import load_catalog
 from engine.collectives import collective_time, p2p_time_s, plan_collective
 from engine.topology import Pod, Slice, build_pod, wraparound_for
 
-PUBLISHED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "published.json"
-if not PUBLISHED.exists():  # worktrees live at /work/wt/<name>, main at /work/main
-    PUBLISHED = Path("/work/shared/reference/published.json")
-
-pytestmark = pytest.mark.skipif(not PUBLISHED.exists(), reason="published.json not available")
+# The repository's copy of ../shared/reference/published.json (issue 6 keeps it in data/reference/),
+# so these checks always run: a missing file is a failure, not a skip.
+PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "reference" / "published.json"
 
 CAT = load_catalog()
 BF16_BYTES = 2

@@ -135,7 +135,7 @@ def test_point_left_on_disk_is_loaded_without_resimulating(tmp_path, sweep_file)
 
 
 def test_dask_local_cluster_sweep(tmp_path, sweep_file):
-    distributed = pytest.importorskip("distributed")
+    import distributed  # a pinned dependency: missing is a failure, not a skip
     db = Database(tmp_path / "sweep.duckdb")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
         with distributed.Client(cluster) as client:
@@ -175,7 +175,7 @@ def test_scripted_example_runs(tmp_path):
 
 def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, sweep_file):
     """The README's `--executor dask --address tcp://...` path, against a scheduler on loopback."""
-    distributed = pytest.importorskip("distributed")
+    import distributed  # a pinned dependency: missing is a failure, not a skip
     env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "cli.duckdb")}
     with distributed.LocalCluster(
         n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
