@@ -14,6 +14,7 @@ second for the bundled file) to recompute on demand.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from engine import Scenario, ScenarioError, scenario_from_dict, simulate
 from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration, load_calibration
 from engine.collectives import all_reduce_time_s, ring_phase
 from engine.models import model_cost
+from engine.scenario import parse_topology
 
 from .reference import DEFAULT_REFERENCE_PATH, Case, Skipped, load_reference, map_entries
 
@@ -39,6 +41,7 @@ __all__ = [
     "summary_of",
     "format_report",
     "results_frame",
+    "published_scaling_points",
 ]
 
 _US_PER_S = 1e6
@@ -232,3 +235,43 @@ def results_frame(reference: str | Path | None = None, calibration: str | Path |
     if not df.empty:
         df["abs_error_pct"] = df["error_pct"].abs()
     return df
+
+
+#: per-chip throughput metrics that convert to the Scaling page's whole-job throughput
+_PER_CHIP_THROUGHPUT_UNITS = ("images/s per chip", "tokens/s per chip")
+
+
+def published_scaling_points(reference: str | Path | None = None) -> pd.DataFrame:
+    """Published whole-job throughput by chip count, for overlaying on scaling curves.
+
+    Taken from the reference cases whose metric is a per-chip throughput (images or tokens
+    per second per chip): the published value times the chips of the case's scenario. Only
+    inputs decide chip, model and chip count; nothing is simulated.
+
+    Returns
+    -------
+    DataFrame with id, family, chip, model_kind, chips, global_batch, throughput (samples/s or
+    tokens/s for the whole job), metric.
+    """
+    ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
+    cases, _ = map_entries(load_reference(ref_path))
+    rows = []
+    for case in cases:
+        if case.how != "work_per_step" or not case.scenarios or not case.metric.startswith(_PER_CHIP_THROUGHPUT_UNITS):
+            continue
+        raw = case.scenarios[0]
+        chips = math.prod(parse_topology(raw["pod"]["topology"])) * int(raw["pod"].get("slices", 1))
+        rows.append(
+            {
+                "id": case.id,
+                "family": case.family,
+                "chip": raw["pod"]["chip"],
+                "model_kind": raw["model"]["kind"],
+                "chips": chips,
+                "global_batch": int(raw["training"]["global_batch"]),
+                "throughput": case.published * chips,
+                "metric": case.metric,
+            }
+        )
+    columns = ["id", "family", "chip", "model_kind", "chips", "global_batch", "throughput", "metric"]
+    return pd.DataFrame(rows, columns=columns)

@@ -13,7 +13,8 @@ from profiler import write_run
 from profiler.store import Database
 from tests.dashboard_fixtures import extras_result
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
 PAGES = [
     "views/overview.py",
     "views/idle.py",
@@ -233,3 +234,23 @@ def test_memory_page_shows_oom_detail(tmp_path, monkeypatch, write_toml):
     at = _page("views/memory.py")
     text = at.error[0].value
     assert "3.00 GiB" in text and "activations" in text and "Shard with FSDP" in text
+
+
+def test_scaling_overlays_published_points_for_the_shown_chip_and_model(tmp_path, monkeypatch):
+    """ResNet-50 runs on v4: the throughput chart carries the MLPerf v4 ResNet-50 points from data/reference."""
+    import json
+
+    path = tmp_path / "scaling.duckdb"
+    db = Database(path)
+    for topology, batch in (("2x2x2", 1024), ("4x4x4", 8192)):  # 128 images per chip: one weak-scaling series
+        over = {"pod.topology": topology, "training.global_batch": batch, "parallelism.data": None, "training.steps": 3}
+        write_run(db, simulate(load_scenario(ROOT / "data" / "scenarios" / "resnet50-v4-128.toml", overrides=over)))
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _run(path, "views/scaling.py")
+    at.radio(key="sc_mode").set_value("weak").run()
+    assert not at.exception, [e.value for e in at.exception]
+    figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    published = [t for f in figs for t in f["data"] if t.get("name") == "published"]
+    assert len(published) == 1  # on the throughput chart only
+    ids = {row[0] for row in published[0]["customdata"]}
+    assert "mlperf_v0.7_tpu-v4-128-TF_resnet" in ids and not any("v3" in i for i in ids)

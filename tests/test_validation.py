@@ -223,3 +223,14 @@ class TestCli:
         p = _cli("validate", "--reference", str(bad))
         assert p.returncode == EXIT_BAD_INPUT
         assert "bad.json" in p.stderr
+
+
+def test_published_scaling_points_are_per_chip_figures_times_chips():
+    from profiler.validation import published_scaling_points
+
+    points = published_scaling_points()
+    cases = {c.id: c for c in reference.map_entries(reference.load_reference())[0]}
+    row = points[points["id"] == "mlperf_v0.7_tpu-v4-128-TF_resnet"].iloc[0]
+    assert (row["chip"], row["model_kind"], row["chips"]) == ("tpu-v4", "resnet50", 64)
+    assert row["throughput"] == pytest.approx(cases[row["id"]].published * 64)
+    assert set(points["metric"].str.split(" ").str[0]) <= {"images/s", "tokens/s"}  # TFLOP/s rows are not throughput

@@ -358,10 +358,17 @@ _SCALING_LABELS = {
 }
 
 
-def scaling_figure(df: pd.DataFrame, metric: str, ideal: pd.DataFrame | None = None, title: str = "") -> go.Figure:
+def scaling_figure(
+    df: pd.DataFrame,
+    metric: str,
+    ideal: pd.DataFrame | None = None,
+    title: str = "",
+    published: pd.DataFrame | None = None,
+) -> go.Figure:
     """A metric against chip count, one line per series (columns: chips, series, name and ``metric``).
 
     ``ideal`` (chips, series, ``metric``) is drawn dashed: each series' perfect-scaling line from its smallest run.
+    ``published`` (chips, ``metric``, id, global_batch) adds published measurements as black diamonds.
     """
     fig = go.Figure()
     for series, part in df.sort_values("chips").groupby("series", sort=False):
@@ -375,6 +382,12 @@ def scaling_figure(df: pd.DataFrame, metric: str, ideal: pd.DataFrame | None = N
                 x=part["chips"], y=part[metric], mode="lines", name="ideal", legendgroup="ideal", showlegend=i == 0,
                 line=dict(dash="dash", color="#888"), hovertemplate=f"ideal ({series})<br>%{{x}} chips: %{{y:.4g}}<extra></extra>",
             )  # fmt: skip
+    if published is not None and not published.empty:
+        fig.add_scatter(
+            x=published["chips"], y=published[metric], mode="markers", name="published",
+            marker=dict(symbol="diamond", size=10, color="#222"), customdata=published[["id", "global_batch"]].to_numpy(),
+            hovertemplate="%{customdata[0]} (global batch %{customdata[1]})<br>%{x} chips: %{y:.4g}<extra>published</extra>",
+        )  # fmt: skip
     fig.update_xaxes(type="log", title="chips")
     fig.update_layout(yaxis_title=_SCALING_LABELS.get(metric, metric), legend_orientation="h")
     if metric == "efficiency" or metric == "mfu":

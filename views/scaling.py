@@ -8,11 +8,24 @@ import streamlit as st
 
 from engine.scenario import parse_topology
 
-from profiler import queries
+from profiler import queries, validation
 from views import common, figures
 from views.scaling_model import ideal_table, scaling_table
 
 _METRICS = {"step_time_s": "Step time", "throughput": "Throughput", "efficiency": "Scaling efficiency", "mfu": "MFU"}
+
+
+@st.cache_data(show_spinner=False)
+def _published_points():
+    """Published whole-job throughput by chip count (data/reference/published.json), read once."""
+    return validation.published_scaling_points()
+
+
+def _published_for(shown):
+    """The published points measured on the shown series' chip and model (all batches: hover says which)."""
+    points = _published_points()
+    pairs = set(zip(shown["chip"], shown["model_kind"]))
+    return points[[(c, m) in pairs for c, m in zip(points["chip"], points["model_kind"])]]
 
 
 def _sweep(runs) -> None:
@@ -74,7 +87,8 @@ def main() -> None:
             cols = st.columns(2)
             for i, (metric, label) in enumerate(_METRICS.items()):
                 with cols[i % 2]:
-                    fig = figures.scaling_figure(shown, metric, ideal if metric != "mfu" else None, title=label)
+                    published = _published_for(shown) if metric == "throughput" else None
+                    fig = figures.scaling_figure(shown, metric, ideal if metric != "mfu" else None, title=label, published=published)
                     common.chart(fig, None, "", f"sc_{metric}")
             if (counts[series] < 2).all():
                 st.caption("Each series has one chip count so far; add points with the sweep below to see a scaling curve.")
