@@ -79,13 +79,19 @@ def step_compute(
     ops = cost.ops
     b = float(per_chip_batch)
     elem = HBM_BYTES_PER_ELEMENT[precision]
-    n_shard = ops.n / tensor
+    # Tensor parallelism (Megatron-LM, Shoeybi et al. 2019 sec. 3) splits a weight GEMM's output
+    # dimension across chips but gives each chip whole attention heads: the attention core (the
+    # ops whose right operand is an activation) keeps its GEMM shape and runs count / tensor times.
+    # Splitting head_dim instead would pad a 128-wide head to the MXU edge 8-16x over.
+    heads_split = ops.w_is_activation
+    n_shard = np.where(heads_split, ops.n, ops.n / tensor)
+    count = np.where(heads_split, ops.count / tensor, ops.count)
     m_rows = b * ops.m
-    flops_useful = 2.0 * m_rows * ops.k * n_shard * ops.count
+    flops_useful = 2.0 * m_rows * ops.k * n_shard * count
     d = chip.mxu_dim
-    flops_padded = 2.0 * _pad(m_rows, d) * _pad(ops.k, d) * _pad(n_shard, d) * ops.count
-    w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * ops.count
-    bytes_ = (b * ops.in_elems_per_repeat * ops.count + w_elems + m_rows * n_shard * ops.count) * elem
+    flops_padded = 2.0 * _pad(m_rows, d) * _pad(ops.k, d) * _pad(n_shard, d) * count
+    w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * count
+    bytes_ = (b * ops.in_elems_per_repeat * count + w_elems + m_rows * n_shard * count) * elem
     # The elementwise passes after an op (batch-norm statistics, normalise, activation) re-read the
     # output just written. When that output fits in on-chip common memory (TPU v4's 128 MiB CMEM,
     # Jouppi et al. 2023 sec. 2), those passes are served on chip and cost no HBM traffic.

@@ -306,6 +306,14 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
             resolve_mesh(shape, wraparound_for(chip, shape), sizes, p.mapping)
         except TopologyError as e:
             problems.append(("parallelism.mapping", str(e)))
+    heads = getattr(s.model, "heads", None)
+    if heads is not None and p.tensor > 1 and heads % p.tensor:
+        # Tensor parallelism gives each chip whole attention heads (Megatron-LM, Shoeybi et al. 2019).
+        divisors = [t for t in range(1, heads + 1) if heads % t == 0 and n % t == 0]
+        problems.append(
+            ("parallelism.tensor", f"{p.tensor} does not divide the model's {heads} attention heads; valid: a divisor of "
+             f"{heads} that also divides the slice's {n} chips: {', '.join(map(str, divisors))}")
+        )
     if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1):
         problems.append(
             ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
