@@ -251,6 +251,9 @@ def _scenario(name: str, chip: str, topology: str, slices: int, model: dict, bat
 
 Entry = dict[str, Any]
 
+#: MaxText remat_policy -> the engine's remat policy with the same saved/recomputed split
+_MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none"}
+
 
 def _map_maxtext(e: Entry) -> Case | Skipped | None:
     inp = e["inputs"]
@@ -295,8 +298,13 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
     params = _transformer_params({k: v for k, v in m.items() if k != "kind"})
     head_dim = m.get("head_dim") or m["d_model"] // m["heads"]
     flops = maxtext_flops_per_chip_per_step(params, m["heads"], m["layers"], head_dim, seq, float(pdb))
-    # MaxText "minimal" remat saves the matmul outputs and recomputes little: closest engine policy is "none".
-    remat_engine = "full" if remat == "full" else "none"
+    # MaxText's remat policies (MaxText/layers/decoders.py): "full" saves nothing (jax.checkpoint's
+    # nothing_saveable); "minimal" is checkpoint_dots_with_no_batch_dims, which saves the weight
+    # matmuls' outputs and recomputes the attention core: the engine's "minimal" policy.
+    remat_engine = _MAXTEXT_REMAT.get(remat)
+    if remat_engine is None:
+        return Skipped(e["id"], e["kind"], f"MaxText remat_policy {remat!r} has no engine equivalent "
+                       f"(mapped: {', '.join(sorted(_MAXTEXT_REMAT))})")  # fmt: skip
     return Case(
         id=e["id"], kind=e["kind"], family="MaxText", chip=chip, model=f"dense {params / 1e9:.0f}B",
         metric="TFLOP/s per chip (MaxText 2023-24 count)", unit="TFLOP/s", published=float(e["expected"]["tflops_per_chip"]),

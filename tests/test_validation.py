@@ -96,6 +96,19 @@ class TestMapping:
         assert {s.id for s in skipped} == {"bert", "spec"}
         assert "samples to converge" in next(s.reason for s in skipped if s.id == "bert")
 
+    def test_maxtext_remat_policies_map_to_the_engine_policy_with_the_same_recompute(self):
+        """MaxText "minimal" (checkpoint_dots_with_no_batch_dims) is the engine's "minimal", not "none"."""
+        (case,), _ = reference.map_entries([MAXTEXT_ENTRY])
+        assert case.scenarios[0]["training"]["remat"] == "minimal"
+        full = copy.deepcopy(MAXTEXT_ENTRY)
+        full["inputs"]["remat_policy"] = "full"
+        (case,), _ = reference.map_entries([full])
+        assert case.scenarios[0]["training"]["remat"] == "full"
+        odd = copy.deepcopy(MAXTEXT_ENTRY)
+        odd["inputs"]["remat_policy"] = "save_qkv_proj"
+        cases, (skip,) = reference.map_entries([odd])
+        assert cases == [] and "save_qkv_proj" in skip.reason and "minimal" in skip.reason
+
     def test_prediction_uses_inputs_only(self):
         """Changing a published figure changes the comparison, never the prediction."""
         other = copy.deepcopy(MAXTEXT_ENTRY)
