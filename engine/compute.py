@@ -91,13 +91,26 @@ def step_compute(
     d = chip.mxu_dim
     flops_padded = 2.0 * _pad(m_rows, d) * _pad(ops.k, d) * _pad(n_shard, d) * count
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * count
-    bytes_ = (b * ops.in_elems_per_repeat * count + w_elems + m_rows * n_shard * count) * elem
+    in_elems = b * ops.in_elems_per_repeat * count
+    out_elems = m_rows * n_shard * count
+    elementwise_elems = b * ops.elementwise_elems_total / tensor
+    if flash:
+        # Flash attention (Dao et al. 2022; Pallas splash attention on TPU) tiles the attention core
+        # in on-chip memory: the seq x seq scores, their softmax and the probabilities (one attention
+        # op's output and the next one's input) never reach HBM; only Q, K, V and the output do.
+        attn = ops.w_is_activation
+        prev_attn = np.concatenate([[False], attn[:-1]])
+        next_attn = np.concatenate([attn[1:], [False]])
+        in_elems = np.where(attn & prev_attn, 0.0, in_elems)
+        out_elems = np.where(attn & next_attn, 0.0, out_elems)
+        elementwise_elems = np.where(attn, 0.0, elementwise_elems)
+    bytes_ = (in_elems + w_elems + out_elems) * elem
     # The elementwise passes after an op (batch-norm statistics, normalise, activation) re-read the
     # output just written. When that output fits in on-chip common memory (TPU v4's 128 MiB CMEM,
     # Jouppi et al. 2023 sec. 2), those passes are served on chip and cost no HBM traffic.
     out_bytes = m_rows * n_shard * elem  # one repeat's output on this chip
     on_chip = (out_bytes <= chip.cmem_bytes) if chip.cmem_bytes > 0 else np.zeros(len(ops.names), dtype=bool)
-    bytes_ += np.where(on_chip, 0.0, b * ops.elementwise_elems_total / tensor * elem)
+    bytes_ += np.where(on_chip, 0.0, elementwise_elems * elem)
     # AQT quantises the weight matmuls only; activation x activation einsums stay in bf16.
     peak = np.where(ops.w_is_activation & (precision == "int8"), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
     flop_rate = peak * cal.mxu_efficiency

@@ -99,3 +99,28 @@ def test_tensor_degree_must_divide_the_heads():
     assert any(key == "parallelism.tensor" and "12 attention heads" in msg and "1, 2, 4" in msg for key, msg in e.value.problems)
     raw["parallelism"] = {"fsdp": 16, "tensor": 4}
     assert scenario_from_dict(raw).parallelism.tensor == 4
+
+
+def test_flash_attention_keeps_the_scores_off_hbm(ideal_calibration):
+    """Flash attention reads Q, K, V and writes the output; the seq x seq scores never reach HBM.
+
+    One layer, one head, seq 4096, head_dim 128, batch 1, bf16, v5e (no CMEM). By hand: standard
+    attention moves Q, K (scores in), the 4096^2 scores out, softmax over them (read + write),
+    probabilities and V in, output out; flash moves only Q, K, V and the output.
+    """
+    v5e = load_catalog()["tpu-v5e"]
+    t, q = 4096, 128
+    model = TransformerModel(kind="transformer", layers=1, d_model=q, heads=1, d_ff=128, vocab=128, seq_len=t)
+    std = model_cost(model)
+    flash = model_cost(model.model_copy(update={"attention": "flash"}))
+    hbm = 819e9  # v5e HBM bytes/s (data/chips.toml)
+    bf16 = 2
+    std_bytes = (t * q + t * q + t * t) + 2 * t * t + (t * t + t * q + t * q)
+    flash_bytes = (t * q + t * q) + (t * q + t * q)
+    c_std = step_compute(std, v5e, ideal_calibration, per_chip_batch=1, precision="bf16", remat="none")
+    c_flash = step_compute(flash, v5e, ideal_calibration, per_chip_batch=1, precision="bf16", remat="none", flash=True)
+    # the attention core is HBM-bound in standard attention and FLOP-bound in flash attention
+    attn_flops = 2 * 2 * t * t * q
+    assert std_bytes * bf16 / hbm > attn_flops / 197e12 > flash_bytes * bf16 / hbm
+    # forward pass difference = the attention core's difference (the other ops are identical)
+    assert c_std.forward_s - c_flash.forward_s == pytest.approx(std_bytes * bf16 / hbm - attn_flops / 197e12, rel=1e-9)
