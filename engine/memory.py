@@ -30,9 +30,10 @@ models save each GEMM's input, attention-style activation operands and half
 their elementwise traffic; ``full`` keeps one boundary per block, while
 ``selective`` and ``minimal`` (attention-specific) save the same as ``none``.
 
-Temporaries: the bf16 (or gathered, under FSDP) copies of two layers' weights
-(the one in use and the one prefetched), a layer's unsharded gradient before
-its reduce-scatter, and the fp32 logits of the loss.
+Temporaries: the bf16 (or gathered, under FSDP) copies of two weight tensors
+(the one in use and the one prefetched: GSPMD gathers weight by weight, not layer
+by layer), a layer's two largest weight gradients unsharded before their
+reduce-scatters, and the fp32 logits of the loss.
 
 Headroom: a fraction of HBM (``Calibration.hbm_reserved_frac``) is treated as
 unusable (runtime reservations and allocator fragmentation); a job whose peak
@@ -186,6 +187,21 @@ def _unit_activations(
     return saved, recompute, 0.0
 
 
+def _unit_weight_tensors(cost: ModelCost, units, p_unit: np.ndarray) -> list[np.ndarray]:
+    """Parameters of each weight tensor of each unit (the granularity XLA gathers and reduce-scatters).
+
+    Transformer layers hold one tensor per weight GEMM row (QKV, output, MLP in, MLP out; a SwiGLU
+    gate and up projection count as one row, which errs on the large side); the embedding and
+    unembedding are one tensor each. Other models' units are single GEMMs already.
+    """
+    if cost.kind != "transformer":
+        return [np.array([p]) for p in p_unit]
+    ops = cost.ops
+    in_layer = np.array([name.startswith("layer.") for name in ops.names]) & ~ops.w_is_activation
+    layer_tensors = (ops.k * ops.n)[in_layer]
+    return [np.array([p_unit[0]]), *[layer_tensors for _ in range(len(units) - 2)], np.array([p_unit[-1]])]
+
+
 def hbm_plan(
     cost: ModelCost,
     model,
@@ -232,11 +248,19 @@ def hbm_plan(
     opt_b = float(p_chip.sum()) * bpp.optimizer
     grads_unit = p_chip * bpp.grads
     saved, recompute, loss_b = _unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units)
-    # Two layers' weights in compute form (in use + prefetched): gathered under FSDP, else cast copies.
+    # GSPMD gathers (or casts) weights one tensor at a time: each dot's weight operand gets its own
+    # all-gather, and XLA's scheduler prefetches the next while the current one computes. So two
+    # weight tensors are in compute form at once (in use + prefetched): gathered under FSDP, else cast.
+    tensors = _unit_weight_tensors(cost, units, p_unit)
     copy_bytes = bpp.compute_copy if bpp.compute_copy else (MASTER_WEIGHT_BYTES_PER_PARAM if fsdp > 1 else 0.0)
-    weights_tmp = float(np.sort(p_unit)[-2:].sum()) / tensor * copy_bytes
-    # A layer's gradient exists unsharded until its reduce-scatter.
-    grad_tmp = p_unit / tensor * WIRE_BYTES_PER_ELEMENT[precision] if fsdp > 1 else np.zeros(n)
+    weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes
+    # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
+    # the next weight's gradient: a unit's two largest weight gradients at once.
+    grad_tmp = (
+        np.array([float(np.sort(t)[-2:].sum()) for t in tensors]) / tensor * WIRE_BYTES_PER_ELEMENT[precision]
+        if fsdp > 1
+        else np.zeros(n)
+    )
 
     phases: list[str] = []
     rows: list[tuple[float, float, float, float, float]] = []  # params, grads, optimizer, activations, temporary

@@ -198,3 +198,22 @@ def test_convolutions_save_their_input_feature_map_not_the_im2col_matrix():
     # 64 images per chip, bf16; the peak falls just before the 2,048 -> 1,000 classifier saves its input (1e-4)
     assert got == pytest.approx(per_image * 64 * 2, rel=1e-3)
     assert got < 0.8 * im2col * 64 * 2
+
+
+def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
+    """GSPMD gathers one weight at a time: the forward's temporaries are the two largest weights.
+
+    d_model 64, d_ff 256, 4 heads of 16, vocab 100, gelu: per layer the weights are QKV 64x192,
+    out 64x64, MLP in 64x256 and MLP out 256x64; the (un)embedding 100x64. The two largest are
+    the MLP matrices, 2 x 16,384 params, gathered in bf16 (2 B): 65,536 bytes, whatever the layer
+    count (two whole layers would be 2 x 45,056 params, plus LayerNorms).
+    """
+    model = _gpt(layers=6)
+    cost = model_cost(model)
+    plan = _plan(cost, model, fsdp=2)
+    df = plan.timeline.to_pandas()
+    fwd = df[(df.phase == "forward") & (df.category == "temporary")]["bytes"]
+    assert (fwd == 2 * 64 * 256 * 2).all()
+    # backward: plus one layer's two largest weight gradients, unsharded, in the wire dtype (bf16)
+    bwd = df[(df.phase == "backward") & (df.category == "temporary")]["bytes"].to_numpy()
+    assert bwd.max() == 2 * 64 * 256 * 2 + 2 * 64 * 256 * 2
