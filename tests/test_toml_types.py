@@ -102,8 +102,10 @@ def _model_cls(kind: str) -> type[BaseModel]:
 
 def test_the_walk_finds_every_section():
     sections = {p[0] for p, _ in NUMERIC}
-    assert {"pod", "model", "training", "parallelism", "sim", "interconnect", "input", "compile", "stragglers", "failures"} <= sections
-    assert (("training", "steps"), "int") in NUMERIC and (("interconnect", "degraded_links", 0, "bandwidth_frac"), "float") in NUMERIC
+    expected = {"pod", "model", "training", "parallelism", "sim", "interconnect", "input", "compile", "stragglers", "failures"}
+    assert expected <= sections
+    assert (("training", "steps"), "int") in NUMERIC
+    assert (("interconnect", "degraded_links", 0, "bandwidth_frac"), "float") in NUMERIC
 
 
 @pytest.mark.parametrize("path, kind", NUMERIC, ids=[".".join(map(str, p)) for p, _ in NUMERIC])
@@ -115,7 +117,8 @@ def test_a_boolean_is_never_a_number(path, kind, value):
     problems = dict(err.value.problems)
     assert dotted in problems, err.value.problems
     word = "an integer" if kind == "int" else "a number"
-    assert problems[dotted] == f"expected {word}, e.g. {'8' if kind == 'int' else '0.5 or 2'}; got {str(value).lower()} (a boolean)"
+    example = "8" if kind == "int" else "0.5 or 2"
+    assert problems[dotted] == f"expected {word}, e.g. {example}; got {str(value).lower()} (a boolean)"
     assert "bools.toml" in str(err.value)
 
 
