@@ -35,6 +35,7 @@ __all__ = [
     "download_csv",
     "export_button",
     "run_context",
+    "require_events",
     "simulate_variant",
     "simulate_and_store",
     "page_connection",
@@ -203,6 +204,31 @@ def run_context(title: str, key: str = "run_id") -> tuple[int, dict[str, Any]] |
     if summary.get("source") == "imported":
         st.caption("Imported trace: numbers the trace does not carry (model, memory, scenario) are shown as n/a.")
     return run_id, summary
+
+
+def require_events(run_id: int, what: str) -> bool:
+    """For a page that draws per-event rows: does the run have them? If not, say why and what to do.
+
+    A run simulated with ``[sim] trace = "summary"`` keeps per-step and per-chip totals (which
+    Overview, Idle time, Pod and Compare draw) but no event rows. Returns False after telling
+    the user so, with a button that simulates the same scenario again with a full trace.
+    """
+    scenario = query(queries.run_scenario, run_id)
+    if scenario is None or (scenario.get("sim") or {}).get("trace", "full") != "summary":
+        return True
+    st.info(
+        f'Run #{run_id} was simulated with `[sim] trace = "summary"`: it stored per-step and per-chip totals '
+        "(Overview, Idle time, Pod and Compare show them) but no individual events, so there is no "
+        f"{what}. Simulate it again with a full trace (below, or "
+        "`python -m profiler run SCENARIO.toml --set sim.trace=full`) to see it."
+    )
+    if st.button("Simulate again with a full trace", key=f"full_trace_{run_id}"):
+        overrides = {"sim.trace": "full", "name": f"{scenario['name']} [full trace]"}
+        summary = simulate_variant(scenario, overrides, source=f"run #{run_id} with a full trace")
+        if summary is not None:
+            select_run(summary["run_id"])
+            st.rerun()
+    return False
 
 
 def simulate_and_store(scenario: Any) -> dict[str, Any]:
