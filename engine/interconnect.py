@@ -286,8 +286,14 @@ def mesh_gradient_sync(
     worst = np.max([fabrics[k].stage_bw_time_s(None, loads[k]) for k in fabrics], axis=0) if act else healthy
     hops = [s.chips - 1 if s.wrap else 0 for s in segments]  # a one-way ring pays n-1 hops, not ceil((n-1)/2)
     one_way_hops = 2 * sum(h - math.ceil(h / 2) for h in hops) if section.unidirectional else 0
-    used_axes = {s.torus_axis for s in segments}
-    detour_hops = max((f.extra_hops(a) for f in fabrics.values() for a in used_axes), default=0) * len(act)
+    # A detour lengthens the rings that cross the failed link (charged once per phase, as
+    # collective_on_pod does); a failed link no ring uses (a strided line's wraparound) costs nothing.
+    longest = 0
+    for f in fabrics.values():
+        if f.failed:
+            used = f.ring_loads(act, reroute=False).any(axis=0)
+            longest = max([longest, *(len(path) - 1 for link_id, path in f.detours if used[link_id])])
+    detour_hops = longest * len(act)
     total = estimate_s + float(np.sum(worst - healthy)) + (one_way_hops + detour_hops) * lat
     buckets = section.buckets if section.overlap else 1
     if buckets > 1:

@@ -192,8 +192,10 @@ class Fabric:
                 loads[p.stage, on_axis] += p.link_bytes
         return self._reroute(loads)
 
-    def ring_loads(self, phases: Sequence[RingPhase]) -> np.ndarray:
+    def ring_loads(self, phases: Sequence[RingPhase], reroute: bool = True) -> np.ndarray:
         """(phases, links) bytes of mesh-axis ring phases run one after another, detours applied.
+
+        ``reroute=False`` leaves a failed link's bytes on it (to see whether the rings use it).
 
         A ``"line"`` phase of groups ``chips`` long and ``stride`` apart loads the link at
         cut ``p`` once per group spanning it: ``stride`` groups in the middle of the axis,
@@ -218,7 +220,7 @@ class Fabric:
                 step = np.abs(coords[L["src"], p.axis] - coords[L["dst"], p.axis])
                 inner = on_axis & (step == 1)  # not the wraparound link
                 loads[i, inner] = p.link_bytes * groups[L["pos"][inner]]
-        return self._reroute(loads)
+        return self._reroute(loads) if reroute else loads
 
     def _reroute(self, loads: np.ndarray) -> np.ndarray:
         """Move each failed link's bytes onto its detour (in place; returns ``loads``)."""

@@ -100,6 +100,10 @@ class TestKnownAnswers:
         healthy = run(cal=ideal_calibration).facts.extra["grad_allreduce_s"]
         assert run(degraded([0, 0, 3], [0, 0, 0], 0.1), cal=ideal_calibration).facts.extra["grad_allreduce_s"] == healthy
 
+    def test_a_failed_wraparound_link_the_groups_never_use_costs_nothing(self):
+        healthy = run().facts.extra["grad_allreduce_s"]  # real calibration: hop latency counts too
+        assert run("[interconnect]\nfailed_links = [{a = [0, 0, 3], b = [0, 0, 0]}]\n").facts.extra["grad_allreduce_s"] == healthy
+
     def test_a_failed_link_detours_and_slows_the_step(self):
         healthy = run()
         broken = run("[interconnect]\nfailed_links = [{a = [0, 0, 1], b = [0, 0, 2]}]\n")
