@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import simulate
@@ -23,6 +24,15 @@ from profiler.store import Database
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """AppTest installs the page script as ``__main__`` and leaves it there; a later test's
+    spawn-started process pool would then re-run that script in its workers."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 def test_a_cli_writer_keeps_committing_while_a_what_if_simulates(tmp_path, monkeypatch, write_toml):

@@ -144,7 +144,7 @@ class TestKnownAnswers:
         assert ll[(ll.src_chip == 64 + 1) & (ll.dst_chip == 64 + 2)].bandwidth_frac.tolist() == [0.5]
 
 
-NEIGHBOURS = [((0, 0, z), (0, 0, (z + 1) % 4)) for z in range(4)] + [((0, y, 1), (0, (y + 1) % 4, 1)) for y in range(4)]
+NEIGHBOURS = [((0, 0, z), (0, 0, (z + 1) % 8)) for z in range(8)] + [((0, y, 1), (0, (y + 1) % 4, 1)) for y in range(4)]
 
 
 @settings(max_examples=25, deadline=None)

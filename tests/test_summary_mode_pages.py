@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -9,6 +11,15 @@ from engine import load_scenario, simulate
 from profiler import write_run
 from profiler.store import Database
 from tests.conftest import SMALL_TOML
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """AppTest installs the page script as ``__main__`` and leaves it there; a later test's
+    spawn-started process pool would then re-run that script in its workers."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 def _page(run_id: int) -> None:  # runs as its own script inside AppTest
