@@ -79,6 +79,11 @@ class ChipSpec:
         return self.peak_bf16_flops_per_s
 
 
+def _count(value: object) -> bool:
+    """An integer that is not a bool (in Python ``True`` is an int; in TOML it is not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _convert(key: str, raw: dict, source: str) -> ChipSpec:
     if not isinstance(raw, dict):
         raise ScenarioError(source, [(key, f"expected a table [{key}], got {raw!r}")])
@@ -88,12 +93,12 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
             problems.append((f"{key}.{name}", "required key is missing"))
         elif typ is float and (not isinstance(raw[name], (int, float)) or isinstance(raw[name], bool)):
             problems.append((f"{key}.{name}", f"expected a number, got {raw[name]!r}"))
-        elif typ is not float and not isinstance(raw[name], typ):
+        elif typ is not float and not (_count(raw[name]) if typ is int else isinstance(raw[name], typ)):
             problems.append((f"{key}.{name}", f"expected {typ.__name__}, got {raw[name]!r}"))
         elif typ in (float, int) and not raw[name] > 0:
             # every catalog number is a rate, a size or a count: zero or negative is a typo
             problems.append((f"{key}.{name}", f"must be greater than 0, got {raw[name]!r}"))
-        elif name == "host_shape" and not (raw[name] and all(isinstance(v, int) and v > 0 for v in raw[name])):
+        elif name == "host_shape" and not (raw[name] and all(_count(v) and v > 0 for v in raw[name])):
             problems.append((f"{key}.{name}", f"expected a list of positive integers, got {raw[name]!r}"))
         elif name == "wraparound" and raw[name] not in _WRAPAROUND:
             problems.append((f"{key}.{name}", f"got {raw[name]!r}; valid: {', '.join(_WRAPAROUND)}"))

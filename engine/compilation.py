@@ -58,7 +58,7 @@ COMPILES_SCHEMA = pa.schema(
 class CompileSection(BaseModel):
     """``[compile]``: is the step jitted, and how do its input shapes vary. Absent: no compiles modelled."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
 
     jit: bool = True
     shapes: Literal["fixed", "variable_seq_len"] = "fixed"

@@ -52,7 +52,7 @@ _HOUR_S = 3600.0
 class StragglerSection(BaseModel):
     """``[stragglers]``: chips or hosts slower than the rest."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
 
     chips: list[Annotated[int, Field(ge=0)]] = []
     hosts: list[Annotated[int, Field(ge=0)]] = []
@@ -64,7 +64,7 @@ class StragglerSection(BaseModel):
 class FailureSection(BaseModel):
     """``[failures]``: failure rates, checkpoints and restart costs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
 
     chip_mtbf_hours: Annotated[float, Field(gt=0)] | None = None
     host_mtbf_hours: Annotated[float, Field(gt=0)] | None = None

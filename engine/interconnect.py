@@ -8,10 +8,17 @@ each bucket pays the collective's bandwidth time / B plus its full latency. The
 pipeline's finish is ``max(bwd/B + B c, bwd + c)`` after the backward starts, so
 the exposed part is ``max(c, B c - (B-1)/B bwd)``; only that part is charged to
 the step, the rest is recorded as overlapped.
+
+A data mesh axis that splits a torus axis (``data = 4`` strided over a z ring of 8
+that ``tensor = 2`` shares) is priced by the mesh model's per-segment rings
+(:func:`engine.parallelism.mesh_collective_s`); :func:`mesh_gradient_sync` lays those
+same rings onto the slice's links, so faults, one-way links, overlap and link load
+apply to it as well: the mesh estimate plus what the actual links add to it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -20,10 +27,19 @@ import pyarrow as pa
 
 from .calibration import Calibration
 from .collectives import CollectiveResult, collective_time, plan_collective
-from .links import Fabric, dcn_link_table
+from .links import Fabric, RingPhase, dcn_link_table
 from .topology import Pod
 
-__all__ = ["collective_on_pod", "GradientSync", "gradient_sync", "overlap_exposed_s", "overlap_table", "OVERLAP_SCHEMA"]
+__all__ = [
+    "collective_on_pod",
+    "GradientSync",
+    "gradient_sync",
+    "MeshGradientSync",
+    "mesh_gradient_sync",
+    "overlap_exposed_s",
+    "overlap_table",
+    "OVERLAP_SCHEMA",
+]
 
 OVERLAP_SCHEMA = pa.schema(
     [
@@ -138,12 +154,16 @@ class GradientSync:
             key = s if s in self.fabrics else -1
             tables.append(self.fabrics[key].link_load_table(plan, 1.0, step_s, s, self.loads[key]))
         if pod.slices > 1:
-            cph = min(pod.chip.chips_per_host, pod.chips_per_slice)
-            shard = plan.bytes_total / plan.participants
-            host_bytes = 2 * (pod.slices - 1) / pod.slices * shard * cph  # ring all-reduce [ring]
-            host_bw = pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency
-            tables.append(dcn_link_table(pod.chip_table["host"], pod.chips_per_slice, pod.slices, host_bytes, host_bw, step_s))
+            tables.append(_dcn_all_reduce_rows(pod, cal, plan.bytes_total / plan.participants, step_s))
         return pa.concat_tables(tables)
+
+
+def _dcn_all_reduce_rows(pod: Pod, cal: Calibration, shard_bytes: float, step_s: float) -> pa.Table:
+    """``dcn`` link-load rows of the cross-slice all-reduce of each chip's ``shard_bytes``."""
+    cph = min(pod.chip.chips_per_host, pod.chips_per_slice)
+    host_bytes = 2 * (pod.slices - 1) / pod.slices * shard_bytes * cph  # ring all-reduce [ring]
+    host_bw = pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency
+    return dcn_link_table(pod.chip_table["host"], pod.chips_per_slice, pod.slices, host_bytes, host_bw, step_s)
 
 
 def gradient_sync(
@@ -176,7 +196,119 @@ def gradient_sync(
     return GradientSync(res, exposed + overlapped, exposed, overlapped, buckets, fabrics, loads)
 
 
-def overlap_table(sync: GradientSync, steps: pa.Table, backward_start_s: float, backward_s: float) -> pa.Table:
+@dataclass(frozen=True)
+class MeshGradientSync:
+    """The gradient all-reduce over a data mesh axis that splits a torus axis (see the module docstring)."""
+
+    total_s: float  # all buckets' collective time
+    exposed_s: float
+    overlapped_s: float
+    buckets: int
+    fabrics: dict[int, Fabric]
+    loads: dict[int, np.ndarray]  # {slice key: (phases, links) bytes}, as GradientSync
+    dcn_shard_bytes: float  # each chip's shard all-reduced across slices
+
+    def link_load(self, pod: Pod, cal: Calibration, step_s: float) -> pa.Table:
+        """The ``link_load`` table (one row per directed ICI link and per host NIC)."""
+        tables = []
+        for s in range(pod.slices):
+            key = s if s in self.fabrics else -1
+            tables.append(self.fabrics[key].link_load_table(None, 1.0, step_s, s, self.loads[key]))
+        if pod.slices > 1:
+            tables.append(_dcn_all_reduce_rows(pod, cal, self.dcn_shard_bytes, step_s))
+        return pa.concat_tables(tables)
+
+
+def _ring_phases(segments: Sequence, bytes_total: float, unidirectional: bool) -> list[RingPhase]:
+    """The reduce-scatter ring phases of :func:`engine.parallelism.mesh_collective_s` on the links.
+
+    A whole wraparound segment is a bidirectional ring (half of each shard each way) or,
+    with one-way links, a one-way ring; any other segment is a line, out and back.
+    """
+    phases = []
+    shard = float(bytes_total)
+    for seg in segments:
+        move = (seg.chips - 1) / seg.chips * shard
+        if seg.wrap and not unidirectional:
+            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "ring", move / 2))
+        elif seg.wrap:
+            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "one-way", move))
+        else:
+            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "line", move))
+        shard /= seg.chips
+    return phases
+
+
+def mesh_gradient_sync(
+    pod: Pod,
+    grad_bytes_per_chip: float,
+    cal: Calibration,
+    section,
+    backward_s: float,
+    segments: Sequence,
+    estimate_s: float,
+    data_size: int,
+) -> MeshGradientSync:
+    """The gradient all-reduce over a data mesh axis that splits a torus axis, on the actual links.
+
+    The mesh model's estimate (healthy, bidirectional links) is kept, and what the
+    links of each slice add to it is charged on top: per ring phase, the busiest
+    link's bandwidth time with the scenario's degraded/failed links and one-way
+    links minus the same on healthy links, plus the hops of the longest detour and
+    the hops a one-way ring adds. The slowest slice sets the time (a synchronous
+    collective). ``[interconnect] overlap`` buckets it as :func:`gradient_sync` does;
+    ``schedule`` does not apply (the mesh model runs a mesh axis' segments in sequence).
+
+    Parameters
+    ----------
+    grad_bytes_per_chip
+        Gradient bytes each chip all-reduces over the data axis (and then the DCN).
+    section
+        The scenario's :class:`~engine.scenario.InterconnectSection`.
+    backward_s
+        Backward-pass duration (s), for overlap.
+    segments
+        The data mesh axis' :class:`~engine.parallelism.Segment1D` parts, inner first.
+    estimate_s
+        The mesh model's time of this all-reduce, DCN included (s).
+    data_size
+        Chips of the data mesh axis (the DCN all-reduces ``1/data_size`` of the gradients).
+    """
+    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
+    lat = cal.ici_hop_latency_s
+    rs_ref = _ring_phases(segments, grad_bytes_per_chip, unidirectional=False)
+    rs = _ring_phases(segments, grad_bytes_per_chip, section.unidirectional)
+    ref = rs_ref + rs_ref[::-1]  # all-reduce: reduce-scatter, then all-gather back in reverse
+    act = rs + rs[::-1]
+    fabrics = _fabrics(pod, link, section.degraded_links, section.failed_links)
+    loads = {k: f.ring_loads(act) for k, f in fabrics.items()}
+    healthy = np.asarray(fabrics[-1].stage_bw_time_s(None, fabrics[-1].ring_loads(ref)))
+    worst = np.max([fabrics[k].stage_bw_time_s(None, loads[k]) for k in fabrics], axis=0) if act else healthy
+    hops = [s.chips - 1 if s.wrap else 0 for s in segments]  # a one-way ring pays n-1 hops, not ceil((n-1)/2)
+    one_way_hops = 2 * sum(h - math.ceil(h / 2) for h in hops) if section.unidirectional else 0
+    # A detour lengthens the rings that cross the failed link (charged once per phase, as
+    # collective_on_pod does); a failed link no ring uses (a strided line's wraparound) costs nothing.
+    longest = 0
+    for f in fabrics.values():
+        if f.failed:
+            used = f.ring_loads(act, reroute=False).any(axis=0)
+            longest = max([longest, *(len(path) - 1 for link_id, path in f.detours if used[link_id])])
+    detour_hops = longest * len(act)
+    total = estimate_s + float(np.sum(worst - healthy)) + (one_way_hops + detour_hops) * lat
+    buckets = section.buckets if section.overlap else 1
+    if buckets > 1:
+        latency_s = lat * (sum(2 * (s.chips - 1 if not s.wrap or section.unidirectional else math.ceil((s.chips - 1) / 2))
+                                   for s in segments) + detour_hops)
+        if pod.slices > 1:
+            latency_s += 2 * (pod.slices - 1) * cal.dcn_latency_s  # engine.collectives.dcn_all_reduce_time_s
+        exposed, overlapped = overlap_exposed_s(total - latency_s, latency_s, backward_s, buckets)
+    else:
+        exposed, overlapped = total, 0.0
+    return MeshGradientSync(exposed + overlapped, exposed, overlapped, buckets, fabrics, loads,
+                            grad_bytes_per_chip / data_size)
+
+
+def overlap_table(sync: GradientSync | MeshGradientSync, steps: pa.Table, backward_start_s: float, backward_s: float) -> pa.Table:
     """Per-step record of the overlapped gradient all-reduce (no rows when nothing overlaps).
 
     The first bucket starts once ``1/buckets`` of the backward pass is done.

@@ -26,7 +26,7 @@ from .collectives import CollectivePlan
 from .errors import TopologyError
 from .topology import AXIS_NAMES, Slice
 
-__all__ = ["LINK_LOAD_SCHEMA", "Fabric", "fault_problems"]
+__all__ = ["LINK_LOAD_SCHEMA", "RingPhase", "Fabric", "fault_problems"]
 
 LINK_LOAD_SCHEMA = pa.schema(
     [
@@ -41,6 +41,25 @@ LINK_LOAD_SCHEMA = pa.schema(
 )
 
 Coord = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RingPhase:
+    """One ring phase of a mesh axis on one torus axis, as :mod:`engine.parallelism` prices it.
+
+    The mesh axis' groups are ``chips`` chips ``stride`` apart along torus axis
+    ``axis`` (stride 1: contiguous). ``shape`` is how their ring uses the links:
+    ``"ring"`` both directions of every link of a whole wraparound axis, ``"one-way"``
+    one direction of it, ``"line"`` both directions of the links between a group's
+    first and last chip (out and back; a strided group never uses the wraparound).
+    ``link_bytes`` is what one group puts on each directed link it uses.
+    """
+
+    axis: int
+    chips: int
+    stride: int
+    shape: str  # "ring" | "one-way" | "line"
+    link_bytes: float
 
 
 @dataclass(frozen=True)
@@ -171,25 +190,63 @@ class Fabric:
                 loads[p.stage, on_axis & (L["sign"] == 1)] += p.link_bytes  # one-way ring on a torus axis
             else:
                 loads[p.stage, on_axis] += p.link_bytes
+        return self._reroute(loads)
+
+    def ring_loads(self, phases: Sequence[RingPhase], reroute: bool = True) -> np.ndarray:
+        """(phases, links) bytes of mesh-axis ring phases run one after another, detours applied.
+
+        ``reroute=False`` leaves a failed link's bytes on it (to see whether the rings use it).
+
+        A ``"line"`` phase of groups ``chips`` long and ``stride`` apart loads the link at
+        cut ``p`` once per group spanning it: ``stride`` groups in the middle of the axis,
+        fewer at its ends (the wraparound link, if any, carries nothing).
+        """
+        L = self.links
+        coords = self.slice.coords
+        loads = np.zeros((len(phases), self.n_links))
+        for i, p in enumerate(phases):
+            on_axis = L["axis"] == p.axis
+            if p.shape == "ring":
+                loads[i, on_axis] = p.link_bytes
+            elif p.shape == "one-way":
+                loads[i, on_axis & (L["sign"] == 1)] = p.link_bytes
+            else:
+                n = self.slice.shape[p.axis]
+                span = p.stride * (p.chips - 1)  # cuts one group crosses
+                groups = np.zeros(max(n - 1, 0))
+                for block in range(0, n, p.stride * p.chips):  # groups tile the axis in blocks
+                    for first in range(block, block + p.stride):
+                        groups[first : first + span] += 1
+                step = np.abs(coords[L["src"], p.axis] - coords[L["dst"], p.axis])
+                inner = on_axis & (step == 1)  # not the wraparound link
+                loads[i, inner] = p.link_bytes * groups[L["pos"][inner]]
+        return self._reroute(loads) if reroute else loads
+
+    def _reroute(self, loads: np.ndarray) -> np.ndarray:
+        """Move each failed link's bytes onto its detour (in place; returns ``loads``)."""
         for link_id, path in self.detours:
             loads[:, path] += loads[:, [link_id]]
             loads[:, link_id] = 0.0
         return loads
 
-    def stage_bw_time_s(self, plan: CollectivePlan, loads: np.ndarray | None = None) -> list[float]:
-        """Bandwidth time of each stage: its busiest link's bytes over that link's bandwidth."""
+    def stage_bw_time_s(self, plan: CollectivePlan | None, loads: np.ndarray | None = None) -> list[float]:
+        """Bandwidth time of each stage: its busiest link's bytes over that link's bandwidth.
+
+        ``plan`` may be None when ``loads`` is given (e.g. from :meth:`ring_loads`).
+        """
         loads = self.stage_loads(plan) if loads is None else loads
         bw = self.link_bytes_per_s * self.bandwidth_frac
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.where(loads > 0, loads / np.where(bw > 0, bw, np.nan), 0.0)
-        return [float(x) for x in np.nanmax(t, axis=1)] if t.size else [0.0] * plan.stages
+        return [float(x) for x in np.nanmax(t, axis=1)] if t.size else [0.0] * len(loads)
 
     def link_load_table(
-        self, plan: CollectivePlan, per_step: float, step_s: float, slice_index: int = 0, loads: np.ndarray | None = None
+        self, plan: CollectivePlan | None, per_step: float, step_s: float, slice_index: int = 0, loads: np.ndarray | None = None
     ) -> pa.Table:
         """``link_load`` rows (see LINK_LOAD_SCHEMA) for ``per_step`` runs of ``plan`` per step.
 
-        Chip ids are global: ``slice_index * chips_per_slice + local``.
+        Chip ids are global: ``slice_index * chips_per_slice + local``. ``plan`` may be
+        None when ``loads`` is given.
         """
         loads = self.stage_loads(plan) if loads is None else loads
         bytes_step = loads.sum(axis=0) * per_step

@@ -48,7 +48,10 @@ __all__ = [
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # strict: TOML has real booleans, integers and strings, so `steps = true` or `steps = "100"`
+    # is a mistake, not a 1 or a 100 (pydantic's lax mode would coerce both); ints still fill
+    # float fields, which strict mode allows.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 PositiveInt = Annotated[int, Field(gt=0)]

@@ -27,7 +27,7 @@ from .errors import SimulationError
 from .idle import idle_facts, plan_idle
 from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .models import ModelCost, model_cost
-from .interconnect import gradient_sync, overlap_table
+from .interconnect import gradient_sync, mesh_gradient_sync, overlap_table
 from .parallelism import plan_collectives, resolve_mesh, whole_torus_axes
 from .scenario import ParameterServerSection, Scenario
 from .topology import Pod, build_pod
@@ -259,12 +259,17 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     # detail is the `layer_collectives` table), keeping events at a few per chip-step at any scale.
     # Data-parallel gradient sync: on whole torus axes the interconnect model prices it (schedule,
     # bucketed overlap with the backward pass, link faults, per-link load); a `data` axis that splits
-    # a torus axis falls back to the mesh model's strided-ring estimate, with no overlap.
+    # a torus axis keeps the mesh model's strided-ring estimate, with the same links' faults, one-way
+    # links, overlap and link load laid on top (engine/interconnect.py mesh_gradient_sync).
     data_axes = whole_torus_axes(mesh["data"], pod.slice.shape)
     sync = None
     grad_sync_s = comm.data_sync_s
-    if data_axes is not None and comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
-        sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
+    if comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
+        if data_axes is not None:
+            sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
+        else:
+            sync = mesh_gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s,
+                                      mesh["data"].segments, comm.data_sync_s, mesh["data"].size)  # fmt: skip
         grad_sync_s = sync.exposed_s
 
     segments = [

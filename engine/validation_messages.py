@@ -22,6 +22,14 @@ _SCALARS = (int, float, str, bool)
 #: how every unknown-key problem message starts (tools that pre-check keys match on it)
 UNKNOWN_KEY = "unknown key"
 
+#: strict-mode type errors: what the key takes, in TOML's words
+_EXPECTED = {
+    "int_type": "an integer, e.g. 8",
+    "float_type": "a number, e.g. 0.5 or 2",
+    "bool_type": "true or false",
+    "string_type": "a string in quotes",
+}
+
 
 def _model_classes(annotation: Any) -> list[type[BaseModel]]:
     """Every pydantic model class inside a type annotation (through Optional, Union, Annotated, list)."""
@@ -77,6 +85,24 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _toml(value: Any) -> str:
+    """A given value as it was written in TOML, and what TOML made of it."""
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, str):
+        hint = ""
+        try:
+            float(value)
+            hint = "; write the number without quotes"
+        except ValueError:
+            pass
+        quoted = '"' + (value if len(value) <= 40 else value[:37] + "...") + '"'
+        return f"{quoted} (a string{hint})"
+    if isinstance(value, float):
+        return f"{value!r} (a float)"
+    return _show(value)
+
+
 def _is_tag(root: type[BaseModel], loc: tuple[Any, ...], i: int) -> bool:
     """Is ``loc[i]`` a union tag that pydantic inserted (not a key the user wrote)?"""
     if i == 0:
@@ -115,6 +141,8 @@ def problem_from_error(root: type[BaseModel], err: dict[str, Any]) -> tuple[str,
     if kind in {"model_type", "model_attributes_type", "dict_type"}:
         return key, f"expected a table ([{key}] or {key} = {{...}}), got {_show(err.get('input'))}"
     given = err.get("input")
+    if kind in _EXPECTED and (isinstance(given, _SCALARS) or given is None):
+        return key, f"expected {_EXPECTED[kind]}; got {_toml(given)}"
     if isinstance(given, _SCALARS) or given is None:
         return key, f"{msg} (got {_show(given)})"
     return key, msg

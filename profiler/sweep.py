@@ -80,7 +80,7 @@ _STORED_POINTS_SQL = (
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # `samples = true` is not 1
 
 
 class RandomKey(_Model):

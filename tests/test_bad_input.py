@@ -43,8 +43,8 @@ def _problems(path, overrides=None) -> tuple[list[tuple[str, str]], str]:
         ({"interconnect.failed_links": [{"a": [0, 0, 0], "b": [1, 0, 0], "bw": 1}]}, "interconnect.failed_links.0.bw",
          "valid keys here: a, b, slice"),
         # wrong types: the expected type and the value given
-        ({"training.steps": "many"}, "training.steps", "valid integer, unable to parse string as an integer (got 'many')"),
-        ({"training.global_batch": 1.5}, "training.global_batch", "valid integer"),
+        ({"training.steps": "many"}, "training.steps", 'expected an integer, e.g. 8; got "many" (a string)'),
+        ({"training.global_batch": 1.5}, "training.global_batch", "expected an integer, e.g. 8; got 1.5 (a float)"),
         ({"training": "fast"}, "training", "expected a table ([training]"),
         ({"model.kind": "cnn"}, "model", "'mlp', 'resnet50', 'transformer'"),
         ({"training.precision": "fp8"}, "training.precision", "'bf16', 'int8' or 'fp32'"),

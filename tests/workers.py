@@ -9,6 +9,11 @@
     one transaction, the behaviour before chunking). ``--unclosed`` commits without
     closing the connection (so without DuckDB's checkpoint) and announces ``committed-unclosed``.
 
+``python -m tests.workers trickle DB``
+    A CLI-like writer: stores one small run after another until a ``stop`` file appears
+    next to DB, printing ``wrote ID UNIX_TIME`` after each commit (``busy UNIX_TIME`` if the
+    store gave up on the lock), so a parent can see when the file was writable.
+
 ``python -m tests.workers read DB SECONDS``
     Polls the queries the dashboard's Overview page runs, as the dashboard does
     (short-lived connections in read-write mode), for SECONDS or until a ``stop``
@@ -95,6 +100,20 @@ def write(db_path: str, topology: str, steps: int, runs: int, pause_at: str | No
         _say(f"wrote {run_id}")
 
 
+def trickle(db_path: str) -> None:
+    result = simulate(big_scenario("2x2x1", 3))
+    db = Database(db_path)
+    stop = Path(db_path).with_name("stop")
+    _say("ready")
+    while not stop.exists():
+        try:
+            run_id = write_run(db, result, name="trickle")
+            _say(f"wrote {run_id} {time.time()}")
+        except store.DatabaseBusyError:
+            _say(f"busy {time.time()}")
+        time.sleep(0.02)
+
+
 def read(db_path: str, seconds: float) -> None:
     db = Database(db_path, read_only_reads=False)  # the dashboard's mode: it writes what-if runs too
     stop = Path(db_path).with_name("stop")
@@ -139,6 +158,8 @@ def main(argv: list[str]) -> None:
         if "--chunk-rows" in argv:
             store.EVENT_CHUNK_ROWS = int(argv[argv.index("--chunk-rows") + 1])
         write(argv[1], argv[2], int(argv[3]), int(argv[4]), pause_at, unclosed="--unclosed" in argv)
+    elif argv[0] == "trickle":
+        trickle(argv[1])
     elif argv[0] == "read":
         read(argv[1], float(argv[2]))
     else:

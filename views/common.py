@@ -8,8 +8,9 @@ is added or deleted, so caches never serve a stale run list.
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import streamlit as st
 
 from engine.errors import PodscopeError
 from profiler import api, queries
-from profiler.store import Database, DatabaseBusyError, resolve_db_path
+from profiler.store import Database, DatabaseBusyError, resolve_db_path, write_run
 
 __all__ = [
     "get_db",
@@ -34,8 +35,11 @@ __all__ = [
     "download_csv",
     "export_button",
     "run_context",
+    "require_events",
     "simulate_variant",
+    "simulate_and_store",
     "page_connection",
+    "released",
 ]
 
 
@@ -202,6 +206,54 @@ def run_context(title: str, key: str = "run_id") -> tuple[int, dict[str, Any]] |
     return run_id, summary
 
 
+def require_events(run_id: int, what: str) -> bool:
+    """For a page that draws per-event rows: does the run have them? If not, say why and what to do.
+
+    A run simulated with ``[sim] trace = "summary"`` keeps per-step and per-chip totals (which
+    Overview, Idle time, Pod and Compare draw) but no event rows. Returns False after telling
+    the user so, with a button that simulates the same scenario again with a full trace.
+    """
+    scenario = query(queries.run_scenario, run_id)
+    if scenario is None or (scenario.get("sim") or {}).get("trace", "full") != "summary":
+        return True
+    st.info(
+        f'Run #{run_id} was simulated with `[sim] trace = "summary"`: it stored per-step and per-chip totals '
+        "(Overview, Idle time, Pod and Compare show them) but no individual events, so there is no "
+        f"{what}. Simulate it again with a full trace (below, or "
+        "`python -m profiler run SCENARIO.toml --set sim.trace=full`) to see it."
+    )
+    if st.button("Simulate again with a full trace", key=f"full_trace_{run_id}"):
+        overrides = {"sim.trace": "full", "name": f"{scenario['name']} [full trace]"}
+        summary = simulate_variant(scenario, overrides, source=f"run #{run_id} with a full trace")
+        if summary is not None:
+            select_run(summary["run_id"])
+            st.rerun()
+    return False
+
+
+def simulate_and_store(scenario: Any) -> dict[str, Any]:
+    """Simulate a validated scenario and store it; returns the new run's summary.
+
+    The simulation can take seconds to minutes, and while this process has the DuckDB file
+    open no other process can open it (a CLI writer gives up after the store's retry bound).
+    So it runs with the page's connection :func:`released`; the file is opened again only
+    for the write (one transaction for a run of up to ``EVENT_CHUNK_ROWS`` events) and then
+    for the reads that follow.
+
+    Raises
+    ------
+    PodscopeError
+        As :func:`engine.simulate` and :func:`profiler.store.write_run` do.
+    """
+    from engine import simulate
+
+    with released():
+        result = simulate(scenario)
+        run_id = write_run(get_db(), result)
+    invalidate()
+    return query(queries.run_summary, run_id)
+
+
 def simulate_variant(base: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any] | None:
     """Validate ``base`` with dotted-key ``overrides``, simulate and store it; returns the new run's summary.
 
@@ -212,15 +264,38 @@ def simulate_variant(base: dict[str, Any], overrides: dict[str, Any], source: st
 
     try:
         scenario = scenario_from_dict(apply_overrides(base, overrides), source=source)
-        summary = api.run_scenario(scenario, get_db())
+        summary = simulate_and_store(scenario)
     except ScenarioError as e:
         st.error("\n\n".join(f"**{k or 'scenario'}**: {m}" for k, m in e.problems))
         return None
     except PodscopeError as e:
         st.error(str(e))
         return None
-    invalidate()
     return summary
+
+
+class _HeldConnection:
+    """The connection a page render keeps open, closable for a long computation and reopenable."""
+
+    def __init__(self, db: Database):
+        self.db = db
+        self._cm: Any = None
+
+    def open(self) -> None:
+        if self._cm is None and self.db.path.exists():
+            cm = self.db.read()
+            cm.__enter__()  # DatabaseBusyError propagates: nothing is held then
+            self._cm = cm
+
+    def close(self) -> None:
+        cm, self._cm = self._cm, None
+        if cm is not None:
+            cm.__exit__(None, None, None)
+
+
+#: the held connection of the render running on this thread (Streamlit runs each session's
+#: script on its own thread), so released() only ever closes its own render's connection
+_render = threading.local()
 
 
 @contextmanager
@@ -230,15 +305,38 @@ def page_connection() -> Iterator[None]:
     Opening a DuckDB file costs ~35 ms, and a page asks several queries, each on its own short
     connection. While one connection is open, DuckDB reuses the open database for every further
     connection in the process (~0.2 ms). The file is released when the page is drawn, so the CLI
-    can still write between renders (it retries briefly on the lock, as it always has).
+    can still write between renders (it retries briefly on the lock, as it always has), and
+    during any long computation the page wraps in :func:`released` (a what-if simulation).
     """
-    db = get_db()
-    if not db.path.exists():  # nothing to keep open; reads see an empty database
+    held = _HeldConnection(get_db())
+    try:
+        held.open()
+    except DatabaseBusyError:
+        _busy(held.db.path)
+    _render.held = held
+    try:
         yield
-        return
-    with ExitStack() as stack:
-        try:
-            stack.enter_context(db.read())
-        except DatabaseBusyError:
-            _busy(db.path)
+    finally:
+        _render.held = None
+        held.close()
+
+
+@contextmanager
+def released() -> Iterator[None]:
+    """Close this render's held connection for the block, and reopen it after.
+
+    Inside the block this thread holds no connection, so another process can open the file
+    (other sessions' renders may still hold theirs briefly). Queries inside the block open
+    their own short connections.
+    """
+    held = getattr(_render, "held", None)
+    if held is not None:
+        held.close()
+    try:
         yield
+    finally:
+        if held is not None:
+            try:
+                held.open()
+            except DatabaseBusyError:
+                pass  # the page's reads each open (and wait for) their own connection instead

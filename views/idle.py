@@ -18,7 +18,12 @@ def main() -> None:
     run_id, summary = ctx
     by_step = common.query(queries.kind_by_step, run_id)
     if by_step.empty:
-        st.info("This run stored no events, so there is no chip time to attribute.")
+        # Summary-mode runs keep these per-step totals; only a run without any (an imported
+        # trace with no device events) gets here.
+        st.info(
+            f"Run #{run_id} stored no chip time by step (no events and no per-step totals; an imported "
+            "trace without device events?), so there is nothing to attribute. Pick another run."
+        )
         return
     if summary.get("oom"):
         st.warning("This run does not fit in HBM; the timings below are what it would do if it did.")

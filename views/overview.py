@@ -7,7 +7,7 @@ import streamlit as st
 from engine import ScenarioError, load_catalog, scenario_from_dict
 from engine.errors import PodscopeError
 from engine.scenario import apply_overrides
-from profiler import api, queries
+from profiler import queries
 from views import common, figures
 
 
@@ -59,14 +59,13 @@ def _what_if(run_id: int) -> None:
     try:
         new = scenario_from_dict(raw, source="what-if form")
         with st.spinner("Simulating..."):
-            summary = api.run_scenario(new, common.get_db())
+            summary = common.simulate_and_store(new)  # simulates with the file released
     except ScenarioError as e:
         st.error("\n\n".join(f"**{k or 'scenario'}**: {m}" for k, m in e.problems))
         return
     except PodscopeError as e:
         st.error(str(e))
         return
-    common.invalidate()
     common.select_run(summary["run_id"])
     st.rerun()
 

@@ -1,0 +1,65 @@
+"""Pages that need event rows say plainly when a run was simulated in summary mode, and offer a full re-run."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import load_scenario, simulate
+from profiler import write_run
+from profiler.store import Database
+from tests.conftest import SMALL_TOML
+
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """AppTest installs the page script as ``__main__`` and leaves it there; a later test's
+    spawn-started process pool would then re-run that script in its workers."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
+
+
+def _page(run_id: int) -> None:  # runs as its own script inside AppTest
+    import streamlit as st
+
+    from views import common
+
+    with common.page_connection():
+        if common.require_events(run_id, "timeline to draw"):
+            st.success("events")
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch, write_toml):
+    path = tmp_path / "pages.duckdb"
+    db = Database(path)
+    full = write_run(db, simulate(load_scenario(write_toml(SMALL_TOML))), name="full")
+    summary = write_run(db, simulate(load_scenario(write_toml(SMALL_TOML + 'trace = "summary"\n'))), name="summ")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    return path, full, summary
+
+
+def test_a_full_run_passes(runs):
+    _, full, _ = runs
+    at = AppTest.from_function(_page, args=(full,), default_timeout=60).run()
+    assert not at.exception and not at.info
+    assert [s.value for s in at.success] == ["events"]
+
+
+def test_a_summary_run_says_why_and_re_simulates_with_a_full_trace(runs):
+    path, _, summ = runs
+    at = AppTest.from_function(_page, args=(summ,), default_timeout=60).run()
+    assert not at.exception and not at.success
+    (info,) = at.info
+    assert 'trace = "summary"' in info.value and "no timeline to draw" in info.value and "sim.trace=full" in info.value
+    at.button[0].click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    with Database(path).read() as con:
+        name, events = con.execute(
+            "SELECT r.name, (SELECT count(*) FROM events e WHERE e.run_id = r.run_id) FROM runs r ORDER BY run_id DESC LIMIT 1"
+        ).fetchone()
+    assert name.endswith("[full trace]") and events > 0
+    assert at.session_state["select_run_id"] > summ  # the new run is picked on the next render
