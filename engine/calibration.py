@@ -72,7 +72,7 @@ def load_calibration(path: Path = DEFAULT_CALIBRATION_PATH) -> Calibration:
                 if section in {"compute", "interconnect", "memory"}:
                     problems.append((f"{section}.{key}", "unknown calibration key"))
                 continue
-            if not isinstance(value, (int, float)) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 problems.append((f"{section}.{key}", f"expected a non-negative number, got {value!r}"))
                 continue
             values[target[0]] = float(value) * target[1]

@@ -325,3 +325,16 @@ def test_oversized_or_endless_files_are_refused_after_a_bounded_read(tmp_path):
     assert "larger than" in message
     _, message = _problems(tmp_path)  # a folder
     assert "cannot read file" in message
+
+
+def test_calibration_file_rejects_a_boolean_for_a_number(tmp_path):
+    """TOML's `true` is not 1.0: the calibration loader names the key, like the scenario loader."""
+    from engine.calibration import load_calibration
+    from engine.errors import ScenarioError
+
+    path = tmp_path / "calibration.toml"
+    path.write_text("[compute]\nmxu_efficiency = true\n")
+    with pytest.raises(ScenarioError) as e:
+        load_calibration(path)
+    assert str(path) in str(e.value)
+    assert [k for k, _ in e.value.problems] == ["compute.mxu_efficiency"]
