@@ -63,6 +63,8 @@ __all__ = [
     "expand_points",
     "run_sweep",
     "simulate_point",
+    "simulate_points",
+    "points_per_task",
     "make_executor",
     "default_out_dir",
 ]
@@ -232,6 +234,8 @@ def _check_keys(raw: Mapping[str, Any], source: str) -> None:
 # --- worker side ---------------------------------------------------------------------------
 
 _POINT_TABLE_SUFFIX = ".arrow"  # one Arrow IPC file per table of a point
+#: most points one executor task simulates (points_per_task)
+MAX_POINTS_PER_TASK = 8
 
 
 def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
@@ -267,6 +271,21 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return str(final), None
+
+
+def simulate_points(points: list[SweepPoint], out_dir: str) -> list[tuple[str, str | None]]:
+    """:func:`simulate_point` for each of several points, in one task (see :func:`points_per_task`)."""
+    return [simulate_point(p, out_dir) for p in points]
+
+
+def points_per_task(points: int) -> int:
+    """How many points one executor task simulates: 1 for small sweeps, up to ``MAX_POINTS_PER_TASK``.
+
+    A Dask task costs ~20 ms of scheduler, client and worker time, more than simulating a
+    summary-mode point; several points per task amortise it. At least ~32 tasks are kept
+    so that every worker of a cluster stays busy to the end.
+    """
+    return max(1, min(MAX_POINTS_PER_TASK, points // 32))
 
 
 def _json_default(o: Any) -> Any:
@@ -394,7 +413,9 @@ def run_sweep(
     done = len(skipped)
     if progress is not None:
         progress(done, len(points), f"{len(skipped)} point(s) already stored")
-    futures = {executor.submit(simulate_point, p, str(out)): p for p in todo}
+    per_task = points_per_task(len(todo))
+    chunks = [todo[i : i + per_task] for i in range(0, len(todo), per_task)]
+    futures = {executor.submit(simulate_points, chunk, str(out)): chunk for chunk in chunks}
     pending = set(futures)
     while pending:
         # every point finished by now is stored in one batch (store.write_runs): per-run
@@ -402,14 +423,15 @@ def run_sweep(
         finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
         ready: list[tuple[SweepPoint, str]] = []
         for fut in finished:
-            point = futures[fut]
+            chunk = futures[fut]
             try:
-                folder, error = fut.result()
-            except Exception as e:  # the executor itself failed for this point (worker died, ...)
-                folder, error = "", f"{type(e).__name__}: {e}"
-            if error is None:
-                ready.append((point, folder))
-            else:
+                outcomes = fut.result()
+            except Exception as e:  # the executor itself failed for these points (worker died, ...)
+                outcomes = [("", f"{type(e).__name__}: {e}")] * len(chunk)
+            for point, (folder, error) in zip(chunk, outcomes):
+                if error is None:
+                    ready.append((point, folder))
+                    continue
                 failed.append((point.point, error))
                 _record_failure(db, spec.name, point, error)
                 done += 1
