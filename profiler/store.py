@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,7 @@ import pyarrow as pa
 
 from engine.catalog import DATA_DIR
 from engine.errors import ProfilerError, RunNotFoundError
-from engine.trace import CHIPS_SCHEMA, STEPS_SCHEMA, RunResult
+from engine.trace import CHIPS_SCHEMA, STEPS_SCHEMA, RunFacts, RunResult
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -317,6 +317,14 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _facts_json(facts: RunFacts) -> str:
+    """``json.dumps(asdict(facts))`` without asdict's deep copy (~2 ms a run, a tenth of a summary-mode run)."""
+    try:
+        return json.dumps({f.name: getattr(facts, f.name) for f in fields(facts)}, default=_json_default)
+    except TypeError:  # a dataclass nested in the facts: asdict converts it
+        return json.dumps(asdict(facts), default=_json_default)
+
+
 def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
     """Everything of a run but its summary and events rows, without the file (see :func:`_summarise`).
 
@@ -343,7 +351,7 @@ def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
         "topology": facts.topology,
         "steps": _plain(facts.steps),
         "scenario": json.dumps(scenario.to_dict() if scenario is not None else None),
-        "facts": json.dumps(asdict(facts), default=_json_default),
+        "facts": _facts_json(facts),
     }
     try:
         if trace.step_kind is not None and trace.chip_kind is not None:

@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import tomllib
 import traceback
 from collections.abc import Callable, Mapping
@@ -234,6 +235,9 @@ def _check_keys(raw: Mapping[str, Any], source: str) -> None:
 # --- worker side ---------------------------------------------------------------------------
 
 _POINT_TABLE_SUFFIX = ".arrow"  # one Arrow IPC file per table of a point
+#: the writer stores finished points once this many are ready, or this long after the first
+STORE_GATHER_POINTS = 64
+STORE_GATHER_S = 1.0
 #: most points one executor task simulates (points_per_task)
 MAX_POINTS_PER_TASK = 8
 
@@ -418,9 +422,17 @@ def run_sweep(
     futures = {executor.submit(simulate_points, chunk, str(out)): chunk for chunk in chunks}
     pending = set(futures)
     while pending:
-        # every point finished by now is stored in one batch (store.write_runs): per-run
-        # statement and file-open costs, not simulation, limit a sweep of small runs
+        # points are stored in batches (store.write_runs): a batch costs about as much as one run
+        # (file open, a statement per table, checkpoint), more than simulating a summary-mode
+        # point, so the writer gathers finished points for up to STORE_GATHER_S first
         finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+        deadline = time.monotonic() + STORE_GATHER_S
+        while pending and sum(len(futures[f]) for f in finished) < STORE_GATHER_POINTS:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            more, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
+            finished |= more
         ready: list[tuple[SweepPoint, str]] = []
         for fut in finished:
             chunk = futures[fut]
