@@ -401,7 +401,6 @@ def _summarise(staged: list[_StagedRun]) -> list[_StagedRun]:
     return [replace(s, summary=summary_from(0, s.runs_row, agg)) for s, agg in zip(staged, aggregates)]
 
 
-_SMALL_TABLES = ("chips", "steps", "step_kind", "chip_kind")
 _RUNS_COLUMNS = "run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts, summary"
 _INSERT_RUNS_BATCH_SQL = f"INSERT INTO runs ({_RUNS_COLUMNS}) SELECT {_RUNS_COLUMNS} FROM _podscope_in_runs"
 _INSERT_RUN_SQL = """

@@ -64,8 +64,6 @@ __all__ = [
     "expand_points",
     "run_sweep",
     "simulate_point",
-    "simulate_points",
-    "points_per_task",
     "make_executor",
     "default_out_dir",
 ]
@@ -235,11 +233,6 @@ def _check_keys(raw: Mapping[str, Any], source: str) -> None:
 # --- worker side ---------------------------------------------------------------------------
 
 _POINT_TABLE_SUFFIX = ".arrow"  # one Arrow IPC file per table of a point
-#: the writer stores finished points once this many are ready, or this long after the first
-STORE_GATHER_POINTS = 64
-STORE_GATHER_S = 1.0
-#: most points one executor task simulates (points_per_task)
-MAX_POINTS_PER_TASK = 8
 
 
 def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
@@ -277,21 +270,6 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
     return str(final), None
 
 
-def simulate_points(points: list[SweepPoint], out_dir: str) -> list[tuple[str, str | None]]:
-    """:func:`simulate_point` for each of several points, in one task (see :func:`points_per_task`)."""
-    return [simulate_point(p, out_dir) for p in points]
-
-
-def points_per_task(points: int) -> int:
-    """How many points one executor task simulates: 1 for small sweeps, up to ``MAX_POINTS_PER_TASK``.
-
-    A Dask task costs ~20 ms of scheduler, client and worker time, more than simulating a
-    summary-mode point; several points per task amortise it. At least ~32 tasks are kept
-    so that every worker of a cluster stays busy to the end.
-    """
-    return max(1, min(MAX_POINTS_PER_TASK, points // 32))
-
-
 def _json_default(o: Any) -> Any:
     if hasattr(o, "item"):
         return o.item()
@@ -299,6 +277,10 @@ def _json_default(o: Any) -> Any:
 
 
 # --- writer side ---------------------------------------------------------------------------
+
+#: the writer stores finished points once this many are ready, or this long after the first
+STORE_GATHER_POINTS = 64
+STORE_GATHER_S = 1.0
 
 
 def _read_point_table(path: Path) -> pa.Table:
@@ -417,9 +399,7 @@ def run_sweep(
     done = len(skipped)
     if progress is not None:
         progress(done, len(points), f"{len(skipped)} point(s) already stored")
-    per_task = points_per_task(len(todo))
-    chunks = [todo[i : i + per_task] for i in range(0, len(todo), per_task)]
-    futures = {executor.submit(simulate_points, chunk, str(out)): chunk for chunk in chunks}
+    futures = {executor.submit(simulate_point, p, str(out)): p for p in todo}
     pending = set(futures)
     while pending:
         # points are stored in batches (store.write_runs): a batch costs about as much as one run
@@ -427,7 +407,7 @@ def run_sweep(
         # point, so the writer gathers finished points for up to STORE_GATHER_S first
         finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
         deadline = time.monotonic() + STORE_GATHER_S
-        while pending and sum(len(futures[f]) for f in finished) < STORE_GATHER_POINTS:
+        while pending and len(finished) < STORE_GATHER_POINTS:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -435,15 +415,14 @@ def run_sweep(
             finished |= more
         ready: list[tuple[SweepPoint, str]] = []
         for fut in finished:
-            chunk = futures[fut]
+            point = futures[fut]
             try:
-                outcomes = fut.result()
-            except Exception as e:  # the executor itself failed for these points (worker died, ...)
-                outcomes = [("", f"{type(e).__name__}: {e}")] * len(chunk)
-            for point, (folder, error) in zip(chunk, outcomes):
-                if error is None:
-                    ready.append((point, folder))
-                    continue
+                folder, error = fut.result()
+            except Exception as e:  # the executor itself failed for this point (worker died, ...)
+                folder, error = "", f"{type(e).__name__}: {e}"
+            if error is None:
+                ready.append((point, folder))
+            else:
                 failed.append((point.point, error))
                 _record_failure(db, spec.name, point, error)
                 done += 1

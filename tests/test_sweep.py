@@ -203,19 +203,3 @@ def test_summary_mode_points_keep_their_aggregates(tmp_path, sweep_file):
             s = queries.run_summary(con, run_id)
             assert s["events"] == 0 and s["step_time_s"] > 0
             assert sum(s["breakdown"].values()) == pytest.approx(1.0) and s["breakdown"]["compute"] > 0
-
-
-def test_points_per_task():
-    from profiler.sweep import MAX_POINTS_PER_TASK, points_per_task
-
-    assert [points_per_task(n) for n in (0, 1, 63, 64, 101, 10_000)] == [1, 1, 1, 2, 3, MAX_POINTS_PER_TASK]
-
-
-def test_several_points_per_task_store_each_point_and_fail_only_the_bad_one(tmp_path, sweep_file, monkeypatch):
-    from profiler import sweep
-
-    monkeypatch.setattr(sweep, "points_per_task", lambda n: 3)  # all three points, the bad one too, in one task
-    db = Database(tmp_path / "sweep.duckdb")
-    with cf.ThreadPoolExecutor(2) as pool:
-        result = run_sweep(sweep_file(), db, pool)
-    _check_tiny(db, result)
