@@ -62,7 +62,9 @@ class CellGrid:
         # an event's first cell; the flat index of (row, bucket, kind) in the dense array
         first = start_ns // width
         last = (end_ns - 1) // width
-        base = (row * self.buckets + first) * n_kinds + np.asarray(kind_code, dtype=np.int64)
+        code = np.asarray(kind_code, dtype=np.int64)
+        code = np.where((code >= 0) & (code < n_kinds), code, 0)  # an unknown code counts as "other"
+        base = (row * self.buckets + first) * n_kinds + code
         # most events fall in one bucket: all their time goes to that cell
         one = known & (first == last) & (first >= 0) & (first < self.buckets)
         self._ns += np.bincount(base[one], weights=(end_ns - start_ns)[one], minlength=len(self._ns))

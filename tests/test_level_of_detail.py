@@ -21,7 +21,7 @@ def test_known_answer_split_tie_and_ignored_events():
     grid = CellGrid([9, 5], buckets=3, width_ns=10, kinds=KINDS)
     grid.add(np.array([5, 5]), np.array([2, 3]), np.array([0, 15]), np.array([15, 30]))
     grid.add(np.array([7]), np.array([1]), np.array([0]), np.array([30]))  # chip not in the grid: ignored
-    grid.add(np.array([9]), np.array([0]), np.array([25]), np.array([45]))  # an unknown kind, partly past the grid
+    grid.add(np.array([9]), np.array([7]), np.array([25]), np.array([45]))  # an unknown kind code, partly past the grid
     assert _cells(grid) == [
         (5, 0, "compute", 1.0),
         (5, 1, "compute", 0.5),  # 5 ns each: the tie goes to the earlier kind
