@@ -294,7 +294,8 @@ def step_range(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int] |
 # Level of detail (profiler/level_of_detail.py): DuckDB selects the window and its events, numpy
 # splits them over the buckets. The chip set is a semi-join, not list_contains, whose per-row cost
 # grows with the list; its dynamic filter skips row groups of other chips (events are chip-major
-# within 128-step blocks). Kinds travel as their position in $kinds (0: not in the list).
+# within blocks of engine.simulate.STEP_BLOCK steps). Kinds travel as their position in $kinds
+# (0: not in the list).
 _TIMELINE_WINDOW_SQL = """
 SELECT t0, greatest(1, CAST(ceil((t1 - t0) / $buckets) AS BIGINT)) AS width
 FROM (SELECT min(start_ns) AS t0, max(start_ns + step_ns) AS t1 FROM steps WHERE run_id = $id AND step BETWEEN $step0 AND $step1)
