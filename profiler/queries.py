@@ -12,12 +12,14 @@ import json
 from typing import Any
 
 import duckdb
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from engine.errors import RunNotFoundError
 from engine.trace import EVENT_KINDS
 
+from .level_of_detail import CellGrid
 from .store import _ident
 
 __all__ = ["list_runs", "run_summary", "run_scenario", "breakdown", "step_times", "list_sweeps", "sweep_runs", "MAX_POINTS"]
@@ -289,35 +291,23 @@ def step_range(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int] |
     return None if row is None or row[0] is None else (int(row[0]), int(row[1]))
 
 
-# Level of detail, as XProf and Perfetto do it: the window [t0, t1) is cut into $buckets equal
-# time buckets; every event is split over the buckets it overlaps, and each (chip, bucket) shows
-# the kind that covered most of it. Exact when buckets are shorter than events; otherwise short
-# events lose to long ones, which is what a pixel can show anyway. Cells and kinds are grouped as
-# integers (chip * (buckets + 1) + bucket, the kind's position in $kinds): grouping on the kind
-# strings took most of the time. The chip set is a semi-join, not list_contains, whose per-row cost
-# grows with the list.
-_TIMELINE_SQL = """
-WITH w AS (
-    SELECT min(start_ns) AS t0, max(start_ns + step_ns) AS t1
-    FROM steps WHERE run_id = $id AND step BETWEEN $step0 AND $step1
-),
-p AS (SELECT t0, t1, greatest(1, CAST(ceil((t1 - t0) / $buckets) AS BIGINT)) AS width FROM w),
-e AS (
-    SELECT e.chip, coalesce(list_position($kinds, e.kind), 0) AS k, e.start_ns - p.t0 AS s, e.start_ns + e.dur_ns - p.t0 AS f, p.width
-    FROM events e, p
-    WHERE e.run_id = $id AND e.step BETWEEN $step0 AND $step1 AND e.dur_ns > 0
-      AND e.chip IN (SELECT unnest($chips))
-),
-split AS (
-    SELECT chip * ($buckets + 1) + b AS cell, k, least(f, (b + 1) * width) - greatest(s, b * width) AS overlap_ns
-    FROM (SELECT chip, k, s, f, width, unnest(range(s // width, (f - 1) // width + 1)) AS b FROM e)
-),
-agg AS (SELECT cell, k, sum(overlap_ns) AS ns FROM split GROUP BY cell, k),
-cells AS (SELECT cell, arg_max(k, ns) AS k, max(ns) / sum(ns) AS share FROM agg GROUP BY cell)
-SELECT CAST(cell // ($buckets + 1) AS INTEGER) AS chip, cell % ($buckets + 1) AS bucket, coalesce($kinds[k], 'other') AS kind, share,
-       p.t0 AS t0_ns, p.width AS width_ns
-FROM cells, p ORDER BY cell
+# Level of detail (profiler/level_of_detail.py): DuckDB selects the window and its events, numpy
+# splits them over the buckets. The chip set is a semi-join, not list_contains, whose per-row cost
+# grows with the list; its dynamic filter skips row groups of other chips (events are chip-major
+# within blocks of engine.simulate.STEP_BLOCK steps). Kinds travel as their position in $kinds
+# (0: not in the list).
+_TIMELINE_WINDOW_SQL = """
+SELECT t0, greatest(1, CAST(ceil((t1 - t0) / $buckets) AS BIGINT)) AS width
+FROM (SELECT min(start_ns) AS t0, max(start_ns + step_ns) AS t1 FROM steps WHERE run_id = $id AND step BETWEEN $step0 AND $step1)
 """
+_TIMELINE_EVENTS_SQL = """
+SELECT chip, CAST(coalesce(list_position($kinds, kind), 0) AS TINYINT) AS k, start_ns, dur_ns
+FROM events
+WHERE run_id = $id AND step BETWEEN $step0 AND $step1 AND dur_ns > 0 AND chip IN (SELECT unnest($chips))
+"""
+#: events per record batch of a timeline's scan: bounds memory for a window of many steps
+_TIMELINE_BATCH_ROWS = 1_000_000
+_TIMELINE_COLUMNS = ["chip", "bucket", "kind", "share", "t0_ns", "width_ns"]
 _TIMELINE_STEPS_SQL = """
 SELECT step, start_ns - min(start_ns) OVER () AS start_rel_ns FROM steps
 WHERE run_id = $id AND step BETWEEN $step0 AND $step1 ORDER BY step
@@ -349,8 +339,20 @@ def timeline(
     chip_list = [int(c) for c in chips[:TIMELINE_MAX_CHIPS]]
     buckets = max(1, min(int(buckets), TIMELINE_MAX_CELLS // max(1, len(chip_list))))
     p = {"id": run_id, "step0": step0, "step1": step1}
-    cells = con.execute(_TIMELINE_SQL, {**p, "chips": chip_list, "buckets": buckets, "kinds": list(_TIMELINE_KINDS)}).df()
     steps = con.execute(_TIMELINE_STEPS_SQL, p).df()
+    ((t0_ns, width_ns),) = con.execute(_TIMELINE_WINDOW_SQL, {**p, "buckets": buckets}).fetchall()
+    if t0_ns is None or not chip_list:
+        return pd.DataFrame({c: [] for c in _TIMELINE_COLUMNS}), steps
+    # a spare bucket: width is a float ceil, which for a very long window may round so that the last
+    # event ends one bucket further
+    grid = CellGrid(chip_list, buckets + 1, width_ns, _TIMELINE_KINDS)
+    events = con.sql(_TIMELINE_EVENTS_SQL, params={**p, "chips": chip_list, "kinds": list(_TIMELINE_KINDS)})
+    for batch in events.to_arrow_reader(_TIMELINE_BATCH_ROWS):
+        start_ns = batch.column("start_ns").to_numpy() - t0_ns
+        grid.add(batch.column("chip").to_numpy(), batch.column("k").to_numpy(), start_ns, start_ns + batch.column("dur_ns").to_numpy())
+    cells = grid.cells()
+    cells["t0_ns"] = np.int64(t0_ns)
+    cells["width_ns"] = np.int64(width_ns)
     return cells, steps
 
 

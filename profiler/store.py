@@ -14,9 +14,10 @@ after ``LOCK_RETRY_S``.
 Writing a run so that readers are never locked out for long, and a crash never
 leaves a visible partial run:
 
-1. Everything but the events table is *staged* in a private in-memory DuckDB
-   first (the per-run summary tables and the summary JSON are computed there
-   from the Arrow events), so no lock is held while summarising.
+1. Everything but the events table is *staged* first, without the file: the
+   per-run summary tables (the engine's exact aggregates, or for imports derived
+   from the Arrow events in a private in-memory DuckDB) and the summary JSON
+   (computed for a whole batch of runs at once), so no lock is held while summarising.
 2. A run of at most ``EVENT_CHUNK_ROWS`` events is then written in one
    transaction. A larger run reserves its id in ``pending_runs``, appends its
    events in chunks of ``EVENT_CHUNK_ROWS``, each its own short transaction with
@@ -36,10 +37,11 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,7 @@ import pyarrow as pa
 
 from engine.catalog import DATA_DIR
 from engine.errors import ProfilerError, RunNotFoundError
-from engine.trace import RunResult
+from engine.trace import CHIPS_SCHEMA, STEPS_SCHEMA, RunFacts, RunResult
 
 __all__ = [
     "DEFAULT_DB_PATH",
@@ -113,17 +115,17 @@ CREATE TABLE IF NOT EXISTS pending_runs (run_id INTEGER PRIMARY KEY, pid INTEGER
 """
 
 #: Fallback for traces that arrive without aggregates (imports): derived from events in SQL.
+_STEP_KIND_FROM_EVENTS_SQL = """
+SELECT step, kind, CAST(sum(ns) AS BIGINT) AS chip_ns, CAST(max(ns) AS BIGINT) AS max_chip_ns
+FROM (SELECT step, chip, kind, sum(dur_ns) AS ns FROM events WHERE run_id = $run_id GROUP BY step, chip, kind)
+GROUP BY step, kind
+"""
+_CHIP_KIND_FROM_EVENTS_SQL = (
+    "SELECT chip, kind, CAST(sum(dur_ns) AS BIGINT) AS ns FROM events WHERE run_id = $run_id GROUP BY chip, kind"
+)
 _SUMMARY_SQL = (
-    """
-    INSERT INTO step_kind
-    SELECT $run_id, step, kind, sum(ns), max(ns)
-    FROM (SELECT step, chip, kind, sum(dur_ns) AS ns FROM events WHERE run_id = $run_id GROUP BY step, chip, kind)
-    GROUP BY step, kind
-    """,
-    """
-    INSERT INTO chip_kind
-    SELECT $run_id, chip, kind, sum(dur_ns) FROM events WHERE run_id = $run_id GROUP BY chip, kind
-    """,
+    f"INSERT INTO step_kind SELECT $run_id, * FROM ({_STEP_KIND_FROM_EVENTS_SQL})",
+    f"INSERT INTO chip_kind SELECT $run_id, * FROM ({_CHIP_KIND_FROM_EVENTS_SQL})",
 )
 
 #: tables holding per-run rows, deleted together with the run
@@ -261,102 +263,144 @@ def _json_default(o: Any) -> Any:
 
 _EVENT_COLUMNS = ["chip", "step", "CAST(kind AS VARCHAR)", "start_ns", "dur_ns"]
 _STAGED_EVENTS_VIEW = """
-CREATE VIEW events AS
+CREATE TEMP VIEW events AS
 SELECT CAST(0 AS INTEGER) AS run_id, chip, step, CAST(kind AS VARCHAR) AS kind, start_ns, dur_ns FROM _podscope_staged_events
 """
+_KIND_TEXT = pa.string()
+#: the small per-run tables in their stored column types (as DuckDB returns them: kind as text); a
+#: staged run's tables are cast to these, so the tables of a batch's runs concatenate
+_SMALL_SCHEMAS = {
+    "chips": CHIPS_SCHEMA,
+    "steps": STEPS_SCHEMA,
+    "step_kind": pa.schema([("step", pa.int32()), ("kind", _KIND_TEXT), ("chip_ns", pa.int64()), ("max_chip_ns", pa.int64())]),
+    "chip_kind": pa.schema([("chip", pa.int32()), ("kind", _KIND_TEXT), ("ns", pa.int64())]),
+}
+#: the columns of the small tables the summary reads, per batch view (see summary.BATCH_VIEWS)
+_SUMMARY_INPUTS = {"steps": ["step", "step_ns"], "step_kind": ["step", "kind", "chip_ns"], "chip_kind": ["kind", "ns"]}
 
 
 @dataclass(frozen=True)
 class _StagedRun:
-    """A run ready to publish: its runs-row values and small tables, all computed without the file."""
+    """A run ready to publish: its runs-row values, small tables and summary, all computed without the file."""
 
     runs_row: dict[str, Any]
-    small: dict[str, pa.Table]  # table -> rows without run_id (chips, steps, step_kind, chip_kind)
-    summary: dict[str, Any]
+    small: dict[str, pa.Table]  # table -> rows without run_id, in _SMALL_SCHEMAS (chips, steps, step_kind, chip_kind)
+    events: int  # event rows
+    summary: dict[str, Any] | None = None  # None until _summarise
 
 
-def _new_stage_db() -> duckdb.DuckDBPyConnection:
-    mem = duckdb.connect(":memory:")
-    mem.execute(SCHEMA_SQL)
-    mem.execute("DROP TABLE events")
-    return mem
+_stage_db: tuple[int, duckdb.DuckDBPyConnection] | None = None  # (pid, connection): not reused across fork
+_stage_db_lock = threading.Lock()
 
 
-#: empties a reused staging database between runs (one call: statements cost more than the rows)
-_CLEAR_STAGE_SQL = "DROP VIEW IF EXISTS events; " + " ".join(f"DELETE FROM {t};" for t in ("runs", "chips", "steps", "step_kind", "chip_kind"))
+@contextmanager
+def _stage_cursor() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor on this process's private in-memory DuckDB, for the SQL of staging.
 
-
-def _stage(result: RunResult, run_name: str, source: str, mem: duckdb.DuckDBPyConnection | None = None) -> _StagedRun:
-    """Build everything but the events rows in a private in-memory DuckDB (run_id 0).
-
-    ``mem`` is a staging database from :func:`_new_stage_db` to reuse (emptied again before
-    returning); creating one costs ~20 ms, more than staging a summary-mode run.
+    One connection per process: opening one costs ~30 ms, more than staging a summary-mode
+    run; a cursor costs microseconds and keeps its registered views and temp objects to itself,
+    so threads may stage at once.
     """
-    from .summary import build_summary  # summary queries live with the query layer
+    global _stage_db
+    with _stage_db_lock:
+        if _stage_db is None or _stage_db[0] != os.getpid():
+            _stage_db = (os.getpid(), duckdb.connect(":memory:"))
+        cur = _stage_db[1].cursor()
+    try:
+        yield cur
+    finally:
+        cur.close()
 
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value DuckDB would return for it."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _facts_json(facts: RunFacts) -> str:
+    """``json.dumps(asdict(facts))`` without asdict's deep copy (~2 ms a run, a tenth of a summary-mode run)."""
+    try:
+        return json.dumps({f.name: getattr(facts, f.name) for f in fields(facts)}, default=_json_default)
+    except TypeError:  # a dataclass nested in the facts: asdict converts it
+        return json.dumps(asdict(facts), default=_json_default)
+
+
+def _stage(result: RunResult, run_name: str, source: str) -> _StagedRun:
+    """Everything of a run but its summary and events rows, without the file (see :func:`_summarise`).
+
+    The small tables are the engine's exact aggregates (the only per-step data in summary
+    mode), or for traces without them (imports) derived from the events in SQL.
+
+    Raises
+    ------
+    ProfilerError
+        A table the store cannot hold (a missing column, an extra table's name not a plain identifier).
+    """
     scenario, facts, trace = result.scenario, result.facts, result.trace
+    for name_ in trace.extra:
+        if not _IDENT.match(name_):
+            raise ProfilerError(f"extra trace table name {name_!r} is not a plain identifier")
     row = {
         "name": run_name,
         "created_at": datetime.now(timezone.utc),
         "source": source,
         "chip": facts.chip,
-        "chips": facts.chips,
-        "hosts": facts.hosts,
-        "slices": facts.slices,
+        "chips": _plain(facts.chips),
+        "hosts": _plain(facts.hosts),
+        "slices": _plain(facts.slices),
         "topology": facts.topology,
-        "steps": facts.steps,
+        "steps": _plain(facts.steps),
         "scenario": json.dumps(scenario.to_dict() if scenario is not None else None),
-        "facts": json.dumps(asdict(facts), default=_json_default),
+        "facts": _facts_json(facts),
     }
-    own = mem is None
-    if mem is None:
-        mem = _new_stage_db()
     try:
-        mem.register("_podscope_staged_events", trace.events)
-        mem.execute(_STAGED_EVENTS_VIEW)
-        _insert_runs_row(mem, 0, row, summary=None)
-        _insert_arrow(mem, "chips", trace.chips, 0, ["chip", "host", "slice", "x", "y", "z"])
-        _insert_arrow(mem, "steps", trace.steps, 0, ["step", "start_ns", "step_ns"])
-        for name_, table in trace.extra.items():
-            _stage_extra(mem, name_, table)  # so summary code may read extras; published from the Arrow
         if trace.step_kind is not None and trace.chip_kind is not None:
-            # exact aggregates from the engine (also the only ones in summary mode)
-            _insert_arrow(mem, "step_kind", trace.step_kind, 0, ["step", "CAST(kind AS VARCHAR)", "chip_ns", "max_chip_ns"])
-            _insert_arrow(mem, "chip_kind", trace.chip_kind, 0, ["chip", "CAST(kind AS VARCHAR)", "ns"])
+            aggregates = {"step_kind": trace.step_kind, "chip_kind": trace.chip_kind}
         else:
-            for sql in _SUMMARY_SQL:
-                mem.execute(sql, {"run_id": 0})
-        summary = build_summary(mem, 0)
-        cur = mem.cursor()  # a fresh cursor: build_summary may leave a result open on `mem`
-        small = {t: cur.sql(f"SELECT * EXCLUDE (run_id) FROM {_ident(t)}").to_arrow_table() for t in _SMALL_TABLES}
-    except duckdb.Error as e:
+            aggregates = _aggregates_from_events(trace.events)
+        tables = {"chips": trace.chips, "steps": trace.steps, **aggregates}
+        small = {t: tables[t].select(list(schema.names)).cast(schema) for t, schema in _SMALL_SCHEMAS.items()}
+    except (duckdb.Error, pa.ArrowException, KeyError) as e:  # KeyError: a missing column
         raise ProfilerError(f"cannot prepare run {run_name!r} for storage: {e}") from e
-    finally:
-        if own:
-            mem.close()
-        else:
-            _clear_stage(mem, list(trace.extra))
-    return _StagedRun(runs_row=row, small=small, summary=summary)
+    return _StagedRun(runs_row=row, small=small, events=trace.events.num_rows)
 
 
-def _stage_extra(mem: duckdb.DuckDBPyConnection, name: str, data: pa.Table) -> None:
-    """An extra table as a view ``extra_<name>`` (run_id 0) over its Arrow: one statement, no copy."""
-    if not _IDENT.match(name):
-        raise ProfilerError(f"extra trace table name {name!r} is not a plain identifier")
-    view = f"_podscope_in_extra_{name}"
-    mem.register(view, data)
-    table, view = _ident(f"extra_{name}"), _ident(view)
-    mem.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT CAST(0 AS INTEGER) AS run_id, * FROM {view}")
+def _aggregates_from_events(events: pa.Table) -> dict[str, pa.Table]:
+    """step_kind and chip_kind of one run derived from its events (_SUMMARY_SQL's queries)."""
+    with _stage_cursor() as cur:
+        cur.register("_podscope_staged_events", events)
+        cur.execute(_STAGED_EVENTS_VIEW)
+        p = {"run_id": 0}
+        return {
+            "step_kind": cur.sql(_STEP_KIND_FROM_EVENTS_SQL, params=p).to_arrow_table(),
+            "chip_kind": cur.sql(_CHIP_KIND_FROM_EVENTS_SQL, params=p).to_arrow_table(),
+        }
 
 
-def _clear_stage(mem: duckdb.DuckDBPyConnection, extras: list[str]) -> None:
-    names = [n for n in extras if _IDENT.match(n)]
-    mem.execute(_CLEAR_STAGE_SQL + " ".join(f"DROP VIEW IF EXISTS {_ident('extra_' + n)};" for n in names))
-    for n in ["staged_events", *(f"in_extra_{n}" for n in names)]:
-        mem.unregister(f"_podscope_{n}")
+def _with_index(table: pa.Table, i: int) -> pa.Table:
+    return table.add_column(0, "i", pa.array(np.full(table.num_rows, i, dtype=np.int32)))
 
 
-_SMALL_TABLES = ("chips", "steps", "step_kind", "chip_kind")
+def _summarise(staged: list[_StagedRun]) -> list[_StagedRun]:
+    """The summaries of staged runs, all at once: each summary table concatenated over the
+    runs (with the run's index) and aggregated in one query per batch (summary.batch_aggregates).
+
+    A statement costs about as much as summarising one run's tables, so one set of queries
+    per run cost more than simulating a summary-mode run; per batch it is a few ms in all.
+    """
+    from .summary import BATCH_VIEWS, batch_aggregates, summary_from  # summary queries live with the query layer
+
+    try:
+        with _stage_cursor() as cur:
+            for key, view in BATCH_VIEWS.items():
+                cols = _SUMMARY_INPUTS[key]
+                cur.register(view, pa.concat_tables([_with_index(s.small[key].select(cols), i) for i, s in enumerate(staged)]))
+            aggregates = batch_aggregates(cur, [s.events for s in staged])
+    except (duckdb.Error, pa.ArrowException) as e:
+        raise ProfilerError(f"cannot summarise runs for storage: {e}") from e
+    return [replace(s, summary=summary_from(0, s.runs_row, agg)) for s, agg in zip(staged, aggregates)]
+
+
 _RUNS_COLUMNS = "run_id, name, created_at, source, chip, chips, hosts, slices, topology, steps, scenario, facts, summary"
 _INSERT_RUNS_BATCH_SQL = f"INSERT INTO runs ({_RUNS_COLUMNS}) SELECT {_RUNS_COLUMNS} FROM _podscope_in_runs"
 _INSERT_RUN_SQL = """
@@ -450,7 +494,7 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
     ProfilerError
         On any storage failure; no partial run is visible afterwards.
     """
-    staged = _stage(result, _run_name(result, name), source)
+    staged = _summarise([_stage(result, _run_name(result, name), source)])[0]
     if result.trace.events.num_rows <= EVENT_CHUNK_ROWS:
         with db.write() as con:
             _collect_abandoned(con)
@@ -475,7 +519,6 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
     """
     ids: list[int] = []
     batch: list[tuple[_StagedRun, RunResult]] = []
-    mem = _new_stage_db()
     batch_since = time.monotonic()
 
     def flush() -> None:
@@ -488,11 +531,12 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
         for result in results:
             if result.trace.events.num_rows > EVENT_CHUNK_ROWS:
                 flush()
-                ids.append(_write_chunked(db, _stage(result, _run_name(result, None), source, mem), result))
+                staged = _summarise([_stage(result, _run_name(result, None), source)])[0]
+                ids.append(_write_chunked(db, staged, result))
                 continue
             if not batch:
                 batch_since = time.monotonic()
-            batch.append((_stage(result, _run_name(result, None), source, mem), result))
+            batch.append((_stage(result, _run_name(result, None), source), result))
             rows = sum(r.trace.events.num_rows for _, r in batch)
             if len(batch) >= WRITE_BATCH_RUNS or rows > EVENT_CHUNK_ROWS or time.monotonic() - batch_since > WRITE_BATCH_S:
                 flush()
@@ -500,13 +544,16 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
     except BaseException:
         flush()  # the runs staged before a failure are still stored
         raise
-    finally:
-        mem.close()
     return ids
 
 
 def _write_batch(db: Database, batch: list[tuple[_StagedRun, RunResult]]) -> list[int]:
-    """Small staged runs in one transaction, one INSERT per table; run by run if that fails."""
+    """Small staged runs in one transaction, one INSERT per table; run by run if that fails.
+
+    Their summaries are computed together first (:func:`_summarise`), without the file.
+    """
+    summarised = _summarise([staged for staged, _ in batch])
+    batch = [(staged, result) for staged, (_, result) in zip(summarised, batch)]
     with db.write() as con:
         _collect_abandoned(con)
         try:

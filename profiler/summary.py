@@ -1,14 +1,22 @@
-"""The run summary: the headline numbers of one stored run, computed in SQL.
+"""The run summary: the headline numbers of one stored run.
 
-Built once at write time (inside the write transaction) from the per-run
-summary tables and the engine's run facts, then stored as JSON on the ``runs``
-row; ``python -m profiler run --json`` prints exactly this object. Keys are a
-contract: later features may add keys, never remove or change one.
+Built once at write time from the run's per-step and per-chip aggregates by kind and
+the engine's run facts, then stored as JSON on the ``runs`` row; ``python -m profiler
+run --json`` prints exactly this object. Keys are a contract: later features may add
+keys, never remove or change one.
+
+The few numbers that need SQL (median step time, totals by kind) are computed in one
+place for both paths: :func:`build_summary` asks them of a stored run, and
+:func:`batch_aggregates` of many staged runs at once (one query per batch, not one set
+of queries per run, which cost more than simulating a summary-mode run). Both feed
+:func:`summary_from`, so the two paths cannot drift apart.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -17,7 +25,7 @@ from engine.trace import EVENT_KINDS
 
 from .advisor import advise
 
-__all__ = ["build_summary", "SUMMARY_KEYS"]
+__all__ = ["build_summary", "batch_aggregates", "summary_from", "RunAggregates", "SUMMARY_KEYS", "BATCH_VIEWS"]
 
 SUMMARY_KEYS = (
     "run_id", "name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "params",
@@ -25,6 +33,9 @@ SUMMARY_KEYS = (
     "peak_hbm_bytes", "hbm_capacity_bytes", "hbm_breakdown_bytes", "oom", "events",
     "input_wait_frac", "recompiles", "compile_s", "goodput", "stragglers", "advice",
 )  # fmt: skip
+
+#: the runs-row columns a summary repeats
+RUN_COLUMNS = ("name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "facts")
 
 _STEADY_STEP_SQL = """
 WITH recompiled AS (
@@ -37,8 +48,47 @@ SELECT
 FROM steps WHERE run_id = $run_id
 """
 _BREAKDOWN_SQL = "SELECT kind, sum(ns) FROM chip_kind WHERE run_id = $run_id GROUP BY kind"
-_RUN_SQL = "SELECT name, source, chip, chips, hosts, slices, topology, steps, facts FROM runs WHERE run_id = $run_id"
+_RUN_SQL = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE run_id = $run_id"
 _EVENTS_SQL = "SELECT count(*) FROM events WHERE run_id = $run_id"
+
+#: views :func:`batch_aggregates` reads, registered by the caller (``i``: the run's index in the batch)
+BATCH_VIEWS = {
+    "steps": "_podscope_batch_steps",  # (i, step, step_ns)
+    "step_kind": "_podscope_batch_step_kind",  # (i, step, kind, chip_ns)
+    "chip_kind": "_podscope_batch_chip_kind",  # (i, kind, ns)
+}
+# The same aggregates as _STEADY_STEP_SQL and _BREAKDOWN_SQL, per run of a batch. The anti-join is
+# NOT IN's meaning here: steps and step_kind.step are never null (engine tables, or SQL over events).
+_BATCH_STEADY_STEP_SQL = """
+WITH recompiled AS (
+    SELECT DISTINCT i, step FROM _podscope_batch_step_kind WHERE kind = 'recompile' AND chip_ns > 0
+)
+SELECT
+    s.i,
+    median(s.step_ns) FILTER (WHERE r.step IS NULL) AS steady_ns,
+    median(s.step_ns) AS all_ns,
+    sum(s.step_ns) AS wall_ns
+FROM _podscope_batch_steps s LEFT JOIN recompiled r ON r.i = s.i AND r.step = s.step
+GROUP BY s.i
+"""
+_BATCH_BREAKDOWN_SQL = "SELECT i, kind, sum(ns) FROM _podscope_batch_chip_kind GROUP BY i, kind"
+
+
+@dataclass(frozen=True)
+class RunAggregates:
+    """What a summary needs from a run's tables.
+
+    ``steady_ns``: median step time over steps without a recompile (None if every step
+    recompiled); ``all_ns``: median over all steps; ``wall_ns``: sum of step times; all in
+    ns, None without steps. ``by_kind_ns``: chip time summed over chips and steps, by kind.
+    ``events``: stored event rows.
+    """
+
+    steady_ns: float | None
+    all_ns: float | None
+    wall_ns: int | None
+    by_kind_ns: dict[str, int] = field(default_factory=dict)
+    events: int = 0
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -47,33 +97,31 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
-def build_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]:
-    """Compute the summary object of a stored run."""
-    p = {"run_id": run_id}
-    name, source, chip, chips, hosts, slices, topology, steps, facts_json = con.execute(_RUN_SQL, p).fetchone()
-    facts = json.loads(facts_json) if facts_json else {}
-    steady_ns, all_ns, wall_ns = con.execute(_STEADY_STEP_SQL, p).fetchone()
-    step_ns = steady_ns if steady_ns is not None else all_ns
+def summary_from(run_id: int, run: Mapping[str, Any], agg: RunAggregates) -> dict[str, Any]:
+    """The summary object of a run from its runs-row values (``RUN_COLUMNS``; facts as JSON text) and aggregates."""
+    facts = json.loads(run["facts"]) if run["facts"] else {}
+    step_ns = agg.steady_ns if agg.steady_ns is not None else agg.all_ns
     step_s = float(step_ns) / 1e9 if step_ns is not None else None
-    by_kind = dict(con.execute(_BREAKDOWN_SQL, p).fetchall())
+    by_kind = agg.by_kind_ns
     total = sum(by_kind.values())
     kinds = list(EVENT_KINDS) + sorted(k for k in by_kind if k not in EVENT_KINDS)
     breakdown = {k: (by_kind.get(k, 0) / total if total else 0.0) for k in kinds}
+    chips = run["chips"]
     peak = facts.get("peak_flops_per_s_per_chip")
     job_peak = peak * chips if peak else None
     summary: dict[str, Any] = {
         "run_id": run_id,
-        "name": name,
-        "source": source,
-        "chip": chip,
+        "name": run["name"],
+        "source": run["source"],
+        "chip": run["chip"],
         "chips": chips,
-        "hosts": hosts,
-        "slices": slices,
-        "topology": topology,
-        "steps": steps,
+        "hosts": run["hosts"],
+        "slices": run["slices"],
+        "topology": run["topology"],
+        "steps": run["steps"],
         "params": facts.get("params"),
         "step_time_s": step_s,
-        "wall_time_s": float(wall_ns) / 1e9 if wall_ns is not None else None,
+        "wall_time_s": float(agg.wall_ns) / 1e9 if agg.wall_ns is not None else None,
         "samples_per_s": _ratio(facts.get("samples_per_step"), step_s),
         "tokens_per_s": _ratio(facts.get("tokens_per_step"), step_s),
         "mfu": _ratio(_ratio(facts.get("model_flops_per_step"), step_s), job_peak),
@@ -83,7 +131,7 @@ def build_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]
         "hbm_capacity_bytes": facts.get("hbm_capacity_bytes"),
         "hbm_breakdown_bytes": facts.get("hbm_breakdown_bytes"),
         "oom": bool(facts.get("oom", False)),
-        "events": con.execute(_EVENTS_SQL, p).fetchone()[0],
+        "events": agg.events,
     }
     for key, value in (facts.get("extra") or {}).items():
         summary.setdefault(key, value)
@@ -94,3 +142,28 @@ def build_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]
         summary.setdefault(key, None)
     summary.setdefault("advice", advise(summary))  # last: rules read every other key
     return summary
+
+
+def build_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]:
+    """Compute the summary object of a stored run (its ``runs`` row and summary tables)."""
+    p = {"run_id": run_id}
+    run = dict(zip(RUN_COLUMNS, con.execute(_RUN_SQL, p).fetchone()))
+    steady_ns, all_ns, wall_ns = con.execute(_STEADY_STEP_SQL, p).fetchone()
+    by_kind = dict(con.execute(_BREAKDOWN_SQL, p).fetchall())
+    events = con.execute(_EVENTS_SQL, p).fetchone()[0]
+    return summary_from(run_id, run, RunAggregates(steady_ns, all_ns, wall_ns, by_kind, events))
+
+
+def batch_aggregates(con: duckdb.DuckDBPyConnection, events: list[int]) -> list[RunAggregates]:
+    """Aggregates of runs ``0 .. len(events) - 1`` from the :data:`BATCH_VIEWS` on ``con``: two queries for the batch.
+
+    ``events`` gives each run's event row count (the caller holds the events as Arrow).
+    """
+    steady = {i: row for i, *row in con.execute(_BATCH_STEADY_STEP_SQL).fetchall()}
+    by_kind: dict[int, dict[str, int]] = {}
+    for i, kind, ns in con.execute(_BATCH_BREAKDOWN_SQL).fetchall():
+        by_kind.setdefault(i, {})[kind] = ns
+    return [
+        RunAggregates(*steady.get(i, (None, None, None)), by_kind.get(i, {}), n)  # type: ignore[misc]
+        for i, n in enumerate(events)
+    ]

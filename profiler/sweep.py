@@ -19,8 +19,9 @@ A sweep file (TOML)::
     "sim.jitter_frac" = { low = 0.0, high = 0.05 }
 
 Workers (a process pool here, Dask workers on a cluster: ``distributed.Client(...).get_executor()``)
-simulate one point each and write it to its own folder of Parquet files under a temporary
-name, renamed when complete; one writer (this process) loads finished points into DuckDB, so
+simulate one point each and write it to its own folder of Arrow IPC files under a temporary
+name, renamed when complete (IPC, not Parquet: a point's dozen small tables write ~3x and read
+~8x faster, which matters at tens of summary-mode points per second); one writer (this process) loads finished points into DuckDB, so
 workers never contend for the database lock. A point is identified by a hash of its full
 scenario, so re-running the sweep skips points already stored (resumable), and a point whose
 simulation fails is recorded in ``sweep_failures`` with its error while the sweep goes on.
@@ -35,6 +36,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import tomllib
 import traceback
 from collections.abc import Callable, Mapping
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -229,9 +232,11 @@ def _check_keys(raw: Mapping[str, Any], source: str) -> None:
 
 # --- worker side ---------------------------------------------------------------------------
 
+_POINT_TABLE_SUFFIX = ".arrow"  # one Arrow IPC file per table of a point
+
 
 def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
-    """Simulate one point and write it as a folder of Parquet files; runs in a worker process.
+    """Simulate one point and write it as a folder of Arrow IPC files; runs in a worker process.
 
     Returns (folder, None) or ("", error text). Written under a temporary name and renamed,
     so the writer never sees half a point.
@@ -254,7 +259,8 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
                 tables[agg] = getattr(result.trace, agg)
         tables.update({f"extra_{k}": v for k, v in result.trace.extra.items()})
         for name, table in tables.items():
-            pq.write_table(table, tmp / f"{name}.parquet")
+            with pa.ipc.new_file(tmp / f"{name}{_POINT_TABLE_SUFFIX}", table.schema) as writer:
+                writer.write_table(table)
         meta = {"scenario": point.scenario, "facts": asdict(result.facts), "point": point.point, "overrides": point.overrides}
         (tmp / "meta.json").write_text(json.dumps(meta, default=_json_default))
         os.replace(tmp, final)
@@ -272,10 +278,21 @@ def _json_default(o: Any) -> Any:
 
 # --- writer side ---------------------------------------------------------------------------
 
+#: the writer stores finished points once this many are ready, or this long after the first
+STORE_GATHER_POINTS = 64
+STORE_GATHER_S = 1.0
+
+
+def _read_point_table(path: Path) -> pa.Table:
+    if path.suffix == ".parquet":  # a point left on disk by an earlier version
+        return pq.read_table(path)
+    with pa.OSFile(str(path)) as f:  # read into memory: the folder is removed once stored
+        return pa.ipc.open_file(f).read_all()
+
 
 def _load_point(folder: Path, sweep: str) -> RunResult:
     meta = json.loads((folder / "meta.json").read_text())
-    tables = {p.stem: pq.read_table(p) for p in folder.glob("*.parquet")}
+    tables = {p.stem: _read_point_table(p) for p in [*folder.glob("*.parquet"), *folder.glob(f"*{_POINT_TABLE_SUFFIX}")]}
     extra = {k.removeprefix("extra_"): v for k, v in tables.items() if k.startswith("extra_")}
     facts = meta["facts"]
     facts["extra"] = {**facts.get("extra", {}), "sweep": {"name": sweep, "point": meta["point"], "overrides": meta["overrides"]}}
@@ -385,9 +402,17 @@ def run_sweep(
     futures = {executor.submit(simulate_point, p, str(out)): p for p in todo}
     pending = set(futures)
     while pending:
-        # every point finished by now is stored in one batch (store.write_runs): per-run
-        # statement and file-open costs, not simulation, limit a sweep of small runs
+        # points are stored in batches (store.write_runs): a batch costs about as much as one run
+        # (file open, a statement per table, checkpoint), more than simulating a summary-mode
+        # point, so the writer gathers finished points for up to STORE_GATHER_S first
         finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+        deadline = time.monotonic() + STORE_GATHER_S
+        while pending and len(finished) < STORE_GATHER_POINTS:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            more, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
+            finished |= more
         ready: list[tuple[SweepPoint, str]] = []
         for fut in finished:
             point = futures[fut]

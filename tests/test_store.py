@@ -13,6 +13,8 @@ from engine.trace import Trace
 from profiler import SUMMARY_KEYS, delete_run, queries, write_run
 from profiler.store import resolve_db_path
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
 
 def test_round_trip_preserves_tables_and_summary(db, small_scenario):
     result = simulate(small_scenario)
@@ -212,3 +214,53 @@ def test_write_runs_batch_stores_each_run_exactly_as_write_run(tmp_path, small_s
     assert ids_batch == [1, 2, 3]
     for a, b in zip(ids_one, ids_batch):
         assert _stored_rows(one, a) == _stored_rows(batch, b)
+
+
+def _diverse_runs(small_scenario_path):
+    """Runs that exercise every part of the summary: full and summary mode, recompiles, stragglers,
+    a failure with restart, input waits, an OOM run, and traces without the engine's aggregates."""
+    from engine import RunResult, load_scenario
+    from profiler.trace_import import read_trace
+
+    scenarios = ROOT / "data" / "scenarios"
+    runs = [
+        simulate(load_scenario(small_scenario_path)),
+        simulate(load_scenario(small_scenario_path, {"sim.trace": "summary", "sim.jitter_frac": 0.1})),
+        simulate(load_scenario(scenarios / "llm-1b-v5p-64-failures.toml", {"training.steps": 40, "failures.fail_at_steps": [25],
+                                                                           "failures.checkpoint_every_steps": 10})),  # fmt: skip
+        simulate(load_scenario(scenarios / "resnet50-v3-32-straggler.toml", {"training.steps": 12, "sim.trace": "summary"})),
+        simulate(load_scenario(scenarios / "resnet50-v4-gcs-input-bound.toml", {"training.steps": 12})),
+        simulate(load_scenario(scenarios / "oom" / "gpt3-175b-no-remat-v5p-128.toml", {"training.steps": 3, "sim.trace": "summary"})),
+    ]
+    full = runs[0]
+    # as an import arrives: events only, aggregates derived in SQL at write time
+    runs.append(RunResult(full.scenario, Trace(full.trace.events, full.trace.steps, full.trace.chips, dict(full.trace.extra)), full.facts))
+    trace, facts = read_trace(ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz")
+    runs.append(RunResult(None, trace, facts))
+    return runs
+
+
+def test_batch_summaries_equal_one_run_at_a_time_and_sql_over_the_stored_tables(tmp_path, small_scenario_path):
+    """write_runs summarises a whole batch in one query per table; every stored row and summary must be
+    what write_run stores for the run alone, and what build_summary's per-run SQL derives from the stored tables."""
+    from profiler import build_summary
+    from profiler.store import Database, write_runs
+
+    results = _diverse_runs(small_scenario_path)
+    one, batch = Database(tmp_path / "one.duckdb"), Database(tmp_path / "batch.duckdb")
+    ids_one = [write_run(one, r) for r in results]
+    ids_batch = write_runs(batch, results)
+    for a, b in zip(ids_one, ids_batch, strict=True):
+        assert _stored_rows(one, a) == _stored_rows(batch, b)
+    with batch.read() as con:
+        summaries = [queries.run_summary(con, run_id) for run_id in ids_batch]
+        for run_id, stored in zip(ids_batch, summaries):
+            assert json.loads(json.dumps(build_summary(con, run_id))) == stored
+    # the cases are what they claim to be (so a vacuous set cannot pass)
+    assert [s["events"] > 0 for s in summaries] == [True, False, True, False, True, False, True, True]
+    assert summaries[5]["oom"] is True and not any(s["oom"] for s in summaries[:5])
+    assert summaries[2]["recompiles"] > 0 and summaries[2]["goodput"] < 1.0
+    assert summaries[3]["stragglers"] and summaries[4]["input_wait_frac"] > 0.05
+    assert {**summaries[6], "run_id": 0} == {**summaries[0], "run_id": 0}  # aggregates from SQL = the engine's
+    assert summaries[7]["chip"] == "cpu" and summaries[7]["recompiles"] is None
+    assert len({s["step_time_s"] for s in summaries}) == len(summaries) - 1  # runs 0 and 6 are one run

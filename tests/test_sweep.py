@@ -128,7 +128,7 @@ def test_point_left_on_disk_is_loaded_without_resimulating(tmp_path, sweep_file)
     out = default_out_dir(db, "tiny")
     out.mkdir(parents=True)
     folder, err = simulate_point(point, str(out))
-    assert err is None and (Path(folder) / "events.parquet").exists()
+    assert err is None and (Path(folder) / "events.arrow").exists()
     with cf.ThreadPoolExecutor(1) as pool:
         result = run_sweep(sweep_file(), db, pool)
     assert len(result.stored) == 2
