@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -63,3 +64,11 @@ def test_a_summary_run_says_why_and_re_simulates_with_a_full_trace(runs):
         ).fetchone()
     assert name.endswith("[full trace]") and events > 0
     assert at.session_state["select_run_id"] > summ  # the new run is picked on the next render
+
+
+def test_the_timeline_page_explains_a_summary_mode_run(runs):
+    """The real Timeline page on a summary-mode run (selected as the newest): the notice, no chart."""
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "views" / "timeline.py"), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any('trace = "summary"' in i.value and "timeline to draw" in i.value for i in at.info)
+    assert not at.get("plotly_chart")

@@ -35,6 +35,8 @@ def main() -> None:
     if ctx is None:
         return
     run_id, summary = ctx
+    if not common.require_events(run_id, "timeline to draw"):
+        return
     rng = common.query(queries.step_range, run_id)
     if rng is None:
         st.info("This run stored no steps, so there is no timeline to draw.")
