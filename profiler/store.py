@@ -20,15 +20,20 @@ leaves a visible partial run:
    (computed for a whole batch of runs at once), so no lock is held while summarising.
 2. A run of at most ``EVENT_CHUNK_ROWS`` events is then written in one
    transaction. A larger run reserves its id in ``pending_runs``, appends its
-   events in chunks of ``EVENT_CHUNK_ROWS``, each its own short transaction with
-   the file released in between (so a waiting reader gets in), and finally
-   inserts the small tables and, last, its ``runs`` row in one transaction.
+   events in chunks of ``EVENT_CHUNK_ROWS``, each its own short transaction, and
+   finally inserts the small tables and, last, its ``runs`` row in one transaction.
+   Between chunks the writer releases the file when a reader is waiting for it (a
+   reader that finds the file locked touches a marker file beside it, see
+   :meth:`Database.reader_waiting`), and in any case after ``WRITER_MAX_HOLD_S``; with
+   nobody waiting it keeps its connection, so the run costs one open and one
+   checkpoint rather than one per chunk.
 3. Every query starts from ``runs``, so a run's rows are invisible until that
    last commit. If the writer dies first, its pending entry stays behind and the
    next writer removes the orphaned rows (writer process gone, or entry older
    than ``ABANDONED_AFTER_S``).
 
-A reader's worst wait is therefore one chunk's insert, not a whole run's.
+A reader's worst wait is therefore one chunk's insert, not a whole run's (or
+``WRITER_MAX_HOLD_S`` if it cannot write the marker, e.g. on a read-only folder).
 """
 
 from __future__ import annotations
@@ -70,13 +75,19 @@ DEFAULT_DB_PATH = DATA_DIR / "podscope.duckdb"
 LOCK_RETRY_S = 10.0
 #: lock polling interval bounds; short, so a reader slips in between a large write's chunks
 _POLL_MIN_S, _POLL_MAX_S = 0.005, 0.05
-#: events per write transaction of a large run: ~1 s of lock on the 2-core dev machine. Each chunk
-#: costs an open, a checkpoint on close and WRITER_YIELD_S of pause (~0.15 s together), so the
-#: chunk size trades a waiting reader's worst delay against write rate: 500k rows wrote a
-#: 28.7M-event run at ~40% of a bare DuckDB insert, 4M rows at ~80% (README, Performance).
+#: events per write transaction of a large run: ~1 s of insert on the 2-core dev machine, which is
+#: a waiting reader's worst delay. With nobody waiting a chunk boundary costs a COMMIT only (the
+#: connection is kept, see _HeldWriter); each commit still costs a little, so the size trades that
+#: delay against write rate: on a 32.7M-event run 500k rows wrote at ~61% of a bare DuckDB insert,
+#: 2M at 73-90%, 4M at 80-84%, one transaction 99% (README, Performance).
 EVENT_CHUNK_ROWS = 4_000_000
-#: pause between chunks, longer than a reader's poll interval so a waiting reader gets the file
+#: pause after releasing the file, longer than a reader's poll interval so a waiting reader gets it
 WRITER_YIELD_S = 2 * _POLL_MAX_S
+#: a chunked write keeps the file between chunks unless a reader is waiting, but never longer than
+#: this: the fallback for readers that cannot signal (well inside LOCK_RETRY_S)
+WRITER_MAX_HOLD_S = 3.0
+#: a reader's "waiting" marker counts while it is younger than this (readers touch it on every poll)
+_WAIT_MARKER_FRESH_S = 4 * _POLL_MAX_S
 #: write_runs writes a batch of small runs after staging them for this long (or WRITE_BATCH_RUNS
 #: runs): new runs appear within seconds, and a reader waits at most one batch's insert (one
 #: statement per table, ~0.1 s), not the staging, which holds no lock
@@ -173,6 +184,25 @@ class Database:
         self.path = resolve_db_path(path)
         self.read_only_reads = read_only_reads
 
+    @property
+    def wait_marker(self) -> Path:
+        """File a process touches while it waits for the database: tells a chunked writer to let go."""
+        return self.path.with_name(self.path.name + ".wait")
+
+    def reader_waiting(self) -> bool:
+        """Has another process been polling for this file in the last few poll intervals?"""
+        try:
+            age_s = time.time() - self.wait_marker.stat().st_mtime
+        except OSError:
+            return False
+        return age_s < _WAIT_MARKER_FRESH_S
+
+    def _announce_waiting(self) -> None:
+        try:
+            self.wait_marker.touch()
+        except OSError:
+            pass  # e.g. a read-only folder: the writer still lets go after WRITER_MAX_HOLD_S
+
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + LOCK_RETRY_S
         delay = _POLL_MIN_S
@@ -184,6 +214,7 @@ class Database:
             except duckdb.Error as e:
                 if not _is_lock_error(e):
                     raise ProfilerError(f"cannot open database {self.path}: {e}") from e
+                self._announce_waiting()
                 if time.monotonic() >= deadline:
                     raise DatabaseBusyError(
                         f"database busy: {self.path} has been held by another process for over {LOCK_RETRY_S:.0f} s "
@@ -623,6 +654,49 @@ def _write_whole(con: duckdb.DuckDBPyConnection, staged: _StagedRun, result: Run
     return run_id
 
 
+class _HeldWriter:
+    """A write connection kept across a chunked write's transactions, let go when a reader waits.
+
+    Each :meth:`connection` call is a point where the file may change hands: if another
+    process is polling for it (:meth:`Database.reader_waiting`) or the file has been held
+    for ``WRITER_MAX_HOLD_S``, the connection is closed (DuckDB checkpoints), the writer
+    pauses ``WRITER_YIELD_S`` so the reader gets in, and reopens.
+    """
+
+    def __init__(self, db: Database):
+        self._db = db
+        self._stack: ExitStack | None = None
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._held_since_s = 0.0
+
+    def __enter__(self) -> "_HeldWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        if self._stack is not None:
+            stack, self._stack, self._con = self._stack, None, None
+            stack.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._con is not None and (
+            self._db.reader_waiting() or time.monotonic() - self._held_since_s > WRITER_MAX_HOLD_S
+        ):
+            self._release()
+            time.sleep(WRITER_YIELD_S)
+        if self._con is None:
+            stack = ExitStack()
+            self._con = stack.enter_context(self._db.write())
+            self._stack, self._held_since_s = stack, time.monotonic()
+        try:
+            yield self._con
+        except duckdb.Error as e:
+            raise ProfilerError(f"write failed on {self._db.path}: {e}") from e
+
+
 def _write_chunked(db: Database, staged: _StagedRun, result: RunResult) -> int:
     """A large run: reserve the id, append events in chunk transactions, publish last."""
     events = result.trace.events
@@ -635,14 +709,13 @@ def _write_chunked(db: Database, staged: _StagedRun, result: RunResult) -> int:
                 {"id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "now": datetime.now(timezone.utc)},
             )
     try:
-        for offset in range(0, events.num_rows, EVENT_CHUNK_ROWS):
-            if offset:
-                time.sleep(WRITER_YIELD_S)  # let a reader polling for the file in
-            with db.write() as con, _transaction(con):
-                _insert_arrow(con, "events", events.slice(offset, EVENT_CHUNK_ROWS), run_id, _EVENT_COLUMNS)
-        with db.write() as con, _transaction(con):
-            _publish(con, staged, result, run_id)
-            con.execute("DELETE FROM pending_runs WHERE run_id = $id", {"id": run_id})
+        with _HeldWriter(db) as held:
+            for offset in range(0, events.num_rows, EVENT_CHUNK_ROWS):
+                with held.connection() as con, _transaction(con):
+                    _insert_arrow(con, "events", events.slice(offset, EVENT_CHUNK_ROWS), run_id, _EVENT_COLUMNS)
+            with held.connection() as con, _transaction(con):
+                _publish(con, staged, result, run_id)
+                con.execute("DELETE FROM pending_runs WHERE run_id = $id", {"id": run_id})
     except BaseException:
         try:  # best effort; if this fails too, the next writer collects the rows
             with db.write() as con, _transaction(con):

@@ -77,3 +77,44 @@ def test_write_runs_mixes_whole_and_chunked_runs(tmp_path, monkeypatch, small_sc
             stored = con.execute("SELECT count(*) FROM events WHERE run_id = ?", [run_id]).fetchone()[0]
             assert stored == result.trace.events.num_rows == queries.run_summary(con, run_id)["events"]
         assert con.execute("SELECT count(*) FROM pending_runs").fetchone()[0] == 0
+
+
+def test_a_chunked_writer_keeps_the_file_unless_a_reader_waits(tmp_path, monkeypatch):
+    """Between chunks the writer reuses its connection; a fresh wait marker makes it let go and pause."""
+    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
+    db = Database(tmp_path / "runs.duckdb")
+    with store._HeldWriter(db) as held:
+        with held.connection() as first:
+            pass
+        with held.connection() as again:
+            assert again is first  # nobody waiting: no close, no checkpoint
+        db.wait_marker.touch()  # what a polling reader does
+        assert db.reader_waiting()
+        with held.connection() as after:
+            assert after is not first
+        with pytest.raises(Exception):
+            first.execute("SELECT 1")  # the first connection was closed, so the file was free
+
+
+def test_a_reader_that_finds_the_file_locked_leaves_a_fresh_wait_marker(tmp_path, monkeypatch, small_scenario):
+    import subprocess
+    import sys
+
+    db = Database(tmp_path / "runs.duckdb")
+    write_run(db, simulate(small_scenario))
+    assert not db.reader_waiting()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(db.path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(store, "LOCK_RETRY_S", 0.2)
+        with pytest.raises(store.DatabaseBusyError):
+            with db.read():
+                pass
+        assert db.reader_waiting()
+    finally:
+        holder.kill()
+        holder.wait()
