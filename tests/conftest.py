@@ -18,6 +18,16 @@ from profiler.store import Database  # noqa: E402
 
 SCENARIOS = ROOT / "data" / "scenarios"
 
+
+@pytest.fixture(autouse=True)
+def _keep_main_module():
+    """Streamlit's AppTest installs the page script as ``__main__`` and leaves it there; a later
+    test's spawn-started process pool would then re-run that script in its workers. Every test
+    gets the real ``__main__`` back."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
+
 SMALL_TOML = """
 name = "small"
 [pod]

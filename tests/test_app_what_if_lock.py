@@ -26,14 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 
 
-@pytest.fixture(autouse=True)
-def _keep_main_module():
-    """AppTest installs the page script as ``__main__`` and leaves it there; a later test's
-    spawn-started process pool would then re-run that script in its workers."""
-    main = sys.modules["__main__"]
-    yield
-    sys.modules["__main__"] = main
-
 
 def test_a_cli_writer_keeps_committing_while_a_what_if_simulates(tmp_path, monkeypatch, write_toml):
     from engine import load_scenario

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,6 @@ from profiler import write_run
 from profiler.store import Database
 from tests.conftest import SMALL_TOML
 
-
-@pytest.fixture(autouse=True)
-def _keep_main_module():
-    """AppTest installs the page script as ``__main__`` and leaves it there; a later test's
-    spawn-started process pool would then re-run that script in its workers."""
-    main = sys.modules["__main__"]
-    yield
-    sys.modules["__main__"] = main
 
 
 def _page(run_id: int) -> None:  # runs as its own script inside AppTest
