@@ -41,6 +41,7 @@ __all__ = [
     "summary_of",
     "format_report",
     "results_frame",
+    "fit_record",
     "published_scaling_points",
 ]
 
@@ -228,12 +229,40 @@ def format_report(v: Validation) -> str:
     return "\n".join(lines)
 
 
+def fit_record(reference: str | Path | None = None, calibration: str | Path | None = None) -> dict[str, Any]:
+    """The calibration file's ``[fit]`` record, if it was fitted on this reference file.
+
+    Returns the record (date, fitted parameters, in-sample / held-out / family-held-out
+    summaries and per-case errors, see :mod:`profiler.calibrate`) when its
+    ``reference_sha256`` matches the reference file's content, else an empty dict: held-out
+    errors of a fit on other data would not describe these cases.
+    """
+    import hashlib
+    import tomllib
+
+    ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
+    cal_path = Path(calibration) if calibration is not None else DEFAULT_CALIBRATION_PATH
+    try:
+        record = tomllib.loads(cal_path.read_text()).get("fit", {})
+        digest = hashlib.sha256(ref_path.read_bytes()).hexdigest()
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    return record if isinstance(record, dict) and record.get("reference_sha256") == digest else {}
+
+
 def results_frame(reference: str | Path | None = None, calibration: str | Path | None = None) -> pd.DataFrame:
-    """Per-case results as a DataFrame (the dashboard's Validation page): one row per case."""
+    """Per-case results as a DataFrame (the dashboard's Validation page): one row per case.
+
+    ``held_out_error_pct`` is the case's error when predicted by the calibration fit that
+    never saw it (5-fold cross-validation, from :func:`fit_record`); NaN for cases that are
+    not fitted or when the calibration was fitted on another reference file.
+    """
     v = run_validation(reference, calibration)
     df = pd.DataFrame([asdict(c) for c in v.cases])
     if not df.empty:
         df["abs_error_pct"] = df["error_pct"].abs()
+        held_out = fit_record(reference, calibration).get("held_out_pct", {})
+        df["held_out_error_pct"] = [float(held_out[i]) if i in held_out else math.nan for i in df["id"]]
     return df
 
 

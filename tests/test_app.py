@@ -81,3 +81,6 @@ def test_validation_page_shows_scatter_table_and_filters(app_db):
     _no_exceptions(at)
     shown = at.dataframe[0].value
     assert 0 < len(shown) < n_all and set(shown["chip"]) == {"tpu-v3"}
+    # the bundled calibration was fitted on the bundled reference: held-out errors are shown too
+    assert shown["held_out_error_pct"].notna().all()
+    assert any("never saw them" in c.value for c in at.caption)

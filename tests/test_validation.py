@@ -199,6 +199,17 @@ class TestCalibration:
         assert back.hbm_efficiency == pytest.approx(cal.hbm_efficiency)
         assert "FITTED" in path.read_text()
 
+    def test_held_out_errors_are_shown_only_for_the_reference_the_fit_saw(self, tmp_path):
+        df = validation.results_frame()
+        fitted = df[df["fit"]]
+        record = validation.fit_record()
+        assert fitted["held_out_error_pct"].tolist() == [pytest.approx(record["held_out_pct"][i]) for i in fitted["id"]]
+        assert df[~df["fit"]]["held_out_error_pct"].isna().all()  # collective checks are never fitted
+        other = tmp_path / "ref.json"
+        other.write_text(json.dumps([MAXTEXT_ENTRY]))  # a different file: that fit says nothing about it
+        assert validation.fit_record(other) == {}
+        assert validation.results_frame(other)["held_out_error_pct"].isna().all()
+
     def test_bundled_calibration_records_its_fit(self):
         import tomllib
 

@@ -17,15 +17,27 @@ def _results():
     return validation.results_frame()
 
 
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
 def _summary(df) -> None:
     e2e = df[df["fit"]]
     s = validation.summarize(e2e["error_pct"].to_numpy(), list(e2e["id"]))
     cols = st.columns(4)
     cols[0].metric("End-to-end cases", f"{s['n']}")
-    fmt = lambda x: "n/a" if x is None else f"{x:.1f}%"  # noqa: E731
-    cols[1].metric("Median |error|", fmt(s["median_abs_pct"]))
-    cols[2].metric("90th pct |error|", fmt(s["p90_abs_pct"]))
-    cols[3].metric("Worst |error|", fmt(s["worst_abs_pct"]))
+    cols[1].metric("Median |error|", _pct(s["median_abs_pct"]))
+    cols[2].metric("90th pct |error|", _pct(s["p90_abs_pct"]))
+    cols[3].metric("Worst |error|", _pct(s["worst_abs_pct"]))
+    held = e2e.dropna(subset=["held_out_error_pct"])
+    if not held.empty:
+        h = validation.summarize(held["held_out_error_pct"].to_numpy(), list(held["id"]))
+        st.caption(
+            f"Predicted by a fit that never saw them (5-fold cross-validation of the calibration, "
+            f"{len(held)} of these cases): median |error| {_pct(h['median_abs_pct'])}, "
+            f"90th percentile {_pct(h['p90_abs_pct'])}, worst {_pct(h['worst_abs_pct'])}. "
+            "`python -m profiler calibrate` refits and recomputes this."
+        )
 
 
 def main() -> None:
@@ -51,7 +63,7 @@ def main() -> None:
         return
     _summary(view)
     st.plotly_chart(figures.validation_scatter(view), width="stretch")
-    cols = ["id", "chip", "model", "metric", "predicted", "published", "error_pct", "note"]
+    cols = ["id", "chip", "model", "metric", "predicted", "published", "error_pct", "held_out_error_pct", "note"]
     st.dataframe(view[cols].sort_values("error_pct", key=abs, ascending=False), hide_index=True, width="stretch")
 
 
