@@ -222,6 +222,19 @@ def format_report(v: Validation) -> str:
                 f"{group:<11} n={s['n']:<3} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
                 f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
             )
+    record = fit_record(v.reference, v.calibration)
+    for label, key in (("held out", "held_out"), ("family out", "family_held_out")):
+        s = record.get(key, {})
+        if s.get("n"):
+            lines.append(
+                f"{label:<11} n={s['n']:<3} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
+                f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
+            )
+    if record:
+        lines.append(
+            f"(end-to-end cases predicted by fits that never saw them: {record.get('folds', '?')}-fold and leave-one-family-out "
+            f"cross-validation recorded by `profiler calibrate` on {record.get('date', '?')})"
+        )
     lines.append("")
     lines.append(f"not expressible ({len(v.skipped)} entries):")
     for s in v.skipped:

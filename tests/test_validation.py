@@ -240,6 +240,7 @@ class TestCli:
         p = _cli("validate")
         assert p.returncode == EXIT_OK, p.stderr
         assert "median |err|" in p.stdout and "not expressible" in p.stdout
+        assert "held out    n=" in p.stdout and "family out  n=" in p.stdout  # the fit was on this reference
 
     def test_bad_reference_exits_2(self, tmp_path):
         bad = tmp_path / "bad.json"
