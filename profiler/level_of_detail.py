@@ -58,16 +58,21 @@ class CellGrid:
         start_ns = np.asarray(start_ns, dtype=np.int64)
         end_ns = np.asarray(end_ns, dtype=np.int64)
         row = np.minimum(np.searchsorted(self.chips, chip), len(self.chips) - 1)
-        known = (self.chips[row] == chip) & (end_ns > start_ns)
-        # an event's first cell; the flat index of (row, bucket, kind) in the dense array
-        first = start_ns // width
-        last = (end_ns - 1) // width
+        # an event's first and last cell, clipped to the grid so an event reaching far outside the
+        # window is split over the window's buckets only (never into millions of pieces)
+        first_raw = start_ns // width
+        last_raw = (end_ns - 1) // width
+        known = (self.chips[row] == chip) & (end_ns > start_ns) & (last_raw >= 0) & (first_raw < self.buckets)
+        first = np.clip(first_raw, 0, self.buckets - 1)
+        last = np.clip(last_raw, 0, self.buckets - 1)
         code = np.asarray(kind_code, dtype=np.int64)
         code = np.where((code >= 0) & (code < n_kinds), code, 0)  # an unknown code counts as "other"
+        # the flat index of (row, first bucket, kind) in the dense array
         base = (row * self.buckets + first) * n_kinds + code
-        # most events fall in one bucket: all their time goes to that cell
-        one = known & (first == last) & (first >= 0) & (first < self.buckets)
-        self._ns += np.bincount(base[one], weights=(end_ns - start_ns)[one], minlength=len(self._ns))
+        # most events fall in one bucket: all their time inside the grid goes to that cell
+        one = known & (first == last)
+        inside_ns = np.minimum(end_ns, (first + 1) * width) - np.maximum(start_ns, first * width)
+        self._ns += np.bincount(base[one], weights=inside_ns[one], minlength=len(self._ns))
         many = np.flatnonzero(known & (first != last))
         if many.size:  # the rest are split over the buckets they overlap
             pieces = (last - first + 1)[many]
@@ -75,9 +80,8 @@ class CellGrid:
             nth = np.arange(len(event)) - np.repeat(np.cumsum(pieces) - pieces, pieces)  # piece within its event
             bucket = first[event] + nth
             overlap_ns = np.minimum(end_ns[event], (bucket + 1) * width) - np.maximum(start_ns[event], bucket * width)
-            keep = (bucket >= 0) & (bucket < self.buckets)
             flat = base[event] + nth * n_kinds
-            self._ns += np.bincount(flat[keep], weights=overlap_ns[keep], minlength=len(self._ns))
+            self._ns += np.bincount(flat, weights=overlap_ns, minlength=len(self._ns))
 
     def cells(self) -> pd.DataFrame:
         """Cells with any time, ordered by chip and bucket: chip, bucket, kind (the cell's dominant kind;

@@ -62,3 +62,18 @@ def test_matches_splitting_every_event_over_every_bucket(events, buckets, width_
     names = ["other", *KINDS]
     expected = [(c, b, names[int(v.argmax())], v.max() / v.sum()) for (c, b), v in sorted(ns.items())]
     assert _cells(grid) == expected
+
+
+def test_an_event_reaching_far_outside_the_window_is_split_over_the_window_only():
+    """A day-long event seen through a 10-bucket window of 1 ns buckets: 10 pieces, not 8.6e13."""
+    grid = CellGrid([0], buckets=10, width_ns=1, kinds=["compute"])
+    day_ns = 86_400 * 10**9
+    grid.add(np.array([0]), np.array([1]), np.array([-day_ns]), np.array([day_ns]))
+    cells = grid.cells()
+    assert list(cells["bucket"]) == list(range(10))
+    assert (cells["kind"] == "compute").all() and (cells["share"] == 1.0).all()
+    # and one that starts inside the last bucket but ends far later counts only its part inside
+    grid = CellGrid([0], buckets=2, width_ns=10, kinds=["compute", "collective"])
+    grid.add(np.array([0, 0]), np.array([1, 2]), np.array([10, 15]), np.array([15, day_ns]))
+    ((bucket, kind, share),) = grid.cells()[["bucket", "kind", "share"]].itertuples(index=False)
+    assert (bucket, kind, share) == (1, "compute", 0.5)
