@@ -28,6 +28,7 @@ import pyarrow as pa
 from .calibration import Calibration
 from .collectives import CollectiveResult, collective_time, plan_collective
 from .links import Fabric, RingPhase, dcn_link_table
+from .parallelism import LinkPenalty, Mesh
 from .topology import Pod
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "gradient_sync",
     "MeshGradientSync",
     "mesh_gradient_sync",
+    "mesh_link_penalties",
     "overlap_exposed_s",
     "overlap_table",
     "OVERLAP_SCHEMA",
@@ -306,6 +308,40 @@ def mesh_gradient_sync(
         exposed, overlapped = total, 0.0
     return MeshGradientSync(exposed + overlapped, exposed, overlapped, buckets, fabrics, loads,
                             grad_bytes_per_chip / data_size)
+
+
+def mesh_link_penalties(pod: Pod, cal: Calibration, section, mesh: Mesh) -> dict[str, LinkPenalty]:
+    """What the scenario's degraded/failed links add to the per-layer FSDP and TP collectives.
+
+    Each mesh axis' rings (:func:`_ring_phases`, as the mesh model prices them) are laid
+    on every slice's links for a 1-byte array: per phase, the slowest ring of the worst
+    slice sets the pace of a synchronous SPMD collective, and its bandwidth time minus
+    the healthy one is the extra seconds per byte (bandwidth time is linear in the
+    array). A failed link a phase's rings cross adds its detour's extra hops to that
+    phase. ``unidirectional`` is not applied here (the mesh model prices these
+    collectives on two-way links), so the reference and the faulty rings are both two-way.
+
+    Returns
+    -------
+    dict
+        ``{"fsdp" | "tensor": LinkPenalty}`` for mesh axes larger than 1; empty without faults,
+        so a healthy run's per-layer collectives are untouched.
+    """
+    if not section.degraded_links and not section.failed_links:
+        return {}
+    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
+    fabrics = _fabrics(pod, link, section.degraded_links, section.failed_links)
+    out = {}
+    for name in ("fsdp", "tensor"):
+        axis = mesh[name]
+        phases = _ring_phases(axis.segments, 1.0, unidirectional=False)
+        if axis.size <= 1 or not phases:
+            continue
+        healthy = np.asarray(fabrics[-1].stage_bw_time_s(None, fabrics[-1].ring_loads(phases)))
+        worst = np.max([f.stage_bw_time_s(None, f.ring_loads(phases)) for f in fabrics.values()], axis=0)
+        hops = np.max([f.detour_hops(f.ring_loads(phases, reroute=False)) for f in fabrics.values()], axis=0)
+        out[name] = LinkPenalty(float(np.sum(worst - healthy)), float(hops.sum()) * cal.ici_hop_latency_s)
+    return out
 
 
 def overlap_table(sync: GradientSync | MeshGradientSync, steps: pa.Table, backward_start_s: float, backward_s: float) -> pa.Table:

@@ -166,6 +166,18 @@ class Fabric:
                 out.append((int(self._link_ids(u, v)[0]), ids))
         return out
 
+    def detour_hops(self, loads: np.ndarray) -> np.ndarray:
+        """(rows,) hops each stage's rings gain: the longest detour of a failed link that row uses.
+
+        ``loads`` is (stages or phases, links) bytes *before* rerouting (``reroute=False``),
+        so a failed link no ring of that row crosses (an axis the collective does not
+        span, a strided line's wraparound) adds nothing.
+        """
+        out = np.zeros(len(loads), dtype=np.int64)
+        for link_id, path in self.detours:
+            out = np.where(loads[:, link_id] > 0, np.maximum(out, len(path) - 1), out)
+        return out
+
     def extra_hops(self, axis: int) -> int:
         """Hops a ring on ``axis`` gains from its longest detour (0 without failures)."""
         extra = 0
