@@ -117,7 +117,10 @@ def collective_on_pod(
     loads = {k: f.stage_loads(plan) for k, f in fabrics.items()}
     # The slowest slice bounds a synchronous collective: per stage, the worst fabric.
     stage_bw = np.max([fabrics[k].stage_bw_time_s(plan, loads[k]) for k in fabrics], axis=0) if plan.stages else []
-    extra = max((f.extra_hops(a) for f in fabrics.values() for a in range(len(pod.slice.shape))), default=0)
+    # A detour lengthens the rings of the stages that cross the failed link, by its extra hops; a failed
+    # link no ring of a stage uses (on an axis the collective does not span) costs that stage nothing.
+    broken = [f.detour_hops(f.stage_loads(plan, reroute=False)) for f in fabrics.values() if f.failed]
+    extra = int(np.max(broken, axis=0).sum()) if broken and plan.stages else 0
     res = collective_time(
         plan,
         link,
@@ -129,8 +132,7 @@ def collective_on_pod(
         dcn_latency_s=cal.dcn_latency_s,
     )
     if extra:
-        # A detour lengthens every ring step that crosses it: charge its extra hops once per stage.
-        add = extra * cal.ici_hop_latency_s * plan.stages
+        add = extra * cal.ici_hop_latency_s
         res = CollectiveResult(res.op, res.bytes_total, res.participants, res.time_s + add, res.ici_time_s + add,
                                res.dcn_time_s, res.phases, res.plan)
     return res, fabrics, loads

@@ -187,8 +187,11 @@ class Fabric:
         return extra
 
     # -- loads ------------------------------------------------------------------------
-    def stage_loads(self, plan: CollectivePlan) -> np.ndarray:
-        """(stages, links) bytes each directed link carries in each stage, detours applied."""
+    def stage_loads(self, plan: CollectivePlan, reroute: bool = True) -> np.ndarray:
+        """(stages, links) bytes each directed link carries in each stage, detours applied.
+
+        ``reroute=False`` leaves a failed link's bytes on it (to see whether the rings use it).
+        """
         L = self.links
         loads = np.zeros((plan.stages, self.n_links))
         for p in plan.phases:
@@ -202,7 +205,7 @@ class Fabric:
                 loads[p.stage, on_axis & (L["sign"] == 1)] += p.link_bytes  # one-way ring on a torus axis
             else:
                 loads[p.stage, on_axis] += p.link_bytes
-        return self._reroute(loads)
+        return self._reroute(loads) if reroute else loads
 
     def ring_loads(self, phases: Sequence[RingPhase], reroute: bool = True) -> np.ndarray:
         """(phases, links) bytes of mesh-axis ring phases run one after another, detours applied.
