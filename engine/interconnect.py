@@ -258,8 +258,8 @@ def mesh_gradient_sync(
     The mesh model's estimate (healthy, bidirectional links) is kept, and what the
     links of each slice add to it is charged on top: per ring phase, the busiest
     link's bandwidth time with the scenario's degraded/failed links and one-way
-    links minus the same on healthy links, plus the hops of the longest detour and
-    the hops a one-way ring adds. The slowest slice sets the time (a synchronous
+    links minus the same on healthy links, plus, on each phase whose rings cross a
+    failed link, the extra hops of its longest such detour, and the hops a one-way ring adds. The slowest slice sets the time (a synchronous
     collective). ``[interconnect] overlap`` buckets it as :func:`gradient_sync` does;
     ``schedule`` does not apply (the mesh model runs a mesh axis' segments in sequence).
 
@@ -290,14 +290,11 @@ def mesh_gradient_sync(
     worst = np.max([fabrics[k].stage_bw_time_s(None, loads[k]) for k in fabrics], axis=0) if act else healthy
     hops = [s.chips - 1 if s.wrap else 0 for s in segments]  # a one-way ring pays n-1 hops, not ceil((n-1)/2)
     one_way_hops = 2 * sum(h - math.ceil(h / 2) for h in hops) if section.unidirectional else 0
-    # A detour lengthens the rings that cross the failed link (charged once per phase, as
-    # collective_on_pod does); a failed link no ring uses (a strided line's wraparound) costs nothing.
-    longest = 0
-    for f in fabrics.values():
-        if f.failed:
-            used = f.ring_loads(act, reroute=False).any(axis=0)
-            longest = max([longest, *(len(path) - 1 for link_id, path in f.detours if used[link_id])])
-    detour_hops = longest * len(act)
+    # A detour lengthens the rings of the phases that cross the failed link (as collective_on_pod
+    # charges stages); a failed link no ring of a phase uses (a strided line's wraparound, another
+    # axis' phase) costs that phase nothing.
+    broken = [f.detour_hops(f.ring_loads(act, reroute=False)) for f in fabrics.values() if f.failed]
+    detour_hops = int(np.max(broken, axis=0).sum()) if broken and act else 0
     total = estimate_s + float(np.sum(worst - healthy)) + (one_way_hops + detour_hops) * lat
     buckets = section.buckets if section.overlap else 1
     if buckets > 1:
