@@ -259,9 +259,10 @@ def mesh_gradient_sync(
     links of each slice add to it is charged on top: per ring phase, the busiest
     link's bandwidth time with the scenario's degraded/failed links and one-way
     links minus the same on healthy links, plus, on each phase whose rings cross a
-    failed link, the extra hops of its longest such detour, and the hops a one-way ring adds. The slowest slice sets the time (a synchronous
-    collective). ``[interconnect] overlap`` buckets it as :func:`gradient_sync` does;
-    ``schedule`` does not apply (the mesh model runs a mesh axis' segments in sequence).
+    failed link, the extra hops of its longest such detour, and the hops a one-way
+    ring adds. The slowest slice sets the time (a synchronous collective).
+    ``[interconnect] overlap`` buckets it as :func:`gradient_sync` does; ``schedule``
+    does not apply (the mesh model runs a mesh axis' segments in sequence).
 
     Parameters
     ----------
