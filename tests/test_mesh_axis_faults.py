@@ -14,7 +14,6 @@ from __future__ import annotations
 import tomllib
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -157,4 +156,3 @@ def test_a_fault_never_makes_any_collective_faster(mesh, chip, step, frac, fail)
     assert (f.time_ns.to_numpy() >= h.time_ns.to_numpy()).all()
     assert hurt.facts.extra["grad_allreduce_s"] >= healthy.facts.extra["grad_allreduce_s"] * (1 - 1e-12)
     assert collective_ns(hurt) >= collective_ns(healthy)
-    assert np.isfinite(f.time_ns.to_numpy()).all()
