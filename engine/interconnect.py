@@ -28,6 +28,7 @@ import pyarrow as pa
 from .calibration import Calibration
 from .collectives import CollectiveResult, collective_time, plan_collective
 from .links import Fabric, RingPhase, dcn_link_table
+from .parallelism import LinkPenalty, Mesh
 from .topology import Pod
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "gradient_sync",
     "MeshGradientSync",
     "mesh_gradient_sync",
+    "mesh_link_penalties",
     "overlap_exposed_s",
     "overlap_table",
     "OVERLAP_SCHEMA",
@@ -115,7 +117,10 @@ def collective_on_pod(
     loads = {k: f.stage_loads(plan) for k, f in fabrics.items()}
     # The slowest slice bounds a synchronous collective: per stage, the worst fabric.
     stage_bw = np.max([fabrics[k].stage_bw_time_s(plan, loads[k]) for k in fabrics], axis=0) if plan.stages else []
-    extra = max((f.extra_hops(a) for f in fabrics.values() for a in range(len(pod.slice.shape))), default=0)
+    # A detour lengthens the rings of the stages that cross the failed link, by its extra hops; a failed
+    # link no ring of a stage uses (on an axis the collective does not span) costs that stage nothing.
+    broken = [f.detour_hops(f.stage_loads(plan, reroute=False)) for f in fabrics.values() if f.failed]
+    extra = int(np.max(broken, axis=0).sum()) if broken and plan.stages else 0
     res = collective_time(
         plan,
         link,
@@ -127,8 +132,7 @@ def collective_on_pod(
         dcn_latency_s=cal.dcn_latency_s,
     )
     if extra:
-        # A detour lengthens every ring step that crosses it: charge its extra hops once per stage.
-        add = extra * cal.ici_hop_latency_s * plan.stages
+        add = extra * cal.ici_hop_latency_s
         res = CollectiveResult(res.op, res.bytes_total, res.participants, res.time_s + add, res.ici_time_s + add,
                                res.dcn_time_s, res.phases, res.plan)
     return res, fabrics, loads
@@ -254,10 +258,11 @@ def mesh_gradient_sync(
     The mesh model's estimate (healthy, bidirectional links) is kept, and what the
     links of each slice add to it is charged on top: per ring phase, the busiest
     link's bandwidth time with the scenario's degraded/failed links and one-way
-    links minus the same on healthy links, plus the hops of the longest detour and
-    the hops a one-way ring adds. The slowest slice sets the time (a synchronous
-    collective). ``[interconnect] overlap`` buckets it as :func:`gradient_sync` does;
-    ``schedule`` does not apply (the mesh model runs a mesh axis' segments in sequence).
+    links minus the same on healthy links, plus, on each phase whose rings cross a
+    failed link, the extra hops of its longest such detour, and the hops a one-way
+    ring adds. The slowest slice sets the time (a synchronous collective).
+    ``[interconnect] overlap`` buckets it as :func:`gradient_sync` does; ``schedule``
+    does not apply (the mesh model runs a mesh axis' segments in sequence).
 
     Parameters
     ----------
@@ -286,14 +291,11 @@ def mesh_gradient_sync(
     worst = np.max([fabrics[k].stage_bw_time_s(None, loads[k]) for k in fabrics], axis=0) if act else healthy
     hops = [s.chips - 1 if s.wrap else 0 for s in segments]  # a one-way ring pays n-1 hops, not ceil((n-1)/2)
     one_way_hops = 2 * sum(h - math.ceil(h / 2) for h in hops) if section.unidirectional else 0
-    # A detour lengthens the rings that cross the failed link (charged once per phase, as
-    # collective_on_pod does); a failed link no ring uses (a strided line's wraparound) costs nothing.
-    longest = 0
-    for f in fabrics.values():
-        if f.failed:
-            used = f.ring_loads(act, reroute=False).any(axis=0)
-            longest = max([longest, *(len(path) - 1 for link_id, path in f.detours if used[link_id])])
-    detour_hops = longest * len(act)
+    # A detour lengthens the rings of the phases that cross the failed link (as collective_on_pod
+    # charges stages); a failed link no ring of a phase uses (a strided line's wraparound, another
+    # axis' phase) costs that phase nothing.
+    broken = [f.detour_hops(f.ring_loads(act, reroute=False)) for f in fabrics.values() if f.failed]
+    detour_hops = int(np.max(broken, axis=0).sum()) if broken and act else 0
     total = estimate_s + float(np.sum(worst - healthy)) + (one_way_hops + detour_hops) * lat
     buckets = section.buckets if section.overlap else 1
     if buckets > 1:
@@ -306,6 +308,40 @@ def mesh_gradient_sync(
         exposed, overlapped = total, 0.0
     return MeshGradientSync(exposed + overlapped, exposed, overlapped, buckets, fabrics, loads,
                             grad_bytes_per_chip / data_size)
+
+
+def mesh_link_penalties(pod: Pod, cal: Calibration, section, mesh: Mesh) -> dict[str, LinkPenalty]:
+    """What the scenario's degraded/failed links add to the per-layer FSDP and TP collectives.
+
+    Each mesh axis' rings (:func:`_ring_phases`, as the mesh model prices them) are laid
+    on every slice's links for a 1-byte array: per phase, the slowest ring of the worst
+    slice sets the pace of a synchronous SPMD collective, and its bandwidth time minus
+    the healthy one is the extra seconds per byte (bandwidth time is linear in the
+    array). A failed link a phase's rings cross adds its detour's extra hops to that
+    phase. ``unidirectional`` is not applied here (the mesh model prices these
+    collectives on two-way links), so the reference and the faulty rings are both two-way.
+
+    Returns
+    -------
+    dict
+        ``{"fsdp" | "tensor": LinkPenalty}`` for mesh axes larger than 1; empty without faults,
+        so a healthy run's per-layer collectives are untouched.
+    """
+    if not section.degraded_links and not section.failed_links:
+        return {}
+    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
+    fabrics = _fabrics(pod, link, section.degraded_links, section.failed_links)
+    out = {}
+    for name in ("fsdp", "tensor"):
+        axis = mesh[name]
+        phases = _ring_phases(axis.segments, 1.0, unidirectional=False)
+        if axis.size <= 1 or not phases:
+            continue
+        healthy = np.asarray(fabrics[-1].stage_bw_time_s(None, fabrics[-1].ring_loads(phases)))
+        worst = np.max([f.stage_bw_time_s(None, f.ring_loads(phases)) for f in fabrics.values()], axis=0)
+        hops = np.max([f.detour_hops(f.ring_loads(phases, reroute=False)) for f in fabrics.values()], axis=0)
+        out[name] = LinkPenalty(float(np.sum(worst - healthy)), float(hops.sum()) * cal.ici_hop_latency_s)
+    return out
 
 
 def overlap_table(sync: GradientSync | MeshGradientSync, steps: pa.Table, backward_start_s: float, backward_s: float) -> pa.Table:

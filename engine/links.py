@@ -166,6 +166,18 @@ class Fabric:
                 out.append((int(self._link_ids(u, v)[0]), ids))
         return out
 
+    def detour_hops(self, loads: np.ndarray) -> np.ndarray:
+        """(rows,) hops each stage's rings gain: the longest detour of a failed link that row uses.
+
+        ``loads`` is (stages or phases, links) bytes *before* rerouting (``reroute=False``),
+        so a failed link no ring of that row crosses (an axis the collective does not
+        span, a strided line's wraparound) adds nothing.
+        """
+        out = np.zeros(len(loads), dtype=np.int64)
+        for link_id, path in self.detours:
+            out = np.where(loads[:, link_id] > 0, np.maximum(out, len(path) - 1), out)
+        return out
+
     def extra_hops(self, axis: int) -> int:
         """Hops a ring on ``axis`` gains from its longest detour (0 without failures)."""
         extra = 0
@@ -175,8 +187,11 @@ class Fabric:
         return extra
 
     # -- loads ------------------------------------------------------------------------
-    def stage_loads(self, plan: CollectivePlan) -> np.ndarray:
-        """(stages, links) bytes each directed link carries in each stage, detours applied."""
+    def stage_loads(self, plan: CollectivePlan, reroute: bool = True) -> np.ndarray:
+        """(stages, links) bytes each directed link carries in each stage, detours applied.
+
+        ``reroute=False`` leaves a failed link's bytes on it (to see whether the rings use it).
+        """
         L = self.links
         loads = np.zeros((plan.stages, self.n_links))
         for p in plan.phases:
@@ -190,7 +205,7 @@ class Fabric:
                 loads[p.stage, on_axis & (L["sign"] == 1)] += p.link_bytes  # one-way ring on a torus axis
             else:
                 loads[p.stage, on_axis] += p.link_bytes
-        return self._reroute(loads)
+        return self._reroute(loads) if reroute else loads
 
     def ring_loads(self, phases: Sequence[RingPhase], reroute: bool = True) -> np.ndarray:
         """(phases, links) bytes of mesh-axis ring phases run one after another, detours applied.

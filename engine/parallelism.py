@@ -65,6 +65,7 @@ __all__ = [
     "MeshAxis",
     "Mesh",
     "resolve_mesh",
+    "LinkPenalty",
     "mesh_collective_s",
     "LayerUnit",
     "layer_units",
@@ -231,18 +232,46 @@ def _greedy_layout(
     return parts
 
 
-def mesh_collective_s(op: str, bytes_total: float, axis: MeshAxis, link_bytes_per_s: float, hop_latency_s: float) -> float:
+@dataclass(frozen=True)
+class LinkPenalty:
+    """What degraded or failed links add to one reduce-scatter or all-gather over a mesh axis.
+
+    The mesh axis' rings on the actual links (:func:`engine.interconnect.mesh_link_penalties`)
+    against the same rings on healthy links: per phase, the slowest ring's bandwidth time
+    grows linearly with the array, so the bandwidth part is a rate; a failed link a phase's
+    rings cross lengthens them by its detour's extra hops, independent of the array.
+    """
+
+    s_per_byte: float  # extra bandwidth seconds per byte of the full (unsharded) array
+    latency_s: float  # extra hop latency (s) of the detours
+
+    def added_s(self, bytes_total: float) -> float:
+        """Seconds added to one reduce-scatter or all-gather of ``bytes_total`` bytes."""
+        return self.s_per_byte * bytes_total + self.latency_s if bytes_total > 0 else 0.0
+
+
+def mesh_collective_s(
+    op: str,
+    bytes_total: float,
+    axis: MeshAxis,
+    link_bytes_per_s: float,
+    hop_latency_s: float,
+    penalty: LinkPenalty | None = None,
+) -> float:
     """Time of a collective over one mesh axis, as per-segment rings in sequence.
 
     ``op`` is ``"all-gather"``, ``"reduce-scatter"`` or ``"all-reduce"`` (= both);
     ``bytes_total`` is the full (unsharded) array. A strided segment shares its
-    links with ``stride`` rings, so it sees ``link / stride``.
+    links with ``stride`` rings, so it sees ``link / stride``. ``penalty`` adds what
+    the axis' faulty links cost (None: healthy links).
     """
     t = 0.0
     shard = float(bytes_total)
     for seg in axis.segments:
         t += ring_phase(shard, seg.chips, seg.wrap, link_bytes_per_s / seg.stride, hop_latency_s)
         shard /= seg.chips
+    if penalty is not None and t > 0:
+        t += penalty.added_s(bytes_total)
     if op == "all-reduce":
         return 2.0 * t
     if op not in ("all-gather", "reduce-scatter"):
@@ -336,6 +365,7 @@ def plan_collectives(
     ps_bytes_per_s_per_host: float = 0.0,
     remat: str = "none",
     tp_overlap_frac: float = 0.0,
+    link_penalties: Mapping[str, LinkPenalty] | None = None,
 ) -> CollectivePlan:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -348,9 +378,13 @@ def plan_collectives(
     policies recompute only work inside a head shard, which needs no communication.
     ``tp_overlap_frac`` of each tensor-parallel all-reduce hides behind the same unit's compute
     in that pass (never more than that compute): the collective-matmul decomposition.
+    ``link_penalties`` (``{"fsdp" | "tensor": LinkPenalty}``) slows the per-layer collectives
+    of those mesh axes by what the scenario's degraded/failed links cost them; the
+    data-parallel all-reduce is priced on the links by :mod:`engine.interconnect` instead.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
+    pen = link_penalties or {}
     wire = WIRE_BYTES_PER_ELEMENT[precision]
     link, lat = link_bytes_per_s, hop_latency_s
     sparse = float(cost.sparse_params) if ps_hosts else 0.0
@@ -367,8 +401,8 @@ def plan_collectives(
         if fsdp.size > 1 and p > 0:
             g_bytes = p / tensor.size * wire
             r_bytes = p / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
-            ag[i] = mesh_collective_s("all-gather", g_bytes, fsdp, link, lat)
-            rs[i] = mesh_collective_s("reduce-scatter", r_bytes, fsdp, link, lat)
+            ag[i] = mesh_collective_s("all-gather", g_bytes, fsdp, link, lat, pen.get("fsdp"))
+            rs[i] = mesh_collective_s("reduce-scatter", r_bytes, fsdp, link, lat, pen.get("fsdp"))
             rows += [
                 (i, u.name, "forward", "all-gather", "fsdp", g_bytes, ag[i]),
                 (i, u.name, "backward", "all-gather", "fsdp", g_bytes, ag[i]),
@@ -379,7 +413,7 @@ def plan_collectives(
             # per pass); for other models one per GEMM output.
             per_layer = 2 if cost.kind == "transformer" else 1
             a_bytes = per_chip_batch * u.act_out_elems * wire
-            t = per_layer * mesh_collective_s("all-reduce", a_bytes, tensor, link, lat)
+            t = per_layer * mesh_collective_s("all-reduce", a_bytes, tensor, link, lat, pen.get("tensor"))
             tp_f[i] = tp_b[i] = t
             rows += [
                 (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes, t),

@@ -27,7 +27,7 @@ from .errors import SimulationError
 from .idle import idle_facts, plan_idle
 from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .models import ModelCost, model_cost
-from .interconnect import gradient_sync, mesh_gradient_sync, overlap_table
+from .interconnect import gradient_sync, mesh_gradient_sync, mesh_link_penalties, overlap_table
 from .parallelism import plan_collectives, resolve_mesh, whole_torus_axes
 from .scenario import ParameterServerSection, Scenario
 from .topology import Pod, build_pod
@@ -252,6 +252,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         ps_bytes_per_s_per_host=ps.dcn_gbps_per_host * GB_BYTES * cal.dcn_efficiency,
         remat=tr.remat,
         tp_overlap_frac=cal.tp_overlap_frac,
+        # [interconnect] faults on the torus axes fsdp/tensor run over slow their per-layer collectives
+        link_penalties=mesh_link_penalties(pod, cal, scenario.interconnect, mesh),
     )
     shard = par.fsdp * par.tensor
     dense_params = cost.params - (cost.sparse_params if use_ps else 0)

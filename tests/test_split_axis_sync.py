@@ -115,6 +115,19 @@ class TestKnownAnswers:
         assert dead.bytes_per_step == 0.0 and dead.bandwidth_frac == 0.0
         assert ll.bytes_per_step.sum() > healthy.trace.extra["link_load"].column("bytes_per_step").to_numpy().sum()
 
+    def test_a_detour_lengthens_only_the_phases_whose_rings_cross_it(self, ideal_calibration):
+        # The middle z link's detour takes 3 hops for 1; of the six phases (RS z, y, x; AG x, y, z)
+        # only the two on z cross it. Differencing 1 us hops against none isolates the latency.
+        from dataclasses import replace
+
+        slow = replace(ideal_calibration, ici_hop_latency_s=1e-6)
+        broken = "[interconnect]\nfailed_links = [{a = [0, 0, 1], b = [0, 0, 2]}]\n"
+
+        def added(cal):
+            return run(broken, cal=cal).facts.extra["grad_allreduce_s"] - run(cal=cal).facts.extra["grad_allreduce_s"]
+
+        assert added(slow) - added(ideal_calibration) == pytest.approx(2 * 2 * 1e-6, rel=1e-6)
+
     def test_one_way_links_double_the_whole_rings_bandwidth_time(self, ideal_calibration):
         healthy = run(cal=ideal_calibration).facts.extra["grad_allreduce_s"]
         one_way = run("[interconnect]\nunidirectional = true\n", cal=ideal_calibration).facts.extra["grad_allreduce_s"]
