@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -203,7 +202,7 @@ def bench_sweeps(tmp: Path, points: int, trace: str, executors: tuple[str, ...])
         (executor, close), start_s = _timed(make_executor, kind, workers=2)
         try:
             # warm every worker (imports) so the sweep measures steady state
-            _, warm_s = _timed(lambda: list(executor.map(abs, range(4))))
+            _, warm_s = _timed(lambda ex=executor: list(ex.map(abs, range(4))))
             warm_s += start_s
             res, dt = _timed(run_sweep, path, db, executor)
         finally:

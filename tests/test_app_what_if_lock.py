@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import simulate

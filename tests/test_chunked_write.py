@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -92,7 +93,7 @@ def test_a_chunked_writer_keeps_the_file_unless_a_reader_waits(tmp_path, monkeyp
         assert db.reader_waiting()
         with held.connection() as after:
             assert after is not first
-        with pytest.raises(Exception):
+        with pytest.raises(duckdb.ConnectionException):
             first.execute("SELECT 1")  # the first connection was closed, so the file was free
 
 

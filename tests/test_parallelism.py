@@ -16,7 +16,7 @@ from engine.collectives import ring_phase
 from engine.compute import step_compute
 from engine.models import model_cost
 from engine.parallelism import mesh_collective_s, plan_collectives, resolve_mesh
-from engine.scenario import MlpModel, TransformerModel
+from engine.scenario import TransformerModel
 
 W = 100e9  # one link, bytes/s
 

@@ -34,7 +34,7 @@ def main() -> None:
     ctx = common.run_context("Timeline")
     if ctx is None:
         return
-    run_id, summary = ctx
+    run_id, _summary = ctx
     if not common.require_events(run_id, "timeline to draw"):
         return
     rng = common.query(queries.step_range, run_id)
