@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pydantic
 import pytest
 
 from engine import ScenarioError, load_scenario
@@ -15,7 +16,7 @@ def test_small_scenario_loads_with_derived_values(small_scenario):
     assert s.total_chips == 8
     assert s.data_parallel == 8  # defaults to what the other axes leave
     assert s.per_chip_batch == 32
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         s.training.steps = 3  # frozen
 
 
