@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,35 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine import load_scenario  # noqa: E402
+from engine import load_scenario, scenario_from_dict, simulate  # noqa: E402
 from engine.calibration import Calibration  # noqa: E402
 from profiler.store import Database  # noqa: E402
 
 SCENARIOS = ROOT / "data" / "scenarios"
 
+
+#: A v4 4x4x4 slice (wraparound on every axis) training a two-layer MLP with no jitter: the
+#: interconnect and link-fault tests append [parallelism] / [interconnect] tables to it.
+#: Tests that scale it rely on the literal "global_batch = 1024".
+TORUS_MLP_TOML = """
+name = "torus-mlp"
+[pod]
+chip = "tpu-v4"
+topology = "4x4x4"
+[model]
+kind = "mlp"
+layer_sizes = [2048, 8192, 2048]
+[training]
+global_batch = 1024
+steps = 3
+[sim]
+jitter_frac = 0.0
+"""
+
+
+def simulate_toml(text: str, calibration: Calibration | None = None):
+    """Validate scenario TOML text and simulate it (no file, no database)."""
+    return simulate(scenario_from_dict(tomllib.loads(text)), calibration=calibration)
 
 @pytest.fixture(autouse=True)
 def _keep_main_module():

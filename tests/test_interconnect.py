@@ -16,6 +16,7 @@ from engine.interconnect import collective_on_pod, overlap_exposed_s
 from engine.links import Fabric
 from engine.scenario import LinkRef
 from engine.topology import Slice, is_supported_shape
+from tests.conftest import TORUS_MLP_TOML
 
 CAT = load_catalog()
 W = 1e11  # one link, one way
@@ -250,20 +251,7 @@ class TestShapes:
             build_pod(CAT["tpu-v5e"], (4, 16))
 
 
-SCEN = """
-name = "ic"
-[pod]
-chip = "tpu-v4"
-topology = "4x4x4"
-[model]
-kind = "mlp"
-layer_sizes = [2048, 8192, 2048]
-[training]
-global_batch = 1024
-steps = 4
-[sim]
-jitter_frac = 0.0
-"""
+SCEN = TORUS_MLP_TOML.replace("steps = 3", "steps = 4")  # the overlap table below has a row per step
 
 
 class TestScenario:

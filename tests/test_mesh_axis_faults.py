@@ -11,37 +11,24 @@ all-gather, each slowed alike.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import load_catalog, scenario_from_dict, simulate
+from engine import load_catalog
+from tests.conftest import TORUS_MLP_TOML, simulate_toml
 
 W = load_catalog()["tpu-v4"].ici_link_bytes_per_s
 
-BASE = """
-name = "faults"
-[pod]
-chip = "tpu-v4"
-topology = "4x4x4"
-[model]
-kind = "mlp"
-layer_sizes = [2048, 8192, 2048]
-[training]
-global_batch = 1024
-steps = 3
-[sim]
-jitter_frac = 0.0
-"""
+BASE = TORUS_MLP_TOML
 FSDP_X = '[parallelism]\nfsdp = 4\nmapping = { fsdp = ["x"], data = ["y", "z"] }\n'
 TP_Z = '[parallelism]\ntensor = 4\nmapping = { tensor = ["z"], data = ["x", "y"] }\n'
 
 
 def run(par: str, faults: str = "", cal=None, scen: str = BASE):
-    return simulate(scenario_from_dict(tomllib.loads(scen + par + faults)), calibration=cal)
+    return simulate_toml(scen + par + faults, cal)
 
 
 def degraded(a, b, frac):

@@ -11,42 +11,27 @@ the middle cut carries G per phase: G / W, twice (reduce-scatter, all-gather).
 
 from __future__ import annotations
 
-import tomllib
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import build_pod, load_catalog, scenario_from_dict, simulate
+from engine import build_pod, load_catalog
 from engine.interconnect import mesh_gradient_sync
 from engine.parallelism import mesh_collective_s, resolve_mesh
 from engine.scenario import DegradedLink, InterconnectSection, LinkRef
+from tests.conftest import TORUS_MLP_TOML, simulate_toml
 
 W = load_catalog()["tpu-v4"].ici_link_bytes_per_s
 PARAMS = 2048 * 8192 + 8192 + 8192 * 2048 + 2048
 G = PARAMS / 2 * 4.0  # fp32 gradients of this chip's tensor shard (tensor = 2)
 
-SCEN = """
-name = "split"
-[pod]
-chip = "tpu-v4"
-topology = "4x4x4"
-[model]
-kind = "mlp"
-layer_sizes = [2048, 8192, 2048]
-[training]
-global_batch = 1024
-steps = 3
-[parallelism]
-tensor = 2
-[sim]
-jitter_frac = 0.0
-"""
+SCEN = TORUS_MLP_TOML + "[parallelism]\ntensor = 2\n"
 
 
 def run(extra: str = "", cal=None, scen: str = SCEN):
-    return simulate(scenario_from_dict(tomllib.loads(scen + extra)), calibration=cal)
+    return simulate_toml(scen + extra, cal)
 
 
 def degraded(a, b, frac):

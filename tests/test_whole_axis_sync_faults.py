@@ -11,34 +11,18 @@ hop latency is the detour's hops x 1 us, whatever route networkx picks for the d
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import replace
 
 import pytest
 
-from engine import scenario_from_dict, simulate
+from tests.conftest import TORUS_MLP_TOML, simulate_toml
 
-SCEN = """
-name = "whole"
-[pod]
-chip = "tpu-v4"
-topology = "4x4x4"
-[model]
-kind = "mlp"
-layer_sizes = [2048, 8192, 2048]
-[training]
-global_batch = 1024
-steps = 3
-[parallelism]
-tensor = 4
-[sim]
-jitter_frac = 0.0
-"""
+SCEN = TORUS_MLP_TOML + "[parallelism]\ntensor = 4\n"
 HOP_S = 1e-6
 
 
 def sync_s(extra: str = "", cal=None) -> float:
-    r = simulate(scenario_from_dict(tomllib.loads(SCEN + extra)), calibration=cal)
+    r = simulate_toml(SCEN + extra, cal)
     assert r.facts.extra["mesh"] == "data=16 on y:4*x:4, fsdp=1, tensor=4 on z:4"
     return r.facts.extra["grad_allreduce_s"]
 
