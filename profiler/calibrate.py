@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import numpy as np
 
 from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration
 
-from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries
+from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries, reference_sha256
 from .validation import expressible, predict, summarize
 
 __all__ = [
@@ -182,10 +181,6 @@ def _display_path(path: Path) -> str:
         return str(path)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def calibrate(
     reference: str | Path | None = None,
     out: str | Path | None = None,
@@ -215,7 +210,7 @@ def calibrate(
         "path": str(out_path),
         "date": (today or dt.date.today()).isoformat(),
         "reference": _display_path(ref_path),
-        "reference_sha256": _sha256(ref_path),
+        "reference_sha256": reference_sha256(ref_path),
         "cases": ids,
         "folds": max(2, min(folds, len(e2e))),
         "fitted": {k: getattr(cal, k) for k in FITTED},

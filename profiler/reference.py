@@ -22,6 +22,7 @@ of a known shape is picked up without code changes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -103,6 +104,11 @@ class Skipped:
     id: str
     kind: str
     reason: str
+
+
+def reference_sha256(path: str | Path | None = None) -> str:
+    """SHA-256 of a reference file's bytes: what a calibration's ``[fit]`` record was fitted on."""
+    return hashlib.sha256(Path(path if path is not None else DEFAULT_REFERENCE_PATH).read_bytes()).hexdigest()
 
 
 def load_reference(path: str | Path | None = None) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ second for the bundled file) to recompute on demand.
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from engine.collectives import all_reduce_time_s, ring_phase
 from engine.models import model_cost
 from engine.scenario import parse_topology
 
-from .reference import DEFAULT_REFERENCE_PATH, Case, Skipped, load_reference, map_entries
+from .reference import DEFAULT_REFERENCE_PATH, Case, Skipped, load_reference, map_entries, reference_sha256
 
 __all__ = [
     "CaseResult",
@@ -250,14 +251,11 @@ def fit_record(reference: str | Path | None = None, calibration: str | Path | No
     ``reference_sha256`` matches the reference file's content, else an empty dict: held-out
     errors of a fit on other data would not describe these cases.
     """
-    import hashlib
-    import tomllib
-
     ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
     cal_path = Path(calibration) if calibration is not None else DEFAULT_CALIBRATION_PATH
     try:
         record = tomllib.loads(cal_path.read_text()).get("fit", {})
-        digest = hashlib.sha256(ref_path.read_bytes()).hexdigest()
+        digest = reference_sha256(ref_path)
     except (OSError, tomllib.TOMLDecodeError):
         return {}
     return record if isinstance(record, dict) and record.get("reference_sha256") == digest else {}
