@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .compilation import COMPILES_SCHEMA, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
+from .compilation import COMPILES, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
 from .compute import PASSES_BY_REMAT, ComputeCost, step_compute
 from .faults import (
     checkpoint_steps,
@@ -145,7 +145,7 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
     shape_factor = np.ones((steps, 1))
     compile_s = np.zeros(steps)
     program_compile_s = 0.0
-    compiles = COMPILES_SCHEMA.empty_table()
+    compiles = COMPILES.empty()
     signatures: list[str] = []
     if cc is not None:
         batch, seq = step_signatures(
@@ -250,14 +250,13 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
             Segment("other", fail.lost_s[:, None]),
         ]
         if program_compile_s > 0 and len(fail.failed_steps):
-            restart_rows = pa.table(
+            restart_rows = COMPILES.table(
                 {
                     "step": fail.failed_steps.astype(np.int32),
                     "signature": [signatures[i] for i in fail.failed_steps],
                     "cause": ["restart"] * len(fail.failed_steps),
                     "compile_ns": np.full(len(fail.failed_steps), round(program_compile_s * NS_PER_S), dtype=np.int64),
-                },
-                schema=COMPILES_SCHEMA,
+                }
             )
             compiles = pa.concat_tables([compiles, restart_rows]).sort_by([("step", "ascending"), ("cause", "ascending")])
 

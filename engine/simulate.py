@@ -39,6 +39,7 @@ from .trace import (
     KIND_CODE,
     STEP_KIND_SCHEMA,
     STEPS_SCHEMA,
+    TABLES,
     RunFacts,
     RunResult,
     Trace,
@@ -306,7 +307,9 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     extra_tables = {
         "memory_timeline": mem.timeline,
         # SPMD: every chip holds the same shard sizes, so every chip peaks alike
-        "chip_memory": pa.table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, mem.peak_bytes)}),
+        "chip_memory": TABLES["extra_chip_memory"].table(
+            {"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, mem.peak_bytes)}
+        ),
         "layer_collectives": comm.per_layer,
     }
     grad_extra: dict[str, float] = {"grad_allreduce_s": comm.data_sync_s, "grad_allreduce_exposed_s": comm.data_sync_s,
