@@ -18,7 +18,7 @@ from engine.catalog import load_catalog
 from engine.comm import collective_time, ring_schedule
 from engine.topology import Pod, Slice, build_pod, wraparound_for
 
-# The repository's copy of ../shared/reference/published.json (issue 6 keeps it in data/reference/),
+# The repository's copy of the published reference (data/reference/published.json),
 # so these checks always run: a missing file is a failure, not a skip.
 PUBLISHED = Path(__file__).resolve().parents[1] / "data" / "reference" / "published.json"
 
@@ -38,19 +38,19 @@ NOT_COVERED = {
     "fx_v5e_offload_gather_matmul": "host-DRAM offload over PCIe, not a collective (no PCIe model)",
     "fx_hbm_bound_sampling_v4p": "HBM-bound sampling (compute/memory model, not the interconnect)",
     "fx_roofline_critical_intensity": "roofline arithmetic (compute model)",
-    "fx_two_chip_comm_roofline": "compute-vs-communication roofline of one sharded matmul (issue 5, per-layer collectives)",
-    "fx_dp_fsdp_critical_batch_v5p": "critical batch of data/FSDP parallelism: compute vs gradient sync (issue 5)",
+    "fx_two_chip_comm_roofline": "compute-vs-communication roofline of one sharded matmul (per-layer collectives)",
+    "fx_dp_fsdp_critical_batch_v5p": "critical batch of data/FSDP parallelism: compute vs gradient sync",
     "fx_llama3_70b_time_to_train": "end-to-end arithmetic (MFU)",
     "fx_llama3_70b_chips_at_critical_batch": "end-to-end arithmetic (MFU)",
-    "fx_llama3_70b_training_memory": "HBM memory model (issue 5)",
-    "fx_llama3_70b_mixed_parallelism": "FSDP x tensor-parallel choice (issue 5)",
+    "fx_llama3_70b_training_memory": "HBM memory model",
+    "fx_llama3_70b_mixed_parallelism": "FSDP x tensor-parallel choice",
     "fx_palm_mfu_formula": "MFU definition (summary)",
     "fx_mtnlg_mfu_gpu": "GPU MFU arithmetic",
     "fx_maxtext_tflops_metric": "MFU metric arithmetic (summary)",
-    "coll_jax_collective_matmul_measured": "collective matmul overlap inside one layer (issue 5); chip unstated",
+    "coll_jax_collective_matmul_measured": "collective matmul overlap inside one layer; chip unstated",
     "coll_tpu7x_allgather_microbench": "TPU7x is not in the catalog and its device/chip mapping is ambiguous",
     "coll_tpu7x_hbm_copy_microbench": "HBM copy bandwidth (compute calibration), not ICI",
-    "coll_palm_cross_pod_dcn": "needs the end-to-end PaLM step (issues 5/6); the DCN term alone is in the README",
+    "coll_palm_cross_pod_dcn": "needs the end-to-end PaLM step; validation predicts it",
 }
 
 
