@@ -39,7 +39,6 @@ __all__ = [
     "TABLES",
     "EXTRA_PREFIX",
     "extra_table_name",
-    "extra_spec",
     "EVENT_KINDS",
     "KIND_CODE",
     "KIND_TYPE",
@@ -230,11 +229,6 @@ def extra_table_name(key: str) -> str:
     return EXTRA_PREFIX + key
 
 
-def extra_spec(key: str) -> TableSpec:
-    """The declaration of the extra table kept under ``key`` in :attr:`Trace.extra`."""
-    return TABLES[extra_table_name(key)]
-
-
 EVENTS_SCHEMA = TABLES["events"].schema
 STEPS_SCHEMA = TABLES["steps"].schema
 CHIPS_SCHEMA = TABLES["chips"].schema
@@ -300,6 +294,6 @@ class RunFacts:
 
 @dataclass(frozen=True)
 class RunResult:
-    scenario: Scenario
+    scenario: Scenario | None  # None for an imported trace
     trace: Trace
     facts: RunFacts
