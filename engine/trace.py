@@ -172,7 +172,7 @@ _EXTRA = (
         "Per-layer collectives of one step on a representative chip (FSDP gathers, TP all-reduces, gradient sync, PS pulls).",
         ("unit", pa.int32(), "layer unit index in execution order; -1 for the whole-model gradient sync"),
         ("layer", pa.string(), "layer unit name (embed, layer0, ..., unembed, or model)"),
-        ("phase", pa.string(), "forward | backward | gradient_sync"),
+        ("phase", pa.string(), "forward | backward | recompute (TP all-reduces of a full-remat forward) | gradient_sync"),
         ("op", pa.string(), "all-gather | reduce-scatter | all-reduce | ps-pull | ps-push"),
         ("mesh_axis", pa.string(), "mesh axis it runs over: fsdp | tensor | data+dcn | dcn"),
         ("bytes", pa.float64(), "payload per chip, bytes"),
