@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-if TYPE_CHECKING:  # the scenario module imports nothing from here; typing only, no runtime edge
+if TYPE_CHECKING:  # typing only: scenario sections build tables from this contract (compilation imports it)
     from .scenario import Scenario
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 Per-step collectives by strategy (one representative chip, steady state):
 
-* data parallel: gradients (bf16, as ZeRO's fp16 gradients) all-reduced over ``data`` after the backward
-  pass, then across slices over DCN (TPUStrategy / pjit replicated params).
+* data parallel: gradients (fp32, :data:`GRADIENT_WIRE_BYTES_PER_ELEMENT`) all-reduced over ``data``
+  after the backward pass, then across slices over DCN (TPUStrategy / pjit replicated params).
 * FSDP / ZeRO-3 (Rajbhandari et al. 2020): each layer's parameters all-gathered
   over ``fsdp`` before its forward and again before its backward, its gradients
   reduce-scattered after its backward. The next layer's gather is prefetched
@@ -13,8 +13,8 @@ Per-step collectives by strategy (one representative chip, steady state):
   gather and the last reduce-scatter of a pass cannot hide.
 * tensor parallel (Megatron-LM, Shoeybi et al. 2019): two all-reduces of the
   layer's activations forward and two backward per transformer layer over
-  ``tensor`` (two more in the backward pass under full remat, for the recomputed forward). They sit on the critical path (the next matmul needs the result),
-  so without help they are fully exposed; XLA's collective-matmul decomposition
+  ``tensor`` (two more in the backward pass under full remat, for the recomputed
+  forward). They sit on the critical path (the next matmul needs the result), so without help they are fully exposed; XLA's collective-matmul decomposition
   (Wang et al. 2023) hides a calibrated fraction ``tp_overlap_frac`` of each
   behind the layer's own matmuls.
 * parameter server (TF ``ParameterServerStrategy``): the sparse parameters
