@@ -29,15 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "data" / "scenarios"
 TORCH_TRACE = ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz"
 
-#: label -> (bundled scenario, overrides). Written in this order, so run ids follow it and the
-#: last one (the newest) is what a page shows when nothing is picked.
+#: label -> (bundled scenario, overrides). Written in this order after the imported run, so run
+#: ids follow it and the last one (the newest) is what a page shows when nothing is picked.
 SIMULATED: dict[str, tuple[str, dict[str, Any]]] = {
     # ResNet-50 data parallel on a v3 4x4: every event row kept, link load, no [compile] section
     "full": ("resnet50-v3-32.toml", {"training.steps": 6}),
     # the same slice with one slow chip and a few random ones: sync wait, named stragglers
     "stragglers": ("resnet50-v3-32-straggler.toml", {"training.steps": 6}),
-    # a variable sequence length: a compile at the first step and one per new shape
-    "recompiles": ("llm-350m-v5p-variable-seq.toml", {"training.steps": 12}),
     # a chip failure: checkpoints, a restart that redoes steps and recompiles
     "failures": (
         "llm-1b-v5p-64-failures.toml",
@@ -59,9 +57,12 @@ SIMULATED: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # the 1.3B LLM on a v5p 4x4x4 with [sim] trace = "summary": totals, no event rows
     "summary": ("llm-1b-v5p-64.toml", {"training.steps": 4, "sim.trace": "summary"}),
+    # a variable sequence length: a compile at the first step and one per new shape; stored
+    # last, so it is the run a page shows first (it has every extra table and advice)
+    "recompiles": ("llm-350m-v5p-variable-seq.toml", {"training.steps": 12}),
 }
 IMPORTED = "imported"
-LABELS = (*SIMULATED, IMPORTED)
+LABELS = (IMPORTED, *SIMULATED)
 
 
 @dataclass(frozen=True)
@@ -88,13 +89,12 @@ class RealDb:
 
 
 def build(path: Path) -> RealDb:
-    """Simulate and store every run of :data:`SIMULATED`, then import the PyTorch CPU trace."""
+    """Import the PyTorch CPU trace, then simulate and store every run of :data:`SIMULATED`."""
     db = Database(path)
-    run_ids, results = {}, {}
+    run_ids, results = {IMPORTED: import_trace(db, TORCH_TRACE)}, {}
     for label, (file, overrides) in SIMULATED.items():
         results[label] = simulate(load_scenario(SCENARIOS / file, overrides))
         run_ids[label] = write_run(db, results[label])
-    run_ids[IMPORTED] = import_trace(db, TORCH_TRACE)
     return RealDb(path, run_ids, results)
 
 
