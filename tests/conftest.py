@@ -114,7 +114,7 @@ def ideal_calibration() -> Calibration:
 
 @pytest.fixture(scope="session")
 def real_db(tmp_path_factory) -> real_runs.RealDb:
-    """Runs written by the real engine and importer (tests/real_runs.py), built once per session.
+    """Runs written by the real engine and importer (tests/real_runs.py), built once per pytest run.
 
     Tests read it; a test that writes takes ``writable_db``. Teardown checks nobody wrote."""
     real = real_runs.build(tmp_path_factory.mktemp("real_runs") / "runs.duckdb")

@@ -8,7 +8,7 @@ store's ``write_run``, one transaction each; the imported run goes through
 summary keys the product writes: the compile causes the engine emits, the memory phases it
 lays out, the ``None`` an import stores for numbers a trace does not carry.
 
-The file is built once per test session (see ``real_db`` in ``tests/conftest.py``); a test
+The file is built once per pytest run (see ``real_db`` in ``tests/conftest.py``); a test
 that writes gets its own copy.
 """
 

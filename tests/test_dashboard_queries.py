@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from profiler import queries
+from tests.real_runs import LABELS
 from views.scaling_model import ideal_table, scaling_table
 
 
@@ -110,6 +113,25 @@ def test_extra_tables_absent_on_an_import_and_present_on_simulated_runs(real_db)
     want_tl = engine_full["memory_timeline"].to_pandas().groupby(["point", "category"], as_index=False)["bytes"].sum()
     assert timeline[["point", "category"]].values.tolist() == want_tl[["point", "category"]].values.tolist()
     assert timeline["bytes"].tolist() == pytest.approx(want_tl["bytes"].tolist())
+
+
+@pytest.mark.parametrize("label", LABELS)
+def test_every_run_query_answers_on_every_real_run(real_db, label):
+    """Every public query taking (con, run_id): on each real run shape (an import, summary mode, OOM, ...)
+    it answers without error, and what it returns is of this run only."""
+    run_id = real_db.run_ids[label]
+    fns = [
+        getattr(queries, name) for name in queries.__all__
+        if callable(getattr(queries, name))
+        and [p.name for p in inspect.signature(getattr(queries, name)).parameters.values() if p.default is inspect.Parameter.empty][1:] == ["run_id"]
+    ]  # fmt: skip
+    assert {f.__name__ for f in fns} >= {"run_summary", "breakdown", "chip_metrics", "link_load", "memory_timeline", "compiles_by_step"}
+    with real_db.db.read() as con:
+        for fn in fns:
+            out = fn(con, run_id)
+            if isinstance(out, pd.DataFrame) and "run_id" in out.columns:
+                assert set(out["run_id"]) <= {run_id}, fn.__name__
+        assert queries.run_summary(con, run_id)["run_id"] == run_id
 
 
 def _runs(rows):

@@ -17,7 +17,6 @@ from streamlit.testing.v1 import AppTest
 
 from engine.scenario import parse_topology
 from profiler import queries
-from profiler.store import Database
 from tests.real_runs import LABELS
 
 ROOT = Path(__file__).resolve().parent.parent
