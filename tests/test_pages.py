@@ -81,6 +81,7 @@ def test_page_through_the_navigation_on_every_real_run(page_db, page):
     """Each page, reached through app.py's st.navigation, then switched to every stored run in turn."""
     at = _run(page, page_db.run_ids["full"])
     assert at.title and at.title[0].value
+    title = at.title[0].value
     if page in ("views/scaling.py", "views/validation.py"):
         return  # pages over all runs (or none): no run to pick
     for label in LABELS:
@@ -89,7 +90,7 @@ def test_page_through_the_navigation_on_every_real_run(page_db, page):
         run_id = page_db.run_ids[label]
         at.session_state["select_run_id"] = run_id
         _ok(at.run(), (page, label))
-        assert _picked(at) == run_id, (page, label)
+        assert _picked(at) == run_id and at.title[0].value == title, (page, label)
 
 
 @pytest.mark.parametrize(
