@@ -2,7 +2,7 @@
 
 A script, not a test (timings depend on the machine). Run from the repository root:
 
-    python benchmarks/bench_collectives.py
+    python -m benchmarks.bench_collectives
 
 Prints the median wall time of: planning + timing one all-reduce (closed form);
 building and loading all 24,576 directed links; the same with one failed link
@@ -12,17 +12,14 @@ building and loading all 24,576 directed links; the same with one failed link
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import build_pod, load_calibration, load_catalog  # noqa: E402
-from engine.collectives import collective_time, plan_collective  # noqa: E402
-from engine.interconnect import collective_on_pod  # noqa: E402
-from engine.links import Fabric  # noqa: E402
-from engine.scenario import LinkRef  # noqa: E402
+from engine import build_pod, load_calibration, load_catalog
+from engine.collectives import collective_time, plan_collective
+from engine.interconnect import collective_on_pod
+from engine.links import Fabric
+from engine.scenario import LinkRef
 
 
 def bench(label: str, fn, repeat: int) -> float:

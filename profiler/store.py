@@ -55,7 +55,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from engine.catalog import DATA_DIR
+from engine.data_files import DB_DIR
 from engine.errors import ProfilerError, RunNotFoundError
 from engine.trace import CHIPS_SCHEMA, STEPS_SCHEMA, RunFacts, RunResult
 
@@ -70,7 +70,7 @@ __all__ = [
     "resolve_run",
 ]
 
-DEFAULT_DB_PATH = DATA_DIR / "podscope.duckdb"
+DEFAULT_DB_PATH = DB_DIR / "podscope.duckdb"  # data/ in a checkout, a user data folder when installed
 #: how long an open waits for another process's lock before DatabaseBusyError
 LOCK_RETRY_S = 10.0
 #: lock polling interval bounds; short, so a reader slips in between a large write's chunks
@@ -144,7 +144,7 @@ RUN_TABLES = ("events", "steps", "chips", "step_kind", "chip_kind")
 
 
 def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
-    """``--db`` beats ``$PODSCOPE_DB`` beats ``data/podscope.duckdb``."""
+    """``--db`` beats ``$PODSCOPE_DB`` beats ``DEFAULT_DB_PATH`` (see ``engine.data_files``)."""
     if path:
         return Path(path)
     env = os.environ.get("PODSCOPE_DB")

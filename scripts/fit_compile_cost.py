@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from engine.models import model_cost  # noqa: E402
-from engine.scenario import ResNet50Model  # noqa: E402
+from engine.models import model_cost
+from engine.scenario import ResNet50Model
 
 
 def main(path: str = "/work/shared/reference/published.json") -> None:

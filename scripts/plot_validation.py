@@ -1,4 +1,4 @@
-"""Render the README's predicted-vs-published plot: ``python scripts/plot_validation.py [OUT]``.
+"""Render the README's predicted-vs-published plot: ``python -m scripts.plot_validation [OUT]``.
 
 Uses matplotlib (a dev dependency, requirements-dev.txt) to write a static SVG that the
 repository commits (docs/validation.svg), so the README shows the current validation
@@ -11,14 +11,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from profiler.validation import results_frame  # noqa: E402
+from profiler.validation import results_frame
 
 
 def main(out: str = str(ROOT / "docs" / "validation.svg")) -> None:

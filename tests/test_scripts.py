@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_idle_table_script_prints_every_row():
-    out = subprocess.run([sys.executable, "scripts/idle_table.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-m", "scripts.idle_table"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     rows = out.stdout.strip().splitlines()
     assert len(rows) == 10 and all(r.startswith("| ") and r.endswith(" |") for r in rows)
