@@ -1,7 +1,7 @@
 """Podscope benchmark suite: ``python -m benchmarks.bench [--quick] [--json]``.
 
 Measures, in one process (growth cases each in a fresh subprocess so their peak
-memory is their own), the numbers the README's Performance section reports:
+memory is their own), the numbers docs/performance.md reports:
 
 1. simulation: a 4,096-chip, 1,000-step run with full per-chip events: wall time
    and events/s, with and without storing;

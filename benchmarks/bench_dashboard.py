@@ -5,7 +5,7 @@ Builds the run (ResNet-50 data-parallel on a v4 16x16x16 torus, 1,000 steps) int
 DuckDB file unless ``--db`` names one that already holds it, then for every page runs the exact
 queries the page runs (uncached, each on its own connection while the page holds the file open, as app.py does) ``--repeat``
 times and reports p50/p95 in milliseconds, plus the JSON size of every figure the page draws.
-Targets (issue 7): p95 <= 300 ms per page, each figure <= 5 MB.
+Targets: p95 <= 300 ms per page, each figure <= 5 MB.
 """
 
 from __future__ import annotations

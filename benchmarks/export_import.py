@@ -2,7 +2,7 @@
 
 Simulates ResNet-50 on a 4,096-chip v4 slice (16x16x16, 100 steps), then times the default
 (windowed) Perfetto export, a gzipped one, the Parquet export of the whole run, and the
-import of the Perfetto export back into the database. Numbers go in the README.
+import of the Perfetto export back into the database. Numbers go in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ parallel over the DCN. Each mesh axis is laid onto torus axes:
 * A torus axis split between mesh axes is no longer a ring for either part: the
   inner (first-assigned) part is a contiguous line; the outer part strides over
   it, so its rings share each link with ``inner`` other groups and see
-  ``1 / inner`` of the link bandwidth (an approximation; documented in README).
+  ``1 / inner`` of the link bandwidth (an approximation; documented in docs/model.md).
   A mesh axis that cannot be factored onto the torus is a :class:`TopologyError`.
 
 Per-step collectives by strategy (one representative chip, steady state):

@@ -79,7 +79,7 @@ _POLL_MIN_S, _POLL_MAX_S = 0.005, 0.05
 #: a waiting reader's worst delay. With nobody waiting a chunk boundary costs a COMMIT only (the
 #: connection is kept, see _HeldWriter); each commit still costs a little, so the size trades that
 #: delay against write rate: on a 32.7M-event run 500k rows wrote at ~61% of a bare DuckDB insert,
-#: 2M at 73-90%, 4M at 80-84%, one transaction 99% (README, Performance).
+#: 2M at 73-90%, 4M at 80-84%, one transaction 99% (docs/performance.md).
 EVENT_CHUNK_ROWS = 4_000_000
 #: pause after releasing the file, longer than a reader's poll interval so a waiting reader gets it
 WRITER_YIELD_S = 2 * _POLL_MAX_S

@@ -3,7 +3,7 @@
 Reads ../shared/reference/published.json (or the path given), takes the v0.6 ResNet-50
 rows of `compile_init_overheads`, fits init_s = a + b x chips by least squares, and
 prints per_chip_s = b, per_op_s = a / (ResNet-50's distinct ops) and the residuals of
-every ResNet-50 row (all rounds) under the fitted model.
+every ResNet-50 row (all MLPerf rounds) under the fitted model.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Runs for dashboard tests that carry every extra table and summary key the engine helpers add.
+"""Runs for dashboard tests that carry every optional extra table and summary key at once.
 
-The engine on main does not yet write link load, compile logs, memory timelines or advice; these
-are filled by hand per the contracts in the helper brief, so the pages are tested against them now.
+Link load, compile logs, memory timelines and advice are filled in by hand following the tables'
+contracts, so one run exercises every optional part of every page.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ def test_cli_export_import_exit_codes(tmp_path, capsys):
 
 
 def test_hbm_counters_follow_the_memory_timeline(db, small_scenario, tmp_path):
-    """With issue 5's ``memory_timeline`` contract table, its points become C events spread over each step."""
+    """With a ``memory_timeline`` table, its points become C events spread over each step."""
     import dataclasses
 
     import pyarrow as pa

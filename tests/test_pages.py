@@ -135,7 +135,7 @@ def test_key_elements_on_small_run(small_db):
     pod = _page("views/pod.py")
     assert any("Chip 0" in m.value for m in pod.markdown)
     recompile = _page("views/recompilation.py")
-    assert recompile.info  # no compile log on main's engine yet
+    assert recompile.info  # a run without [compile] has no compile log
 
 
 def test_memory_page_explains_oom(oom_db):
@@ -170,7 +170,7 @@ def test_compare_what_if_changes_the_input_pipeline(tmp_path, monkeypatch):
 
 @pytest.fixture
 def extras_db(tmp_path, monkeypatch, small_scenario) -> Path:
-    """A run carrying every table and summary key the engine helpers add (per the contracts), filled by hand."""
+    """A run carrying every optional table and summary key (per the table contracts), filled by hand."""
     path = tmp_path / "extras.duckdb"
     write_run(Database(path), extras_result(small_scenario), name="extras-run")
     monkeypatch.setenv("PODSCOPE_DB", str(path))

@@ -174,7 +174,7 @@ def test_scripted_example_runs(tmp_path):
 
 
 def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, sweep_file):
-    """The README's `--executor dask --address tcp://...` path, against a scheduler on loopback."""
+    """The documented `--executor dask --address tcp://...` path, against a scheduler on loopback."""
     import distributed  # a pinned dependency: missing is a failure, not a skip
     env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "cli.duckdb")}
     with distributed.LocalCluster(
