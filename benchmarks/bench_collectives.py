@@ -2,7 +2,7 @@
 
 A script, not a test (timings depend on the machine). Run from the repository root:
 
-    python benchmarks/bench_collectives.py
+    python -m benchmarks.bench_collectives
 
 Prints the median wall time of: planning + timing one all-reduce (closed form);
 building and loading all 24,576 directed links; the same with one failed link
@@ -12,15 +12,11 @@ building and loading all 24,576 directed links; the same with one failed link
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from engine import build_pod, load_calibration, load_catalog  # noqa: E402
-from engine.comm import Fabric, collective_on_pod, collective_time, ring_schedule  # noqa: E402
-from engine.scenario import LinkRef  # noqa: E402
+from engine import build_pod, load_calibration, load_catalog
+from engine.comm import Fabric, collective_on_pod, collective_time, ring_schedule
+from engine.scenario import LinkRef
 
 
 def bench(label: str, fn, repeat: int) -> float:

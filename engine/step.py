@@ -45,7 +45,7 @@ __all__ = ["Segment", "StepCursor", "SimContext", "Assembled", "assemble", "STEP
 #: steps laid out per block; bounds peak memory at ~STEP_BLOCK x chips x segments x 8 bytes x a few.
 #: Events are chip-major within a block, so a Timeline window reads whole blocks of the chips it
 #: shows: 32 steps halved the rows read for 256 chips spread over the pod x 100 steps against 128
-#: (Timeline p95, README Performance), for ~30% more for a few chips over all 1,000 steps.
+#: (Timeline p95, docs/performance.md), for ~30% more for a few chips over all 1,000 steps.
 STEP_BLOCK = 32
 #: a summary-mode run lays out no events, so its block only bounds memory: larger, fewer numpy calls
 SUMMARY_STEP_BLOCK = 128

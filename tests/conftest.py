@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from engine import load_scenario, scenario_from_dict, simulate
+from engine.calibration import Calibration
+from profiler.store import Database
+from tests import real_runs
 
-from engine import load_scenario, scenario_from_dict, simulate  # noqa: E402
-from engine.calibration import Calibration  # noqa: E402
-from profiler.store import Database  # noqa: E402
-from tests import real_runs  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIOS = ROOT / "data" / "scenarios"
 

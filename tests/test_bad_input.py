@@ -1,6 +1,6 @@
 """Bad scenarios: each names the file, the dotted key and what would be valid; only Podscope errors escape.
 
-The parametrised cases are the issue's list (malformed TOML, unknown keys, wrong types,
+The parametrised cases cover the kinds of bad input (malformed TOML, unknown keys, wrong types,
 out-of-range values, mesh mismatch, unknown chip, unsupported slice shape). The
 hypothesis tests throw random TOML text, random tables and random edits of a valid
 scenario at the loader and the simulator and accept exactly two outcomes: a result,

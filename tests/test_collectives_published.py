@@ -112,7 +112,7 @@ def test_all_gather_one_axis_of_a_v4_cube():
     # AllGather_X([B_X, D_Y]): each X ring gathers the B x D/Y bf16 block (bandwidth term; the book ignores latency)
     t = _time("all-gather", i["B"] * i["D"] * BF16_BYTES / i["mesh"]["Y"], shape, wraparound_for(CAT["tpu-v4"], shape), w, axes=(0,))
     raw = _report("AllGather_X on v4 4x4x4 (us)", t * 1e6, e["expected"]["time_us"])
-    # The book's example drops the ring's (n-1)/n; its own closed form keeps it. Raw error is reported in the README.
+    # The book's example drops the ring's (n-1)/n; its own closed form keeps it. Raw error is reported in docs/validation.md.
     n = shape[0]
     assert raw == pytest.approx((n - 1) / n * (2 * i["B"] * i["D"] / (i["W_ici_bidi_Bps"] * n)) / (e["expected"]["time_us"] * 1e-6) - 1, abs=1e-9)
     assert abs(_report("  same, times n/(n-1) (book's approximation)", t * 1e6 * n / (n - 1), e["expected"]["time_us"])) < 0.02
@@ -153,6 +153,6 @@ def test_vendor_all_reduce_bandwidth_per_pod():
             out[sched] = res.busbw_bytes_per_s * pod.chips
         errs[name] = _report(f"{name} all-reduce bandwidth per pod (B/s), simultaneous", out["simultaneous"], published)
         _report(f"{name}   (sequential schedule, for comparison)", out["sequential"], published)
-    # v4/v5e/v6e agree; v3's vendor figure is ~17% below 4 links x the book's 1e11 B/s (reported in the README)
+    # v4/v5e/v6e agree; v3's vendor figure is ~17% below 4 links x the book's 1e11 B/s (reported in docs/validation.md)
     assert all(abs(errs[k]) < 0.02 for k in ("v4", "v5e", "v6e"))
     assert math.isfinite(errs["v3"])

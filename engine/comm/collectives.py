@@ -33,7 +33,7 @@ Multi-axis schedules (``schedule``):
   sequential schedule with its axis order rotated by i, so in every stage each axis
   carries exactly one piece and all links are busy. Its bandwidth term is
   ``V / (W_bidi * n_axes)``, the [book]'s multi-axis formula, and it reproduces the
-  vendor's "all-reduce bandwidth per Pod" (see README). It is Podscope's default
+  vendor's "all-reduce bandwidth per Pod" (see docs/validation.md). It is Podscope's default
   for scenarios and the CLI because it is what the published TPU figures describe;
   ``sequential`` stays available (and is what :func:`all_reduce_time_s` computes).
 
