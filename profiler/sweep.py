@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
 from engine.errors import PodscopeError, ProfilerError, ScenarioError
+from engine.jsonable import json_default
 from engine.validation_messages import UNKNOWN_KEY
 
 from .store import Database, write_run, write_runs
@@ -262,18 +263,12 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
             with pa.ipc.new_file(tmp / f"{name}{_POINT_TABLE_SUFFIX}", table.schema) as writer:
                 writer.write_table(table)
         meta = {"scenario": point.scenario, "facts": asdict(result.facts), "point": point.point, "overrides": point.overrides}
-        (tmp / "meta.json").write_text(json.dumps(meta, default=_json_default))
+        (tmp / "meta.json").write_text(json.dumps(meta, default=json_default))
         os.replace(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return str(final), None
-
-
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 # --- writer side ---------------------------------------------------------------------------

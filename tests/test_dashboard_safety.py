@@ -36,12 +36,12 @@ def test_config_keys_are_ones_streamlit_knows():
 
 
 def test_page_shows_busy_state_while_another_process_holds_the_database(tmp_path, monkeypatch, small_scenario):
-    import profiler.store as store
+    import profiler.connection as connection
 
     path = tmp_path / "app.duckdb"
     write_run(Database(path), simulate(small_scenario), name="stored-run")
     monkeypatch.setenv("PODSCOPE_DB", str(path))
-    monkeypatch.setattr(store, "LOCK_RETRY_S", 0.3)
+    monkeypatch.setattr(connection, "LOCK_RETRY_S", 0.3)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(path)],
         stdout=subprocess.PIPE,

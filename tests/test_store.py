@@ -134,7 +134,7 @@ def test_scenario_is_stored_as_json(db, small_scenario):
 def test_engine_aggregates_equal_sql_aggregates_from_events(db, small_scenario_path):
     """The engine's exact step/chip aggregates must match what SQL derives from the stored events."""
     from engine import load_scenario
-    from profiler.store import _SUMMARY_SQL
+    from profiler.staging import CHIP_KIND_FROM_EVENTS_SQL, STEP_KIND_FROM_EVENTS_SQL
 
     # jitter makes every chip's compute differ, and each chip has two compute events per step
     result = simulate(load_scenario(small_scenario_path, overrides={"sim.jitter_frac": 0.2}))
@@ -142,8 +142,8 @@ def test_engine_aggregates_equal_sql_aggregates_from_events(db, small_scenario_p
     with db.write() as con:
         con.execute("CREATE TEMP TABLE step_kind_sql AS SELECT * FROM step_kind LIMIT 0")
         con.execute("CREATE TEMP TABLE chip_kind_sql AS SELECT * FROM chip_kind LIMIT 0")
-        for sql in _SUMMARY_SQL:
-            con.execute(sql.replace("INSERT INTO step_kind", "INSERT INTO step_kind_sql").replace("INSERT INTO chip_kind", "INSERT INTO chip_kind_sql"), {"run_id": run_id})
+        for table, sql in (("step_kind_sql", STEP_KIND_FROM_EVENTS_SQL), ("chip_kind_sql", CHIP_KIND_FROM_EVENTS_SQL)):
+            con.execute(f"INSERT INTO {table} SELECT $run_id, * FROM ({sql})", {"run_id": run_id})
         diff_step = con.execute(
             "SELECT count(*) FROM (SELECT * FROM step_kind WHERE run_id = ? EXCEPT SELECT * FROM step_kind_sql)", [run_id]
         ).fetchone()[0]
@@ -190,12 +190,12 @@ def test_write_runs_batches_with_one_transaction_per_run(db, small_scenario):
 
 def _stored_rows(db, run_id: int) -> dict[str, list]:
     """Every per-run table's rows of one run (run_id column dropped), sorted, plus the summary without run_id."""
-    from profiler.store import _run_tables
+    from profiler.schema import per_run_tables
 
     with db.read() as con:
         out = {
             t: sorted(map(repr, con.execute(f'SELECT * EXCLUDE (run_id) FROM "{t}" WHERE run_id = ?', [run_id]).fetchall()))
-            for t in _run_tables(con)
+            for t in per_run_tables(con)
         }
         summary = queries.run_summary(con, run_id)
     summary.pop("run_id")
