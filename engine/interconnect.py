@@ -30,6 +30,7 @@ from .collectives import CollectiveResult, collective_time, plan_collective
 from .links import Fabric, RingPhase, dcn_link_table
 from .parallelism import LinkPenalty, Mesh
 from .topology import Pod
+from .trace import TABLES
 
 __all__ = [
     "collective_on_pod",
@@ -40,18 +41,9 @@ __all__ = [
     "mesh_link_penalties",
     "overlap_exposed_s",
     "overlap_table",
-    "OVERLAP_SCHEMA",
 ]
 
-OVERLAP_SCHEMA = pa.schema(
-    [
-        ("step", pa.int32()),
-        ("start_ns", pa.int64()),  # when the first bucket's all-reduce starts (absolute)
-        ("overlapped_ns", pa.int64()),  # collective time hidden under the backward pass
-        ("exposed_ns", pa.int64()),  # collective time charged to the step (the `collective` event)
-        ("buckets", pa.int32()),
-    ]
-)
+COLLECTIVE_OVERLAP = TABLES["extra_collective_overlap"]
 
 
 def overlap_exposed_s(bw_time_s: float, latency_s: float, backward_s: float, buckets: int) -> tuple[float, float]:
@@ -352,15 +344,14 @@ def overlap_table(sync: GradientSync | MeshGradientSync, steps: pa.Table, backwa
     n = steps.num_rows if sync.overlapped_s > 0 else 0
     start = steps.column("start_ns").to_numpy()[:n]
     first_bucket_s = backward_start_s + backward_s / max(sync.buckets, 1)
-    return pa.table(
+    return COLLECTIVE_OVERLAP.table(
         {
             "step": np.arange(n, dtype=np.int32),
             "start_ns": start + int(round(first_bucket_s * 1e9)),
             "overlapped_ns": np.full(n, int(round(sync.overlapped_s * 1e9)), np.int64),
             "exposed_ns": np.full(n, int(round(sync.exposed_s * 1e9)), np.int64),
             "buckets": np.full(n, sync.buckets, np.int32),
-        },
-        schema=OVERLAP_SCHEMA,
+        }
     )
 
 

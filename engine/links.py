@@ -25,20 +25,11 @@ import pyarrow as pa
 from .collectives import CollectivePlan
 from .errors import TopologyError
 from .topology import AXIS_NAMES, Slice
+from .trace import TABLES
 
-__all__ = ["LINK_LOAD_SCHEMA", "RingPhase", "Fabric", "fault_problems"]
+__all__ = ["RingPhase", "Fabric", "fault_problems"]
 
-LINK_LOAD_SCHEMA = pa.schema(
-    [
-        ("src_chip", pa.int32()),
-        ("dst_chip", pa.int32()),
-        ("axis", pa.string()),
-        ("bytes_per_step", pa.float64()),
-        ("busy_ns_per_step", pa.int64()),
-        ("utilization", pa.float64()),
-        ("bandwidth_frac", pa.float64()),  # 1 healthy, (0, 1) degraded, 0 failed
-    ]
-)
+LINK_LOAD = TABLES["extra_link_load"]
 
 Coord = tuple[int, ...]
 
@@ -258,7 +249,7 @@ class Fabric:
     def link_load_table(
         self, plan: CollectivePlan | None, per_step: float, step_s: float, slice_index: int = 0, loads: np.ndarray | None = None
     ) -> pa.Table:
-        """``link_load`` rows (see LINK_LOAD_SCHEMA) for ``per_step`` runs of ``plan`` per step.
+        """``link_load`` rows (see TABLES["extra_link_load"]) for ``per_step`` runs of ``plan`` per step.
 
         Chip ids are global: ``slice_index * chips_per_slice + local``. ``plan`` may be
         None when ``loads`` is given.
@@ -268,7 +259,7 @@ class Fabric:
         bw = self.link_bytes_per_s * self.bandwidth_frac
         busy_s = np.divide(bytes_step, bw, out=np.zeros_like(bytes_step), where=bw > 0)
         offset = slice_index * self.slice.chips
-        return pa.table(
+        return LINK_LOAD.table(
             {
                 "src_chip": (self.links["src"] + offset).astype(np.int32),
                 "dst_chip": (self.links["dst"] + offset).astype(np.int32),
@@ -277,8 +268,7 @@ class Fabric:
                 "busy_ns_per_step": np.rint(busy_s * 1e9).astype(np.int64),
                 "utilization": busy_s / step_s if step_s > 0 else np.zeros_like(busy_s),
                 "bandwidth_frac": self.bandwidth_frac,
-            },
-            schema=LINK_LOAD_SCHEMA,
+            }
         )
 
 
@@ -295,7 +285,7 @@ def dcn_link_table(
     busy_s = host_bytes / host_bytes_per_s if host_bytes_per_s > 0 else 0.0
     n = len(hosts)
     assert per_slice * slices == n
-    return pa.table(
+    return LINK_LOAD.table(
         {
             "src_chip": first.astype(np.int32),
             "dst_chip": dst.astype(np.int32),
@@ -304,8 +294,7 @@ def dcn_link_table(
             "busy_ns_per_step": np.full(n, int(round(busy_s * 1e9)), np.int64),
             "utilization": np.full(n, busy_s / step_s if step_s > 0 else 0.0),
             "bandwidth_frac": np.ones(n),
-        },
-        schema=LINK_LOAD_SCHEMA,
+        }
     )
 
 

@@ -56,6 +56,7 @@ import pyarrow as pa
 
 from .models import ModelCost
 from .parallelism import WIRE_BYTES_PER_ELEMENT, layer_units
+from .trace import TABLES
 
 __all__ = [
     "BytesPerParam",
@@ -64,7 +65,6 @@ __all__ = [
     "MemoryPlan",
     "hbm_plan",
     "oom_detail",
-    "MEMORY_TIMELINE_SCHEMA",
     "CATEGORIES",
     "OPTIMIZER_STATE_BYTES_PER_PARAM",
     "MASTER_WEIGHT_BYTES_PER_PARAM",
@@ -80,9 +80,7 @@ COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0}
 LOGIT_BYTES = 4.0
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "temporary")
-MEMORY_TIMELINE_SCHEMA = pa.schema(
-    [("point", pa.int32()), ("phase", pa.string()), ("category", pa.string()), ("bytes", pa.float64())]
-)
+MEMORY_TIMELINE = TABLES["extra_memory_timeline"]
 
 
 @dataclass(frozen=True)
@@ -139,7 +137,7 @@ class MemoryPlan:
     capacity_bytes: float
     usable_bytes: float
     model_state_bytes: float  # params + grads + optimizer once every gradient exists (whole step max)
-    timeline: pa.Table  # MEMORY_TIMELINE_SCHEMA
+    timeline: pa.Table  # TABLES["extra_memory_timeline"]
 
     @property
     def oom(self) -> bool:
@@ -284,14 +282,13 @@ def hbm_plan(
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
-    timeline = pa.table(
+    timeline = MEMORY_TIMELINE.table(
         {
             "point": pa.array(np.repeat(np.arange(npts, dtype=np.int32), ncat)),
             "phase": pa.array(np.repeat(np.asarray(phases), ncat).tolist(), pa.string()),
             "category": pa.array(list(CATEGORIES) * npts, pa.string()),
             "bytes": pa.array(arr.reshape(-1), pa.float64()),
-        },
-        schema=MEMORY_TIMELINE_SCHEMA,
+        }
     )
     return MemoryPlan(
         breakdown_bytes=dict(zip(CATEGORIES, (float(v) for v in arr[k]))),

@@ -57,6 +57,7 @@ import pyarrow as pa
 from .collectives import dcn_all_reduce_time_s, ring_phase
 from .errors import TopologyError
 from .models import ModelCost
+from .trace import TABLES
 from .units import seconds_to_ns
 
 __all__ = [
@@ -71,7 +72,6 @@ __all__ = [
     "layer_units",
     "CollectivePlan",
     "plan_collectives",
-    "LAYER_COLLECTIVES_SCHEMA",
 ]
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -320,17 +320,7 @@ def layer_units(cost: ModelCost) -> list[LayerUnit]:
     return units
 
 
-LAYER_COLLECTIVES_SCHEMA = pa.schema(
-    [
-        ("unit", pa.int32()),
-        ("layer", pa.string()),
-        ("phase", pa.string()),
-        ("op", pa.string()),
-        ("mesh_axis", pa.string()),
-        ("bytes", pa.float64()),
-        ("time_ns", pa.int64()),
-    ]
-)
+LAYER_COLLECTIVES = TABLES["extra_layer_collectives"]
 
 
 @dataclass(frozen=True)
@@ -341,7 +331,7 @@ class CollectivePlan:
     backward_s: float  # exposed inside the backward pass
     gradient_sync_s: float  # after the backward pass, behind a barrier (data-parallel all-reduce, PS push)
     total_comm_s: float  # all communication time, hidden or not
-    per_layer: pa.Table  # LAYER_COLLECTIVES_SCHEMA
+    per_layer: pa.Table  # TABLES["extra_layer_collectives"]
     data_sync_s: float = 0.0  # the data-parallel part of gradient_sync_s (ICI over `data`, then DCN)
     ps_push_s: float = 0.0  # the parameter-server part of gradient_sync_s
     grad_shard_bytes: float = 0.0  # gradient bytes each chip all-reduces over `data` (and DCN)
@@ -463,7 +453,7 @@ def plan_collectives(
     total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push
     if rows:
         unit, layer, phase, op, axis, nbytes, t = zip(*rows)
-        table = pa.table(
+        table = LAYER_COLLECTIVES.table(
             {
                 "unit": pa.array(unit, pa.int32()),
                 "layer": pa.array(layer, pa.string()),
@@ -472,11 +462,10 @@ def plan_collectives(
                 "mesh_axis": pa.array(axis, pa.string()),
                 "bytes": pa.array(nbytes, pa.float64()),
                 "time_ns": pa.array(seconds_to_ns("layer collective", t), pa.int64()),
-            },
-            schema=LAYER_COLLECTIVES_SCHEMA,
+            }
         )
     else:
-        table = LAYER_COLLECTIVES_SCHEMA.empty_table()
+        table = LAYER_COLLECTIVES.empty()
     return CollectivePlan(
         forward_s=forward_s + ps_pull,
         backward_s=backward_s,
