@@ -156,7 +156,7 @@ def write_chunked(db: Database, staged: StagedRun, result: RunResult) -> int:
                 with held.connection() as con, transaction(con):
                     insert_events(con, events.slice(offset, EVENT_CHUNK_ROWS), run_id)
             with held.connection() as con, transaction(con):
-                publish(con, staged, result.trace.extra, run_id)
+                publish(con, staged, run_id)
                 con.execute("DELETE FROM pending_runs WHERE run_id = $id", {"id": run_id})
     except BaseException:
         try:  # best effort; if this fails too, the next writer collects the rows

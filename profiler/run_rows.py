@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from .schema import extra_table_name, per_run_tables, quote_ident
+from .schema import CREATE_TABLE_SQL, per_run_tables, quote_ident
 from .staging import StagedRun
 
 __all__ = ["EVENTS_SELECT", "delete_rows", "insert_events", "insert_runs_row", "new_run_id", "publish"]
@@ -44,33 +44,16 @@ def insert_events(con: duckdb.DuckDBPyConnection, events: pa.Table, run_id: int)
         con.unregister(_EVENTS_VIEW)
 
 
-def _insert_small(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table, run_id: int) -> None:
-    """A staged small table (columns in stored order, without run_id) as rows of run ``run_id``."""
-    if data.num_rows == 0:
-        return
+def _insert_table(con: duckdb.DuckDBPyConnection, table: str, data: pa.Table, run_id: int) -> None:
+    """A staged table (declared columns, without run_id) as rows of run ``run_id``."""
     view = f"_podscope_in_{table}"
     con.register(view, data)
     try:
         con.execute(
-            f"INSERT INTO {quote_ident(table)} SELECT $run_id, {', '.join(quote_ident(c) for c in data.column_names)} "
-            f"FROM {quote_ident(view)}",
+            f"INSERT INTO {quote_ident(table)} BY NAME SELECT $run_id AS run_id, "
+            f"{', '.join(quote_ident(c) for c in data.column_names)} FROM {quote_ident(view)}",
             {"run_id": run_id},
         )
-    finally:
-        con.unregister(view)
-
-
-def _insert_extra(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table, run_id: int) -> None:
-    """Store an engine-defined extra table as ``extra_<name>`` (created from its Arrow schema)."""
-    table = extra_table_name(name)
-    view = f"_podscope_in_{table}"
-    con.register(view, data)
-    try:
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {quote_ident(table)} AS "
-            f"SELECT CAST(0 AS INTEGER) AS run_id, * FROM {quote_ident(view)} LIMIT 0"
-        )
-        con.execute(f"INSERT INTO {quote_ident(table)} BY NAME SELECT $run_id AS run_id, * FROM {quote_ident(view)}", {"run_id": run_id})
     finally:
         con.unregister(view)
 
@@ -79,12 +62,18 @@ def insert_runs_row(con: duckdb.DuckDBPyConnection, run_id: int, row: dict[str, 
     con.execute(_INSERT_RUN_SQL, {**row, "run_id": run_id, "summary": json.dumps(summary) if summary is not None else None})
 
 
-def publish(con: duckdb.DuckDBPyConnection, staged: StagedRun, extra: dict[str, pa.Table], run_id: int) -> None:
-    """Insert a staged run's small tables and extras, then its runs row (last: the run becomes visible)."""
+def publish(con: duckdb.DuckDBPyConnection, staged: StagedRun, run_id: int) -> None:
+    """Insert a staged run's small tables and extras, then its runs row (last: the run becomes visible).
+
+    An extra table is created from its declaration (``engine.trace.TABLES``) when a run first
+    writes one, so a database holds only the extra tables its runs have.
+    """
     for table, data in staged.small.items():
-        _insert_small(con, table, data, run_id)
-    for name, data in extra.items():
-        _insert_extra(con, name, data, run_id)
+        if data.num_rows:
+            _insert_table(con, table, data, run_id)
+    for table, data in staged.extra.items():
+        con.execute(CREATE_TABLE_SQL[table])
+        _insert_table(con, table, data, run_id)
     insert_runs_row(con, run_id, staged.runs_row, {**staged.summary, "run_id": run_id})
 
 

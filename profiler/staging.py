@@ -25,9 +25,9 @@ import pyarrow as pa
 
 from engine.errors import ProfilerError
 from engine.jsonable import json_default
-from engine.trace import CHIPS_SCHEMA, STEPS_SCHEMA, RunFacts, RunResult
+from engine.trace import TABLES, RunFacts, RunResult
 
-from .schema import extra_table_name
+from .schema import declared_extra, extra_table_name
 from .summary import BATCH_VIEWS, batch_aggregates, summary_from
 
 __all__ = [
@@ -52,14 +52,11 @@ _STAGED_EVENTS_VIEW = """
 CREATE TEMP VIEW events AS
 SELECT CAST(0 AS INTEGER) AS run_id, chip, step, CAST(kind AS VARCHAR) AS kind, start_ns, dur_ns FROM _podscope_staged_events
 """
-_KIND_TEXT = pa.string()
 #: the small per-run tables in their stored column types (as DuckDB returns them: kind as text); a
 #: staged run's tables are cast to these, so the tables of a batch's runs concatenate
 _SMALL_SCHEMAS = {
-    "chips": CHIPS_SCHEMA,
-    "steps": STEPS_SCHEMA,
-    "step_kind": pa.schema([("step", pa.int32()), ("kind", _KIND_TEXT), ("chip_ns", pa.int64()), ("max_chip_ns", pa.int64())]),
-    "chip_kind": pa.schema([("chip", pa.int32()), ("kind", _KIND_TEXT), ("ns", pa.int64())]),
+    name: pa.schema([(c.name, c.type.value_type if pa.types.is_dictionary(c.type) else c.type) for c in TABLES[name].columns])
+    for name in ("chips", "steps", "step_kind", "chip_kind")
 }
 #: the columns of the small tables the summary reads, per batch view (see summary.BATCH_VIEWS)
 _SUMMARY_INPUTS = {"steps": ["step", "step_ns"], "step_kind": ["step", "kind", "chip_ns"], "chip_kind": ["kind", "ns"]}
@@ -71,6 +68,7 @@ class StagedRun:
 
     runs_row: dict[str, Any]
     small: dict[str, pa.Table]  # table -> rows without run_id, in _SMALL_SCHEMAS (chips, steps, step_kind, chip_kind)
+    extra: dict[str, pa.Table]  # stored name (extra_<key>) -> rows without run_id, in the declared columns and types
     events: int  # event rows
     summary: dict[str, Any] | None = None  # None until summarise
 
@@ -120,11 +118,11 @@ def stage(result: RunResult, run_name: str, source: str) -> StagedRun:
     Raises
     ------
     ProfilerError
-        A table the store cannot hold (a missing column, an extra table's name not a plain identifier).
+        A table the store cannot hold (a missing column; an extra table that is not declared in
+        ``engine.trace.TABLES`` or does not match its declaration).
     """
     scenario, facts, trace = result.scenario, result.facts, result.trace
-    for name in trace.extra:
-        extra_table_name(name)  # checked before anything is written
+    extra = {extra_table_name(key): declared_extra(key, data) for key, data in trace.extra.items()}
     row = {
         "name": run_name,
         "created_at": datetime.now(timezone.utc),
@@ -147,7 +145,7 @@ def stage(result: RunResult, run_name: str, source: str) -> StagedRun:
         small = {t: tables[t].select(list(schema.names)).cast(schema) for t, schema in _SMALL_SCHEMAS.items()}
     except (duckdb.Error, pa.ArrowException, KeyError) as e:  # KeyError: a missing column
         raise ProfilerError(f"cannot prepare run {run_name!r} for storage: {e}") from e
-    return StagedRun(runs_row=row, small=small, events=trace.events.num_rows)
+    return StagedRun(runs_row=row, small=small, extra=extra, events=trace.events.num_rows)
 
 
 def _aggregates_from_events(events: pa.Table) -> dict[str, pa.Table]:

@@ -30,7 +30,7 @@ from engine.trace import RunResult
 from .chunked_write import collect_abandoned, is_large, write_chunked
 from .connection import DEFAULT_DB_PATH, Database, DatabaseBusyError, resolve_db_path, transaction
 from .run_rows import EVENTS_SELECT, delete_rows, insert_events, new_run_id, publish
-from .schema import extra_table_name, quote_ident
+from .schema import CREATE_TABLE_SQL, quote_ident
 from .staging import StagedRun, stage, summarise
 
 __all__ = [
@@ -131,7 +131,7 @@ def _write_whole(con: duckdb.DuckDBPyConnection, staged: StagedRun, result: RunR
     with transaction(con):
         run_id = new_run_id(con)
         insert_events(con, result.trace.events, run_id)
-        publish(con, staged, result.trace.extra, run_id)
+        publish(con, staged, run_id)
     return run_id
 
 
@@ -148,7 +148,7 @@ def _write_batch(db: Database, batch: list[tuple[StagedRun, RunResult]]) -> list
             with transaction(con):
                 return _insert_batch(con, batch)
         except (duckdb.Error, pa.ArrowException):
-            pass  # e.g. extra tables whose schemas differ between runs: fall back below
+            pass  # e.g. a constraint a run's rows break: fall back below, run by run
         return [_write_whole(con, staged, result) for staged, result in batch]
 
 
@@ -164,8 +164,8 @@ def _insert_batch(con: duckdb.DuckDBPyConnection, batch: list[tuple[StagedRun, R
     for run_id, (staged, result) in zip(ids, batch):
         for table, data in [("events", result.trace.events), *staged.small.items()]:
             grouped.setdefault((table, False), []).append(_with_run_id(data, run_id))
-        for name, data in result.trace.extra.items():
-            grouped.setdefault((extra_table_name(name), True), []).append(_with_run_id(data, run_id))
+        for table, data in staged.extra.items():
+            grouped.setdefault((table, True), []).append(_with_run_id(data, run_id))
     for (table, is_extra), parts in grouped.items():
         data = pa.concat_tables(parts)
         if data.num_rows == 0 and not is_extra:
@@ -181,13 +181,11 @@ def _insert_batch(con: duckdb.DuckDBPyConnection, batch: list[tuple[StagedRun, R
         con.register(view, data)
         try:
             if is_extra:
-                con.execute(f"CREATE TABLE IF NOT EXISTS {quote_ident(table)} AS SELECT * FROM {quote_ident(view)} LIMIT 0")
-                con.execute(f"INSERT INTO {quote_ident(table)} BY NAME SELECT * FROM {quote_ident(view)}")
-            else:  # a small table: run_id, then its columns in stored order
-                con.execute(
-                    f"INSERT INTO {quote_ident(table)} SELECT {', '.join(quote_ident(c) for c in data.column_names)} "
-                    f"FROM {quote_ident(view)}"
-                )
+                con.execute(CREATE_TABLE_SQL[table])  # from its declaration, when a run first writes one
+            con.execute(
+                f"INSERT INTO {quote_ident(table)} BY NAME SELECT {', '.join(quote_ident(c) for c in data.column_names)} "
+                f"FROM {quote_ident(view)}"
+            )
         finally:
             con.unregister(view)
     runs = pa.Table.from_pylist([

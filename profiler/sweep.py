@@ -55,6 +55,7 @@ from engine.errors import PodscopeError, ProfilerError, ScenarioError
 from engine.jsonable import json_default
 from engine.validation_messages import UNKNOWN_KEY
 
+from .schema import CREATE_TABLE_SQL
 from .store import Database, write_run, write_runs
 
 __all__ = [
@@ -69,11 +70,6 @@ __all__ = [
     "default_out_dir",
 ]
 
-_FAILURES_SQL = """
-CREATE TABLE IF NOT EXISTS sweep_failures (
-    sweep VARCHAR NOT NULL, point VARCHAR NOT NULL, overrides JSON, error VARCHAR, created_at TIMESTAMP WITH TIME ZONE
-)
-"""
 _STORED_POINT_IDS_SQL = (
     "SELECT json_extract_string(summary, '$.sweep.point'), run_id FROM runs "
     "WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
@@ -301,7 +297,7 @@ def _load_point(folder: Path, sweep: str) -> RunResult:
 
 def _record_failure(db: Database, sweep: str, point: SweepPoint, error: str) -> None:
     with db.write() as con:
-        con.execute(_FAILURES_SQL)
+        con.execute(CREATE_TABLE_SQL["sweep_failures"])
         con.execute(
             "INSERT INTO sweep_failures VALUES ($sweep, $point, $overrides, $error, $at)",
             {"sweep": sweep, "point": point.point, "overrides": json.dumps(point.overrides), "error": error,

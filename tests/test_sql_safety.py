@@ -15,11 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from engine import ProfilerError, RunNotFoundError, simulate
-from engine.trace import Trace
+from engine.trace import Trace, extra_spec
 from profiler import delete_run, queries, resolve_run, write_run
 from profiler.cli import EXIT_ERROR, EXIT_OK
 from profiler.schema import per_run_tables
@@ -98,14 +97,14 @@ def test_cli_delete_missing_run_is_exit_1_with_a_clear_message(tmp_path):
 
 def test_delete_by_id_removes_every_row_of_that_run_only(db, small_scenario):
     good = simulate(small_scenario)
-    extra = {"link_load": pa.table({"src_chip": pa.array([0, 1], pa.int32()), "bytes_per_step": [1.0, 2.0]})}
+    extra = {"chip_memory": extra_spec("chip_memory").table({"chip": [0, 1], "peak_bytes": [1.0, 2.0]})}
     with_extra = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
     keep = write_run(db, with_extra, name="keep")
     gone = write_run(db, with_extra, name="gone")
     assert delete_run(db, str(gone)) == gone
     with db.read() as con:
         tables = per_run_tables(con)
-        assert "extra_link_load" in tables
+        assert "extra_chip_memory" in tables
         for table in tables:
             assert con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [gone]).fetchone()[0] == 0
             assert con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id = ?', [keep]).fetchone()[0] > 0

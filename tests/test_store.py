@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from engine import ProfilerError, RunNotFoundError, simulate
-from engine.trace import Trace
+from engine.trace import Trace, extra_spec
 from profiler import SUMMARY_KEYS, delete_run, queries, write_run
 from profiler.store import resolve_db_path
 
@@ -91,12 +91,59 @@ def test_failed_write_leaves_no_partial_run(db, small_scenario):
 
 def test_extra_tables_are_stored_by_name(db, small_scenario):
     good = simulate(small_scenario)
-    extra = {"link_load": pa.table({"link": [0, 1], "bytes": [10.0, 20.0]})}
+    extra = {"chip_memory": extra_spec("chip_memory").table({"chip": [1, 0], "peak_bytes": [20.0, 10.0]})}
     result = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
     run_id = write_run(db, result)
     with db.read() as con:
-        rows = con.execute("SELECT link, bytes FROM extra_link_load WHERE run_id = ? ORDER BY link", [run_id]).fetchall()
+        rows = con.execute("SELECT chip, peak_bytes FROM extra_chip_memory WHERE run_id = ? ORDER BY chip", [run_id]).fetchall()
     assert rows == [(0, 10.0), (1, 20.0)]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"made_up": pa.table({"x": [1]})}, "'made_up' is not declared in engine.trace.TABLES; declared: chip_memory"),
+        ({"chip_memory": pa.table({"chip": pa.array([0], pa.int32())})}, "'chip_memory' has columns ['chip']; declared: ['chip', 'peak_bytes']"),
+        ({"chip_memory": pa.table({"chip": ["zero"], "peak_bytes": [1.0]})}, "'chip_memory' does not fit its declared types"),
+    ],
+)
+def test_an_extra_table_off_its_declaration_is_refused_and_nothing_written(db, small_scenario, extra, message):
+    good = simulate(small_scenario)
+    bad = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
+    with pytest.raises(ProfilerError) as info:
+        write_run(db, bad)
+    assert message in str(info.value)
+    with db.read() as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+
+
+def test_every_stored_table_has_its_declared_columns_and_types(db, small_scenario_path):
+    """The store creates each table from engine.trace.TABLES (profiler.schema for its own): what DuckDB holds is
+    run_id then the declared columns, in the declared types, whichever run wrote first."""
+    from engine import RunResult, load_scenario
+    from engine.trace import TABLES
+    from profiler.schema import PROFILER_TABLES, duckdb_type
+    from profiler.trace_import import read_trace
+
+    scenarios = ROOT / "data" / "scenarios"
+    write_run(db, simulate(load_scenario(scenarios / "llm-1b-v5p-64-failures.toml", {"training.steps": 12})))
+    write_run(db, simulate(load_scenario(small_scenario_path)))
+    trace, facts = read_trace(ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz")
+    write_run(db, RunResult(None, trace, facts))
+    with db.read() as con:
+        stored = {
+            t: con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $t ORDER BY ordinal_position",
+                {"t": t},
+            ).fetchall()
+            for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
+    assert {"extra_import_events", "extra_memory_timeline", "extra_compiles"} <= set(stored)
+    for name, columns in stored.items():
+        spec = TABLES.get(name) or PROFILER_TABLES[name]
+        lead = [("run_id", "INTEGER")] if name in TABLES else []
+        assert columns == lead + [(c.name, duckdb_type(c.type)) for c in spec.columns], name
 
 
 def test_names_with_sql_metacharacters_are_stored_verbatim(db, small_scenario):
