@@ -47,7 +47,6 @@ from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
@@ -275,15 +274,13 @@ STORE_GATHER_S = 1.0
 
 
 def _read_point_table(path: Path) -> pa.Table:
-    if path.suffix == ".parquet":  # a point left on disk by an earlier version
-        return pq.read_table(path)
     with pa.OSFile(str(path)) as f:  # read into memory: the folder is removed once stored
         return pa.ipc.open_file(f).read_all()
 
 
 def _load_point(folder: Path, sweep: str) -> RunResult:
     meta = json.loads((folder / "meta.json").read_text())
-    tables = {p.stem: _read_point_table(p) for p in [*folder.glob("*.parquet"), *folder.glob(f"*{_POINT_TABLE_SUFFIX}")]}
+    tables = {p.stem: _read_point_table(p) for p in folder.glob(f"*{_POINT_TABLE_SUFFIX}")}
     extra = {k.removeprefix("extra_"): v for k, v in tables.items() if k.startswith("extra_")}
     facts = meta["facts"]
     facts["extra"] = {**facts.get("extra", {}), "sweep": {"name": sweep, "point": meta["point"], "overrides": meta["overrides"]}}
@@ -354,7 +351,7 @@ def run_sweep(
     *,
     out_dir: str | Path | None = None,
     progress: Callable[[int, int, str], None] | None = None,
-    keep_parquet: bool = False,
+    keep_points: bool = False,
 ) -> SweepResult:
     """Run (or resume) a sweep: simulate points on ``executor``, store each finished point.
 
@@ -367,10 +364,10 @@ def run_sweep(
         ``distributed.Client(address).get_executor()``. Workers must see ``out_dir``
         (a shared folder on a cluster) and import this repository.
     out_dir
-        Folder for the per-point Parquet files (default: beside the database).
+        Folder for the per-point Arrow files (default: beside the database).
     progress
         Called as ``progress(done, total, message)`` after each point.
-    keep_parquet
+    keep_points
         Keep point folders after they are stored (default: removed once in DuckDB).
 
     Raises
@@ -422,7 +419,7 @@ def run_sweep(
         for (point, folder), run_id, error in _store_points(db, spec.name, ready):
             if error is None:
                 stored.append(run_id)
-                if not keep_parquet:
+                if not keep_points:
                     shutil.rmtree(folder, ignore_errors=True)
             else:
                 failed.append((point.point, error))
