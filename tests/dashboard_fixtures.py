@@ -31,7 +31,7 @@ def extras_result(scenario):
         "link_load": pa.table({
             "src_chip": pa.array(src, pa.int32()), "dst_chip": pa.array(dst, pa.int32()), "axis": axis,
             "bytes_per_step": np.linspace(1e6, 2e6, n), "busy_ns_per_step": pa.array(np.arange(n) * 1000, pa.int64()),
-            "utilization": np.linspace(0.1, 0.9, n),
+            "utilization": np.linspace(0.1, 0.9, n), "bandwidth_frac": np.ones(n),
         }),
         "compiles": pa.table({
             "step": pa.array([0, 0, 5], pa.int32()), "signature": ["f32[32]", "f32[32,8]", "f32[16]"],

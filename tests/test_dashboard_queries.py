@@ -79,6 +79,7 @@ def test_extra_tables_absent_then_present(db, small_scenario):
         "link_load": pa.table({
             "src_chip": pa.array([0], pa.int32()), "dst_chip": pa.array([1], pa.int32()), "axis": ["x"],
             "bytes_per_step": [1e6], "busy_ns_per_step": pa.array([1000], pa.int64()), "utilization": [0.5],
+            "bandwidth_frac": [1.0],
         }),  # fmt: skip
         "compiles": pa.table({
             "step": pa.array([0, 0, 7], pa.int32()), "signature": ["a", "b", "c"], "cause": ["first", "first", "shape"],
