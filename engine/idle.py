@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from .compilation import COMPILES, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
 from .compute import PASSES_BY_REMAT, ComputeCost, step_compute
-from .faults import (
+from .failures import (
     FailurePlan,
     FailureSection,
     checkpoint_steps,
@@ -39,13 +39,13 @@ from .faults import (
     expected_goodput,
     failure_rate_per_s,
     plan_failures,
-    straggler_factors,
     young_interval_s,
 )
 from .input_pipeline import run_input_queue, step_lengths_s
 from .memory import MASTER_WEIGHT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM
 from .models import model_cost
 from .step import Segment, SimContext, StepCursor
+from .stragglers import straggler_factors
 from .units import NS_PER_S
 
 __all__ = ["IdlePlan", "plan_idle", "idle_facts"]

@@ -54,9 +54,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .models import ModelCost
-from .parallelism import WIRE_BYTES_PER_ELEMENT, layer_units
+from .models import ModelCost, layer_units
 from .trace import TABLES
+from .units import BYTES_PER_ELEMENT, GIB_BYTES
 
 __all__ = [
     "BytesPerParam",
@@ -114,7 +114,7 @@ def transformer_layer_activation_bytes(model, per_chip_batch: int, precision: st
     d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
     kv = model.kv_heads_eff
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
-    elem = WIRE_BYTES_PER_ELEMENT[precision]
+    elem = BYTES_PER_ELEMENT[precision]
     tokens = float(per_chip_batch) * s
     if remat == "full":
         per_token = d
@@ -157,7 +157,7 @@ def _unit_activations(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes)."""
     n = len(units)
-    elem = WIRE_BYTES_PER_ELEMENT[precision]
+    elem = BYTES_PER_ELEMENT[precision]
     saved = np.zeros(n)
     recompute = np.zeros(n)
     if cost.kind == "transformer":
@@ -255,7 +255,7 @@ def hbm_plan(
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
     grad_tmp = (
-        np.array([float(np.sort(t)[-2:].sum()) for t in tensors]) / tensor * WIRE_BYTES_PER_ELEMENT[precision]
+        np.array([float(np.sort(t)[-2:].sum()) for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
         if fsdp > 1
         else np.zeros(n)
     )
@@ -302,7 +302,7 @@ def hbm_plan(
 
 
 def _gib(x: float) -> str:
-    return f"{x / 2**30:.1f} GiB"
+    return f"{x / GIB_BYTES:.1f} GiB"
 
 
 def oom_detail(

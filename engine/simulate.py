@@ -17,9 +17,9 @@ from .calibration import Calibration, load_calibration
 from .compute import step_compute
 from .idle import idle_facts, plan_idle
 from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
+from .comm import gradient_sync, mesh_gradient_sync, mesh_link_penalties, overlap_table, plan_step_comm
+from .mesh import resolve_mesh, whole_torus_axes
 from .models import model_cost
-from .interconnect import gradient_sync, mesh_gradient_sync, mesh_link_penalties, overlap_table
-from .parallelism import plan_collectives, resolve_mesh, whole_torus_axes
 from .scenario import ParameterServerSection, Scenario
 from .step import Segment, SimContext, assemble
 from .topology import build_pod
@@ -59,7 +59,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, mesh_sizes, par.mapping)
     ps = par.parameter_server or ParameterServerSection()
     use_ps = par.strategy == "parameter_server"
-    comm = plan_collectives(
+    comm = plan_step_comm(
         cost,
         mesh,
         fwd_compute_s=fwd_s,
@@ -92,7 +92,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     # Data-parallel gradient sync: on whole torus axes the interconnect model prices it (schedule,
     # bucketed overlap with the backward pass, link faults, per-link load); a `data` axis that splits
     # a torus axis keeps the mesh model's strided-ring estimate, with the same links' faults, one-way
-    # links, overlap and link load laid on top (engine/interconnect.py mesh_gradient_sync).
+    # links, overlap and link load laid on top (engine/comm/gradient_sync.py mesh_gradient_sync).
     data_axes = whole_torus_axes(mesh["data"], pod.slice.shape)
     sync = None
     grad_sync_s = comm.data_sync_s

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-if TYPE_CHECKING:  # the scenario module imports nothing from here; typing only, no runtime edge
+if TYPE_CHECKING:  # typing only: scenario sections build tables from this contract (compilation imports it)
     from .scenario import Scenario
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "TABLES",
     "EXTRA_PREFIX",
     "extra_table_name",
-    "extra_spec",
     "EVENT_KINDS",
     "KIND_CODE",
     "KIND_TYPE",
@@ -173,7 +172,7 @@ _EXTRA = (
         "Per-layer collectives of one step on a representative chip (FSDP gathers, TP all-reduces, gradient sync, PS pulls).",
         ("unit", pa.int32(), "layer unit index in execution order; -1 for the whole-model gradient sync"),
         ("layer", pa.string(), "layer unit name (embed, layer0, ..., unembed, or model)"),
-        ("phase", pa.string(), "forward | backward | gradient_sync"),
+        ("phase", pa.string(), "forward | backward | recompute (TP all-reduces of a full-remat forward) | gradient_sync"),
         ("op", pa.string(), "all-gather | reduce-scatter | all-reduce | ps-pull | ps-push"),
         ("mesh_axis", pa.string(), "mesh axis it runs over: fsdp | tensor | data+dcn | dcn"),
         ("bytes", pa.float64(), "payload per chip, bytes"),
@@ -228,11 +227,6 @@ TABLES: Mapping[str, TableSpec] = MappingProxyType({t.name: t for t in _CORE + _
 def extra_table_name(key: str) -> str:
     """Stored name of the extra table kept under ``key`` in :attr:`Trace.extra`."""
     return EXTRA_PREFIX + key
-
-
-def extra_spec(key: str) -> TableSpec:
-    """The declaration of the extra table kept under ``key`` in :attr:`Trace.extra`."""
-    return TABLES[extra_table_name(key)]
 
 
 EVENTS_SCHEMA = TABLES["events"].schema
@@ -300,6 +294,6 @@ class RunFacts:
 
 @dataclass(frozen=True)
 class RunResult:
-    scenario: Scenario
+    scenario: Scenario | None  # None for an imported trace
     trace: Trace
     facts: RunFacts
