@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.errors import TraceImportError
-from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch, extra_spec
+from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace, events_batch
 
 from .store import Database, write_run
 from .trace_file import DEFAULT_MAX_EVENTS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_JSON_BYTES, MAX_SPAN_US, ImportLimits, RawTrace, read_raw_trace
@@ -354,7 +354,7 @@ def read_trace(path: str | Path, *, limits: ImportLimits = _DEFAULT_LIMITS) -> t
         {"step": np.arange(len(s_start), dtype=np.int32), "start_ns": s_start, "step_ns": s_end - s_start}, schema=STEPS_SCHEMA
     )
     chips_table = _chips_table(raw, chips)
-    as_read = extra_spec("import_events").table(
+    as_read = TABLES["extra_import_events"].table(
         {
             "chip": pa.array(np.where(chip_col >= 0, chip_col, 0).astype(np.int32), mask=chip_col < 0),
             "pid": pa.array(raw.pid, pa.string()),

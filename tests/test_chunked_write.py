@@ -8,7 +8,7 @@ import pytest
 import profiler.chunked_write as chunked_write
 import profiler.connection as connection
 from engine import ProfilerError, simulate
-from engine.trace import Trace, extra_spec
+from engine.trace import TABLES, Trace
 from profiler import queries, write_run, write_runs
 from profiler.connection import Database, DatabaseBusyError
 from profiler.schema import per_run_tables
@@ -46,7 +46,7 @@ def test_failure_after_some_chunks_leaves_no_rows(tmp_path, monkeypatch, small_s
     keep = write_run(db, good, name="keep")
     monkeypatch.setattr(chunked_write, "EVENT_CHUNK_ROWS", 37)
     monkeypatch.setattr(chunked_write, "WRITER_YIELD_S", 0.0)
-    bad = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, {"chip_memory": extra_spec("chip_memory").table({"chip": [0], "peak_bytes": [1.0]})}), good.facts)
+    bad = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, {"chip_memory": TABLES["extra_chip_memory"].table({"chip": [0], "peak_bytes": [1.0]})}), good.facts)
     real_publish = chunked_write.publish
 
     def failing_publish(con, staged, run_id):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine import ProfilerError, RunNotFoundError, simulate
-from engine.trace import Trace, extra_spec
+from engine.trace import TABLES, Trace
 from profiler import delete_run, queries, resolve_run, write_run
 from profiler.cli import EXIT_ERROR, EXIT_OK
 from profiler.schema import per_run_tables
@@ -97,7 +97,7 @@ def test_cli_delete_missing_run_is_exit_1_with_a_clear_message(tmp_path):
 
 def test_delete_by_id_removes_every_row_of_that_run_only(db, small_scenario):
     good = simulate(small_scenario)
-    extra = {"chip_memory": extra_spec("chip_memory").table({"chip": [0, 1], "peak_bytes": [1.0, 2.0]})}
+    extra = {"chip_memory": TABLES["extra_chip_memory"].table({"chip": [0, 1], "peak_bytes": [1.0, 2.0]})}
     with_extra = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
     keep = write_run(db, with_extra, name="keep")
     gone = write_run(db, with_extra, name="gone")

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from engine import ProfilerError, RunNotFoundError, simulate
-from engine.trace import Trace, extra_spec
+from engine.trace import TABLES, Trace
 from profiler import SUMMARY_KEYS, delete_run, queries, write_run
 from profiler.store import resolve_db_path
 
@@ -91,7 +91,7 @@ def test_failed_write_leaves_no_partial_run(db, small_scenario):
 
 def test_extra_tables_are_stored_by_name(db, small_scenario):
     good = simulate(small_scenario)
-    extra = {"chip_memory": extra_spec("chip_memory").table({"chip": [1, 0], "peak_bytes": [20.0, 10.0]})}
+    extra = {"chip_memory": TABLES["extra_chip_memory"].table({"chip": [1, 0], "peak_bytes": [20.0, 10.0]})}
     result = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
     run_id = write_run(db, result)
     with db.read() as con:
@@ -122,7 +122,6 @@ def test_every_stored_table_has_its_declared_columns_and_types(db, small_scenari
     """The store creates each table from engine.trace.TABLES (profiler.schema for its own): what DuckDB holds is
     run_id then the declared columns, in the declared types, whichever run wrote first."""
     from engine import RunResult, load_scenario
-    from engine.trace import TABLES
     from profiler.schema import PROFILER_TABLES, duckdb_type
     from profiler.trace_import import read_trace
 
