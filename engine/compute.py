@@ -54,6 +54,9 @@ class ComputeCost:
     memory_s: float  # part bound by HBM bandwidth
     overhead_s: float
     forward_s: float = 0.0  # the forward pass alone; the rest of fwd_bwd_s is backward (incl. recomputation)
+    # the routed-expert GEMMs' share of forward_s and of fwd_bwd_s (what a busier expert stretches)
+    expert_forward_s: float = 0.0
+    expert_fwd_bwd_s: float = 0.0
 
 
 def step_compute(
@@ -65,6 +68,7 @@ def step_compute(
     remat: str,
     tensor: int = 1,
     flash: bool = False,
+    expert: int = 1,
 ) -> ComputeCost:
     """Roofline compute time of forward + backward for one chip.
 
@@ -74,6 +78,10 @@ def step_compute(
         Samples processed by this chip per step.
     tensor
         Tensor-parallel degree: each op's output dimension is split this many ways.
+    expert
+        Expert-parallel degree: each chip holds ``experts / expert`` of every routed-expert
+        GEMM's weights and, after the dispatch all-to-all, computes the tokens routed to them:
+        on average as many rows as its own batch routes (the load imbalance is applied per step).
     """
     ops = cost.ops
     b = float(per_chip_batch)
@@ -90,6 +98,8 @@ def step_compute(
     d = chip.mxu_dim
     flops_padded = 2.0 * _pad(m_rows, d) * _pad(ops.k, d) * _pad(n_shard, d) * count
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * count
+    if ops.w_copies is not None:
+        w_elems = w_elems * np.where(ops.is_expert, ops.copies / expert, 1.0)
     in_elems = b * ops.in_elems_per_repeat * count
     out_elems = m_rows * n_shard * count
     elementwise_elems = b * ops.elementwise_elems_total / tensor
@@ -122,7 +132,10 @@ def step_compute(
     flop_bound = t_flops >= t_bytes
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
+    ex = ops.is_expert
     return ComputeCost(
+        expert_forward_s=float(per_pass[ex].sum()),
+        expert_fwd_bwd_s=float((per_pass * passes)[ex].sum()),
         fwd_bwd_s=total,
         model_flops=float(flops_useful.sum()) * 3.0,
         hardware_flops=float((flops_useful * passes).sum()),

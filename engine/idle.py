@@ -92,7 +92,7 @@ def _fwd_bwd_for(ctx: SimContext, comp: ComputeCost, jit: bool) -> Callable[[int
             cost = ctx.cost
         else:
             cost = model_cost(s.model.model_copy(update={"seq_len": seq})) if seq else ctx.cost
-            c = step_compute(cost, ctx.pod.chip, ctx.cal, batch, tr.precision, tr.remat, tensor=par.tensor)
+            c = step_compute(cost, ctx.pod.chip, ctx.cal, batch, tr.precision, tr.remat, tensor=par.tensor, expert=par.expert)
         if jit:
             return c.fwd_bwd_s
         return eager_fwd_bwd_s(c.matmul_s, c.memory_s, float(cost.ops.launches.sum()) * passes, params)

@@ -124,7 +124,27 @@ def transformer_layer_activation_bytes(model, per_chip_batch: int, precision: st
         per_token = 4.0 * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff  # LayerNorms, QKV, out-proj, MLP
         if remat != "selective" and model.attention != "flash":
             per_token += h * s  # softmax probabilities
+    if getattr(model, "moe_layers", 0) and remat != "full":
+        per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat)
     return tokens * per_token / tensor * elem
+
+
+def _moe_extra_per_token(model, remat: str) -> float:
+    """Elements per token a MoE layer saves beyond a dense layer's (its MLP terms replaced).
+
+    The router logits (``experts``), the dispatched tokens and the combined outputs at
+    capacity (``2 d`` per routed copy, ``k x capacity_factor`` copies), and the experts'
+    MLP activations for ``k x capacity_factor`` routed plus the shared copies instead of
+    the dense MLP's.
+    """
+    d, e, k, sh = model.d_model, model.experts, model.experts_per_token, model.shared_experts
+    ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
+    ff_e = model.d_ff_expert_eff
+    ff_e_in = ff_e * (2 if model.mlp == "swiglu" else 1)
+    copies = k * model.capacity_factor
+    if remat == "minimal":
+        return copies * (ff_e_in + 2 * d) + sh * (ff_e_in + d) + e - (ff_in + d)
+    return e + 2 * d * copies + (copies + sh) * (ff_e_in + ff_e) - (ff_in + model.d_ff)
 
 
 @dataclass(frozen=True)
@@ -185,7 +205,7 @@ def _unit_activations(
     return saved, recompute, 0.0
 
 
-def _unit_weight_tensors(cost: ModelCost, units, p_unit: np.ndarray) -> list[np.ndarray]:
+def _unit_weight_tensors(cost: ModelCost, units, p_unit: np.ndarray, expert: int = 1) -> list[np.ndarray]:
     """Parameters of each weight tensor of each unit (the granularity XLA gathers and reduce-scatters).
 
     Transformer layers hold one tensor per weight GEMM row (QKV, output, MLP in, MLP out; a SwiGLU
@@ -196,7 +216,8 @@ def _unit_weight_tensors(cost: ModelCost, units, p_unit: np.ndarray) -> list[np.
         return [np.array([p]) for p in p_unit]
     ops = cost.ops
     in_layer = np.array([name.startswith("layer.") for name in ops.names]) & ~ops.w_is_activation
-    layer_tensors = (ops.k * ops.n)[in_layer]
+    # a routed-expert GEMM's weight is one stacked tensor of this chip's experts
+    layer_tensors = (ops.k * ops.n * np.where(ops.is_expert, ops.copies / expert, 1.0))[in_layer]
     return [np.array([p_unit[0]]), *[layer_tensors for _ in range(len(units) - 2)], np.array([p_unit[-1]])]
 
 
@@ -213,6 +234,7 @@ def hbm_plan(
     capacity_bytes: float,
     reserved_frac: float,
     sparse_off_chip: bool = False,
+    expert: int = 1,
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -228,6 +250,8 @@ def hbm_plan(
         The chip's HBM, bytes; ``reserved_frac`` of it is unusable headroom.
     sparse_off_chip
         True under the parameter-server strategy: embedding tables live on PS hosts.
+    expert
+        Expert-parallel degree: the routed experts' model states shard over it too.
 
     Returns
     -------
@@ -241,7 +265,11 @@ def hbm_plan(
     p_unit = np.array([u.params for u in units], dtype=np.float64)
     if sparse_off_chip:
         p_unit[0] = max(0.0, p_unit[0] - cost.sparse_params)
-    p_chip = p_unit / shard
+    if cost.expert_params:
+        p_unit_chip = p_unit - np.array([u.expert_params for u in units]) * (1.0 - 1.0 / expert)
+        p_chip = p_unit_chip / shard
+    else:
+        p_chip = p_unit / shard
     params_b = float(p_chip.sum()) * bpp.params
     opt_b = float(p_chip.sum()) * bpp.optimizer
     grads_unit = p_chip * bpp.grads
@@ -249,7 +277,7 @@ def hbm_plan(
     # GSPMD gathers (or casts) weights one tensor at a time: each dot's weight operand gets its own
     # all-gather, and XLA's scheduler prefetches the next while the current one computes. So two
     # weight tensors are in compute form at once (in use + prefetched): gathered under FSDP, else cast.
-    tensors = _unit_weight_tensors(cost, units, p_unit)
+    tensors = _unit_weight_tensors(cost, units, p_unit, expert)
     copy_bytes = bpp.compute_copy if bpp.compute_copy else (MASTER_WEIGHT_BYTES_PER_PARAM if fsdp > 1 else 0.0)
     weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps

@@ -27,12 +27,22 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import TopologyError
 from .topology import AXIS_NAMES
 
-__all__ = ["MESH_AXES", "Segment1D", "MeshAxis", "Mesh", "resolve_mesh", "whole_torus_axes"]
+__all__ = ["MESH_AXES", "LAYOUT_ORDER", "axis_index_of_chips", "Segment1D", "MeshAxis", "Mesh", "resolve_mesh", "whole_torus_axes"]
 
-MESH_AXES = ("data", "fsdp", "tensor")
+#: Every mesh axis, in the one order the rest of Podscope (scenario keys, summaries, a mesh search)
+#: lists them. The first three are the classic SPMD axes; the others are 1 unless a scenario asks.
+MESH_AXES = ("data", "fsdp", "tensor", "expert", "pipeline", "context")
+#: inner to outer: the axis with the most traffic per step gets the shortest, contiguous rings
+#: (tensor's per-layer all-reduces, context's ring attention, expert's all-to-alls, fsdp's gathers;
+#: pipeline sends one activation per microbatch; data all-reduces once per step)
+LAYOUT_ORDER = ("tensor", "context", "expert", "fsdp", "pipeline", "data")
+#: axes every mesh description names even at size 1 (the others only when larger than 1)
+_ALWAYS_DESCRIBED = ("data", "fsdp", "tensor")
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,7 @@ class Mesh:
         return self.axes[MESH_AXES.index(name)]
 
     def describe(self) -> str:
-        return ", ".join(a.describe() for a in self.axes)
+        return ", ".join(a.describe() for a in self.axes if a.name in _ALWAYS_DESCRIBED or a.size > 1)
 
 
 def _parse_part(text: str, shape: Sequence[int]) -> tuple[int, int]:
@@ -85,14 +95,14 @@ def resolve_mesh(
     sizes: Mapping[str, int],
     mapping: Mapping[str, Sequence[str]] | None = None,
 ) -> Mesh:
-    """Lay the mesh ``data x fsdp x tensor`` onto the slice's torus axes.
+    """Lay the mesh (:data:`MESH_AXES`) onto the slice's torus axes.
 
     Parameters
     ----------
     shape, wrap
         The slice's axis lengths (chips) and which axes wrap around.
     sizes
-        Mesh axis sizes by name; their product must equal the slice's chips.
+        Mesh axis sizes by name (an axis not given is 1); their product must equal the slice's chips.
     mapping
         Optional explicit mapping: mesh axis -> torus axis parts (``"z"``, ``"y:2"``).
         Every mesh axis larger than 1 must then be listed.
@@ -103,13 +113,15 @@ def resolve_mesh(
         If the mesh does not factor onto the torus (or the mapping is inconsistent).
     """
     shape = tuple(int(n) for n in shape)
+    sizes = {a: int(sizes.get(a, 1)) for a in MESH_AXES}
     if math.prod(sizes[a] for a in MESH_AXES) != math.prod(shape):
+        named = [a for a in MESH_AXES if a in _ALWAYS_DESCRIBED or sizes[a] > 1]
         raise TopologyError(
-            f"mesh {'x'.join(str(sizes[a]) for a in MESH_AXES)} (data x fsdp x tensor) does not cover "
+            f"mesh {'x'.join(str(sizes[a]) for a in named)} ({' x '.join(named)}) does not cover "
             f"the {math.prod(shape)} chips of the slice"
         )
     parts: dict[str, list[tuple[int, int]]] = {a: [] for a in MESH_AXES}
-    order = ("tensor", "fsdp", "data")  # inner to outer
+    order = LAYOUT_ORDER
     if mapping:
         for name in order:
             listed = [_parse_part(t, shape) for t in mapping.get(name, [])]
@@ -189,3 +201,18 @@ def whole_torus_axes(axis: MeshAxis, shape: Sequence[int]) -> list[int] | None:
     if all(seg.stride == 1 and seg.chips == shape[seg.torus_axis] for seg in axis.segments):
         return [seg.torus_axis for seg in axis.segments]
     return None
+
+
+def axis_index_of_chips(axis: MeshAxis, coords: Sequence[np.ndarray]) -> np.ndarray:
+    """Each chip's position (0 .. size-1) along a mesh axis, from its slice-local torus coordinates.
+
+    ``coords`` holds one integer array per torus axis (x, y, z). A segment of ``chips``
+    chips at ``stride`` covers coordinates ``(c // stride) % chips`` of its torus axis;
+    the segments combine in mixed radix, first segment innermost.
+    """
+    index = np.zeros(len(coords[0]), dtype=np.int64)
+    radix = 1
+    for seg in axis.segments:
+        index += ((np.asarray(coords[seg.torus_axis]) // seg.stride) % seg.chips) * radix
+        radix *= seg.chips
+    return index

@@ -54,6 +54,23 @@ class GemmOps:
     # A convolution reads its input feature map once (the im2col patches are formed on chip), which
     # is kh*kw times fewer bytes than its m x k im2col matrix.
     in_elems: np.ndarray | None = None
+    # Distinct weight matrices of the op's shape: a routed-expert GEMM holds one per expert (its rows,
+    # m, are the tokens routed to any of them). None: one weight matrix per repeat.
+    w_copies: np.ndarray | None = None
+
+    @property
+    def copies(self) -> np.ndarray:
+        return self.w_copies if self.w_copies is not None else np.ones(len(self.names))
+
+    @property
+    def is_expert(self) -> np.ndarray:
+        """The routed-expert GEMMs (their weights shard over the ``expert`` mesh axis)."""
+        return self.copies > 1
+
+    @property
+    def weight_elems(self) -> np.ndarray:
+        """Weight elements of each op (all repeats and copies); 0 for activation x activation ops."""
+        return np.where(self.w_is_activation, 0.0, self.k * self.n * self.count * self.copies)
 
     @property
     def in_elems_per_repeat(self) -> np.ndarray:
@@ -85,6 +102,15 @@ class ModelCost:
     # and the table elements one sample looks up.
     sparse_params: int = 0
     sparse_elems_per_sample: float = 0.0
+    # Mixture of experts: the routed experts' parameters (included in `params`) and the parameters
+    # one token uses (shared and top-k routed experts, not the others). 0 / None for dense models.
+    expert_params: int = 0
+    active_params: int | None = None
+    moe_layers: int = 0
+
+    @property
+    def active_params_eff(self) -> int:
+        return self.active_params if self.active_params is not None else self.params
 
     @property
     def fwd_flops_per_sample(self) -> float:
@@ -96,7 +122,10 @@ class ModelCost:
 
 
 def _ops(
-    rows: list[tuple[str, int, int, int, int, bool, int]], launches: list[int] | None = None, in_elems: list[int] | None = None
+    rows: list[tuple[str, int, int, int, int, bool, int]],
+    launches: list[int] | None = None,
+    in_elems: list[int] | None = None,
+    copies: list[int] | None = None,
 ) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
@@ -109,6 +138,7 @@ def _ops(
         elementwise_elems=np.asarray(elem, dtype=np.float64),
         launches=np.asarray(launches if launches is not None else count, dtype=np.float64),
         in_elems=np.asarray(in_elems, dtype=np.float64) if in_elems is not None else None,
+        w_copies=np.asarray(copies, dtype=np.float64) if copies is not None else None,
     )
 
 
@@ -177,10 +207,56 @@ def _transformer(model: TransformerModel) -> ModelCost:
         ("layer.mlp_in", t, d, ff_in, n_l, False, t * ff_in),  # activation (gelu / swish * gate)
         ("layer.mlp_out", t, model.d_ff, d, n_l, False, 2 * t * d),  # residual add
     ]
-    rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
-    launches = [n_l] * 6 + [1]
-    # the input embedding is the sparse part: each token looks up one d-wide row
-    return ModelCost("transformer", params, _ops(rows, launches), t, model.layers, model.vocab * d, float(t * d))
+    if not model.moe:
+        rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
+        launches = [n_l] * 6 + [1]
+        # the input embedding is the sparse part: each token looks up one d-wide row
+        return ModelCost("transformer", params, _ops(rows, launches), t, model.layers, model.vocab * d, float(t * d))
+    return _moe_transformer(model, rows, params)
+
+
+def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> ModelCost:
+    """A transformer whose every ``moe_layer_interval``-th MLP is a mixture of experts.
+
+    Per MoE layer and token: a router GEMM ``d x experts`` (softmax over the logits), the
+    top-k routed experts' MLPs (each ``d x d_ff_expert`` in, ``d_ff_expert x d`` out, SwiGLU
+    doubling the in-projection) and the shared experts' MLPs (GShard, Lepikhin et al. 2020;
+    DeepSeekMoE, Dai et al. 2024). The routed GEMMs' rows are the ``k`` copies of every token,
+    their weights one matrix per expert (``w_copies``). Model FLOPs count the tokens routed,
+    ``k`` per token; tokens over capacity and the imbalance across experts are the step's
+    concern (engine/moe.py), not the model's.
+    """
+    t, d = model.seq_len, model.d_model
+    e, k, sh = model.experts, model.experts_per_token, model.shared_experts
+    ff_e = model.d_ff_expert_eff
+    ff_e_in = ff_e * (2 if model.mlp == "swiglu" else 1)
+    ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
+    n_moe = model.moe_layers
+    n_dense = model.layers - n_moe
+    dense_mlp = d * ff_in + model.d_ff * d
+    expert_mlp = d * ff_e_in + ff_e * d
+    params = dense_params - n_moe * dense_mlp + n_moe * (d * e + (e + sh) * expert_mlp)
+    expert_params = n_moe * e * expert_mlp
+    active = params - n_moe * (e - k) * expert_mlp
+    kept = [r for r in rows if not r[0].startswith("layer.mlp_")]
+    mlp = [r[:4] + (n_dense,) + r[5:] for r in rows if r[0].startswith("layer.mlp_")] if n_dense else []
+    moe = [
+        ("layer.router", t, d, e, n_moe, False, t * e),  # softmax over the expert logits, top-k
+        ("layer.expert_in", t * k, d, ff_e_in, n_moe, False, t * k * ff_e_in),
+        ("layer.expert_out", t * k, ff_e, d, n_moe, False, 2 * t * d),  # weighted combine + residual add
+    ]
+    if sh:
+        moe += [
+            ("layer.shared_in", t, d, sh * ff_e_in, n_moe, False, t * sh * ff_e_in),
+            ("layer.shared_out", t, sh * ff_e, d, n_moe, False, t * d),
+        ]
+    rows = kept + mlp + moe + [("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab)]
+    launches = [model.layers if r[0] in ("layer.qkv", "layer.scores", "layer.values", "layer.out") else r[4] for r in rows[:-1]] + [1]
+    copies = [e if r[0] in ("layer.expert_in", "layer.expert_out") else 1 for r in rows]
+    return ModelCost(
+        "transformer", params, _ops(rows, launches, copies=copies), t, model.layers, model.vocab * d, float(t * d),
+        expert_params=expert_params, active_params=active, moe_layers=n_moe,
+    )  # fmt: skip
 
 
 def model_cost(model: MlpModel | ResNet50Model | TransformerModel) -> ModelCost:
@@ -200,6 +276,7 @@ class LayerUnit:
     params: float  # parameters gathered (whole model replica, before any sharding)
     flops_frac: float  # share of the forward FLOPs
     act_out_elems: float  # elements per sample of the output a tensor-parallel all-reduce carries
+    expert_params: float = 0.0  # of `params`, the routed experts' (sharded over the expert axis)
 
 
 def layer_units(cost: ModelCost) -> list[LayerUnit]:
@@ -210,7 +287,7 @@ def layer_units(cost: ModelCost) -> list[LayerUnit]:
     norms, biases) go to the first unit.
     """
     ops = cost.ops
-    w = np.where(ops.w_is_activation, 0.0, ops.k * ops.n * ops.count)
+    w = ops.weight_elems
     flops = ops.flops_per_sample
     total_flops = float(flops.sum()) or 1.0
     if cost.kind == "transformer":
@@ -221,7 +298,8 @@ def layer_units(cost: ModelCost) -> list[LayerUnit]:
         layer_f = float(flops[is_layer].sum()) / L / total_flops
         head_p = float(w[~is_layer].sum())
         units = [LayerUnit("embed", cost.params - layer_p * L - head_p, 0.0, 0.0)]
-        units += [LayerUnit(f"layer{i}", layer_p, layer_f, tokens * d_model) for i in range(L)]
+        layer_e = float(w[is_layer & ops.is_expert].sum()) / L  # MoE layers' experts, spread over the layers
+        units += [LayerUnit(f"layer{i}", layer_p, layer_f, tokens * d_model, layer_e) for i in range(L)]
         units.append(LayerUnit("unembed", head_p, float(flops[~is_layer].sum()) / total_flops, 0.0))
         return units
     units = [

@@ -25,7 +25,7 @@ from .compilation import CompileSection
 from .errors import ScenarioError, TopologyError
 from .failures import FailureSection
 from .input_pipeline import InputSection
-from .mesh import resolve_mesh
+from .mesh import MESH_AXES, resolve_mesh
 from .stragglers import StragglerSection
 from .topology import fault_problems, is_supported_shape, supported_shapes, wraparound_for
 from .validation_messages import problem_from_error
@@ -94,6 +94,16 @@ class TransformerModel(_Section):
     # "flash": blockwise attention (Dao et al. 2022; Pallas splash attention on TPU) never stores the
     # seq x seq probabilities and recomputes them in the backward pass
     attention: Literal["standard", "flash"] = "standard"
+    # Mixture of experts (Shazeer et al. 2017; GShard, Lepikhin et al. 2020): every
+    # `moe_layer_interval`-th layer replaces its MLP with `experts` routed experts (top-k routing,
+    # each expert an MLP of width `d_ff_expert`) and `shared_experts` always-active ones (DeepSeekMoE,
+    # Dai et al. 2024). 0 experts: a dense model.
+    experts: Annotated[int, Field(ge=0)] = 0
+    experts_per_token: PositiveInt = 2
+    capacity_factor: Annotated[float, Field(gt=0)] = 1.25
+    moe_layer_interval: PositiveInt = 1
+    shared_experts: Annotated[int, Field(ge=0)] = 0
+    d_ff_expert: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "TransformerModel":
@@ -101,7 +111,26 @@ class TransformerModel(_Section):
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads}) unless head_dim is given")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.experts and self.experts_per_token > self.experts:
+            raise ValueError(f"experts_per_token ({self.experts_per_token}) must not exceed experts ({self.experts}); "
+                             f"valid: 1 .. {self.experts}")  # fmt: skip
+        if self.experts and self.moe_layer_interval > self.layers:
+            raise ValueError(f"moe_layer_interval ({self.moe_layer_interval}) exceeds layers ({self.layers}): no layer "
+                             f"would be a mixture-of-experts layer; valid: 1 .. {self.layers}")  # fmt: skip
         return self
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is a mixture of experts (every ``moe_layer_interval``-th, counting from 1)."""
+        return self.layers // self.moe_layer_interval if self.experts else 0
+
+    @property
+    def d_ff_expert_eff(self) -> int:
+        return self.d_ff_expert if self.d_ff_expert is not None else self.d_ff
 
     @property
     def head_dim_eff(self) -> int:
@@ -130,14 +159,18 @@ class ParameterServerSection(_Section):
     dcn_gbps_per_host: Annotated[float, Field(gt=0)] = 25.0  # each PS host's NIC, GB/s (same class as a TPU host's)
 
 
+MeshAxisName = Literal["data", "fsdp", "tensor", "expert", "pipeline", "context"]  # engine.mesh.MESH_AXES
+
+
 class ParallelismSection(_Section):
     data: PositiveInt | None = None  # default: whatever the other axes leave
     fsdp: PositiveInt = 1
     tensor: PositiveInt = 1
+    expert: PositiveInt = 1  # expert-parallel axis: each chip holds experts / expert of every MoE layer
     strategy: Literal["spmd", "parameter_server"] = "spmd"
     # mesh axis -> torus axes it spans, e.g. {tensor = ["z"], fsdp = ["x", "y"]}; "y:2" takes a
     # 2-chip part of axis y. Empty: the default mapping of engine/mesh.py (tensor innermost).
-    mapping: dict[Literal["data", "fsdp", "tensor"], list[str]] = Field(default_factory=dict)
+    mapping: dict[MeshAxisName, list[str]] = Field(default_factory=dict)
     parameter_server: ParameterServerSection | None = None
 
 
@@ -216,12 +249,34 @@ class Scenario(_Section):
     def data_parallel(self) -> int:
         """Data-parallel degree inside one slice (the `data` mesh axis)."""
         p = self.parallelism
-        return p.data if p.data is not None else self.chips_per_slice // (p.fsdp * p.tensor)
+        return p.data if p.data is not None else self.chips_per_slice // self.model_axes_product
+
+    @property
+    def model_axes_product(self) -> int:
+        """Chips one data-parallel replica spans inside a slice: the product of every mesh axis but ``data``."""
+        return math.prod(v for k, v in self.mesh_sizes_given.items() if k != "data")
+
+    @property
+    def mesh_sizes_given(self) -> dict[str, int]:
+        p = self.parallelism
+        return {"data": p.data or 1, "fsdp": p.fsdp, "tensor": p.tensor, "expert": p.expert}
+
+    @property
+    def mesh_sizes(self) -> dict[str, int]:
+        """Every mesh axis' size inside a slice (engine.mesh.MESH_AXES), ``data`` resolved."""
+        sizes = {a: 1 for a in MESH_AXES}
+        sizes.update(self.mesh_sizes_given)
+        sizes["data"] = self.data_parallel
+        return sizes
 
     @property
     def batch_shards(self) -> int:
-        """How many ways the global batch is split: data x fsdp inside a slice, times slices."""
-        return self.data_parallel * self.parallelism.fsdp * self.pod.slices
+        """How many ways the global batch is split: data x fsdp x expert inside a slice, times slices.
+
+        The expert axis shards the batch outside the expert layers (GShard; MaxText's
+        ``activation_batch`` rule), as data and fsdp do.
+        """
+        return self.data_parallel * self.parallelism.fsdp * self.parallelism.expert * self.pod.slices
 
     @property
     def per_chip_batch(self) -> int:
@@ -285,16 +340,20 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
                  "(use more pod.slices for larger jobs)")
             )
     p = s.parallelism
-    mesh = (p.data if p.data is not None else 1) * p.fsdp * p.tensor
+    given = s.mesh_sizes_given
+    named = [a for a in MESH_AXES if a in ("data", "fsdp", "tensor") or given.get(a, 1) > 1]
+    model_named = [a for a in named if a != "data"]
+    mesh = math.prod(given[a] for a in named)
     if p.data is None:
-        if n % (p.fsdp * p.tensor):
+        if n % s.model_axes_product:
             problems.append(
-                ("parallelism", f"fsdp x tensor = {p.fsdp * p.tensor} does not divide the {n} chips per slice; valid: a divisor of {n}")
+                ("parallelism", f"{' x '.join(model_named)} = {s.model_axes_product} does not divide the {n} chips per slice; "
+                 f"valid: a divisor of {n}")
             )
     elif mesh != n:
         problems.append(
-            ("parallelism", f"data x fsdp x tensor = {p.data}x{p.fsdp}x{p.tensor} = {mesh}, but the slice {s.pod.topology!r} has {n} chips; "
-                 f"valid: axes whose product is {n} (or leave data unset)")
+            ("parallelism", f"{' x '.join(named)} = {'x'.join(str(given[a]) for a in named)} = {mesh}, but the slice "
+             f"{s.pod.topology!r} has {n} chips; valid: axes whose product is {n} (or leave data unset)")
         )
     chip_steps = n * s.pod.slices * s.training.steps
     if chip_steps > MAX_CHIP_STEPS and s.sim.trace == "full":  # summary mode keeps no per-event rows
@@ -303,9 +362,8 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
              f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set sim.trace = \"summary\")")
         )
     if not problems and chip is not None:
-        sizes = {"data": s.data_parallel, "fsdp": p.fsdp, "tensor": p.tensor}
         try:
-            resolve_mesh(shape, wraparound_for(chip, shape), sizes, p.mapping)
+            resolve_mesh(shape, wraparound_for(chip, shape), s.mesh_sizes, p.mapping)
         except TopologyError as e:
             problems.append(("parallelism.mapping", str(e)))
     heads = getattr(s.model, "heads", None)
@@ -316,6 +374,14 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
             ("parallelism.tensor", f"{p.tensor} does not divide the model's {heads} attention heads; valid: a divisor of "
              f"{heads} that also divides the slice's {n} chips: {', '.join(map(str, divisors))}")
         )
+    experts = getattr(s.model, "experts", 0)
+    if p.expert > 1 and not experts:
+        problems.append(("parallelism.expert", f"{p.expert} expert-parallel chips, but the model has no experts; valid: 1, "
+                         "or set model.experts (a transformer with mixture-of-experts layers)"))
+    elif p.expert > 1 and experts % p.expert:
+        divisors = [e for e in range(1, experts + 1) if experts % e == 0 and n % e == 0]
+        problems.append(("parallelism.expert", f"{p.expert} does not divide the model's {experts} experts; valid: a divisor "
+                         f"of {experts} that also divides the slice's {n} chips: {', '.join(map(str, divisors))}"))
     if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1):
         problems.append(
             ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
@@ -324,7 +390,8 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         shards = s.batch_shards
         if s.training.global_batch % shards:
             problems.append(
-                ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards (data x fsdp x slices); "
+                ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards "
+                 f"({'data x fsdp x expert' if p.expert > 1 else 'data x fsdp'} x slices); "
                  f"valid: a multiple of {shards}, e.g. {max(1, round(s.training.global_batch / shards)) * shards}")
             )
     # Checked last so a shape problem does not hide the batch or mesh problems above.

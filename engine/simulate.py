@@ -16,15 +16,16 @@ import pyarrow as pa
 from .calibration import Calibration, load_calibration
 from .compute import step_compute
 from .idle import idle_facts, plan_idle
-from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
+from .memory import GRADIENT_BYTES_PER_PARAM, MASTER_WEIGHT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .comm import gradient_sync, mesh_gradient_sync, mesh_link_penalties, overlap_table, plan_step_comm
-from .mesh import resolve_mesh, whole_torus_axes
-from .models import model_cost
+from .mesh import axis_index_of_chips, resolve_mesh, whole_torus_axes
+from .models import ModelCost, model_cost
+from .moe import RoutingPlan, plan_routing
 from .scenario import ParameterServerSection, Scenario
 from .step import Segment, SimContext, assemble
 from .topology import build_pod
 from .trace import CHIPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
-from .units import GB_BYTES, NS_PER_S
+from .units import BYTES_PER_ELEMENT, GB_BYTES, NS_PER_S
 
 __all__ = ["simulate"]
 
@@ -52,11 +53,14 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     b = scenario.per_chip_batch
 
     flash = getattr(scenario.model, "attention", "standard") == "flash"
-    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash)
+    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash, expert=par.expert)
     fwd_s = comp.forward_s
     bwd_s = comp.fwd_bwd_s - fwd_s
-    mesh_sizes = {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}
-    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, mesh_sizes, par.mapping)
+    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, scenario.mesh_sizes, par.mapping)
+    model = scenario.model
+    moe = getattr(model, "moe_layers", 0) > 0
+    # each MoE layer's dispatch: this chip's tokens, k copies each, d_model wide
+    dispatch_bytes = b * model.seq_len * model.experts_per_token * model.d_model * BYTES_PER_ELEMENT[tr.precision] if moe else 0.0
     ps = par.parameter_server or ParameterServerSection()
     use_ps = par.strategy == "parameter_server"
     comm = plan_step_comm(
@@ -78,9 +82,11 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         tp_overlap_frac=cal.tp_overlap_frac,
         # [interconnect] faults on the torus axes fsdp/tensor run over slow their per-layer collectives
         link_penalties=mesh_link_penalties(pod, cal, scenario.interconnect, mesh),
+        moe_layer_interval=getattr(model, "moe_layer_interval", 1),
+        dispatch_bytes=dispatch_bytes,
     )
     shard = par.fsdp * par.tensor
-    dense_params = cost.params - (cost.sparse_params if use_ps else 0)
+    dense_params = cost.params - (cost.sparse_params if use_ps else 0) - cost.expert_params * (1 - 1 / par.expert)
     update_bytes = dense_params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
@@ -104,12 +110,24 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
                                       mesh["data"].segments, comm.data_sync_s, mesh["data"].size)  # fmt: skip
         grad_sync_s = sync.exposed_s
 
+    fwd_chip: np.ndarray | float = fwd_s
+    bwd_chip: np.ndarray | float = bwd_s
+    routing = None
+    if moe:
+        # the busiest expert group's chips compute more of their MoE layers (engine/moe.py)
+        routing = plan_routing(model.experts, model.capacity_factor, par.expert, steps, ctx.rng("routing"))
+        where = pod.chip_table  # slice-local torus coordinates of every chip
+        group = axis_index_of_chips(mesh["expert"], [where[a] for a in "xyz"])
+        extra_work = routing.chip_factor(group) - 1.0
+        fwd_chip = fwd_s + comp.expert_forward_s * extra_work
+        bwd_chip = bwd_s + (comp.expert_fwd_bwd_s - comp.expert_forward_s) * extra_work
+
     segments = [
-        Segment("compute", fwd_s * noise),
+        Segment("compute", fwd_chip * noise),
         Segment("collective", comm.forward_s),
-        Segment("compute", bwd_s * noise),
+        Segment("compute", bwd_chip * noise),
         Segment("collective", comm.backward_s),
-        Segment("collective", grad_sync_s + comm.ps_push_s, barrier=True),
+        Segment("collective", grad_sync_s + comm.ps_push_s + comm.expert_sync_s, barrier=True),
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
@@ -121,6 +139,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         args = dict(
             per_chip_batch=b, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
             tensor=par.tensor, capacity_bytes=chip.hbm_bytes, reserved_frac=cal.hbm_reserved_frac, sparse_off_chip=use_ps,
+            expert=par.expert,
         )  # fmt: skip
         args.update(changes)
         return hbm_plan(cost, scenario.model, **args)
@@ -174,6 +193,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
             **grad_extra,
             **idle_facts(idle, laid.step_kind, laid.steps, chips),
+            **(_moe_facts(scenario, cost, comm, routing, mem, idle.special_steps) if routing is not None else {}),
         },
     )
     trace = Trace(
@@ -185,3 +205,27 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         extra={**extra_tables, **idle.tables},
     )
     return RunResult(scenario=scenario, trace=trace, facts=facts)
+
+
+def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, mem: MemoryPlan, special: np.ndarray) -> dict:
+    """Summary facts of a mixture-of-experts run: total vs active parameters, capacity, drops, imbalance."""
+    m, par = s.model, s.parallelism
+    steady = np.ones(len(routing.dropped_frac), dtype=bool)
+    steady[special] = False
+    if not steady.any():
+        steady[:] = True
+    per_param = MASTER_WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM[s.training.optimizer]
+    return {
+        "params_total": cost.params,
+        "params_active": cost.active_params_eff,
+        "moe_experts": m.experts,
+        "moe_experts_per_token": m.experts_per_token,
+        "moe_layers": cost.moe_layers,
+        "moe_capacity_factor": m.capacity_factor,
+        "moe_dropped_token_frac": float(routing.dropped_frac[steady].mean()),
+        "moe_busiest_expert_over_mean": float(routing.busiest_over_mean[steady].mean()),
+        "moe_busiest_group_factor": float(routing.group_factor[steady].max(axis=1).mean()),
+        "expert_all_to_all_s": comm.all_to_all_s,
+        # model states of this chip's experts (fp32 weights, gradients, optimizer), the Memory page's expert term
+        "hbm_expert_weight_bytes": cost.expert_params / (par.fsdp * par.tensor * par.expert) * per_param,
+    }

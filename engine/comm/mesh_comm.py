@@ -49,6 +49,7 @@ from .fabric import mesh_ring_phases, slice_fabrics
 __all__ = [
     "GRADIENT_WIRE_BYTES_PER_ELEMENT",
     "LinkPenalty",
+    "mesh_all_to_all_s",
     "mesh_collective_s",
     "mesh_link_penalties",
     "StepComm",
@@ -109,6 +110,33 @@ def mesh_collective_s(
     return t
 
 
+def mesh_all_to_all_s(bytes_per_chip: float, axis: MeshAxis, link_bytes_per_s: float, hop_latency_s: float) -> float:
+    """Time of one all-to-all over a mesh axis: every chip sends ``bytes_per_chip`` spread evenly over its peers.
+
+    Dimension-ordered routing over the axis' segments, all at once (one stage), as
+    :func:`~engine.comm.collectives._all_to_all_phases` prices it: on a wraparound ring of
+    n chips the busiest directed link carries ``V * D / (2 n N)`` where ``V = bytes_per_chip * N``
+    is the whole exchanged array, ``N`` the axis' chips and ``D`` the sum of ring distances from
+    one chip; on a line (no wraparound) the middle link carries ``floor(n/2) ceil(n/2) V / (n N)``
+    each way. For one even ring this is ``V / (8 W)``, a quarter of an all-gather of the same
+    array ("How to Scale Your Model", sharding.md, AllToAll). A strided segment shares its links
+    with ``stride`` groups. Plus ``n/2`` (ring) or ``n - 1`` (line) hop latencies.
+    """
+    if axis.size <= 1 or bytes_per_chip <= 0:
+        return 0.0
+    total = float(bytes_per_chip) * axis.size
+    worst = 0.0
+    for seg in axis.segments:
+        n = seg.chips
+        if seg.wrap:
+            dist_sum = sum(min(j, n - j) for j in range(1, n))
+            link_bytes, hops = total * dist_sum / (2 * n * axis.size), n // 2
+        else:
+            link_bytes, hops = total * (n // 2) * (n - n // 2) / (n * axis.size), n - 1
+        worst = max(worst, link_bytes / (link_bytes_per_s / seg.stride) + hops * hop_latency_s)
+    return worst
+
+
 def mesh_link_penalties(pod: Pod, cal: Calibration, section: InterconnectSection, mesh: Mesh) -> dict[str, LinkPenalty]:
     """What the scenario's degraded/failed links add to the per-layer FSDP and TP collectives.
 
@@ -158,6 +186,8 @@ class StepComm:
     data_sync_s: float = 0.0  # the data-parallel part of gradient_sync_s (ICI over `data`, then DCN)
     ps_push_s: float = 0.0  # the parameter-server part of gradient_sync_s
     grad_shard_bytes: float = 0.0  # gradient bytes each chip all-reduces over `data` (and DCN)
+    expert_sync_s: float = 0.0  # non-expert gradients all-reduced over `expert` (it replicates them)
+    all_to_all_s: float = 0.0  # the expert dispatch/combine all-to-alls of one step, forward + backward
 
 
 def plan_step_comm(
@@ -179,6 +209,8 @@ def plan_step_comm(
     remat: str = "none",
     tp_overlap_frac: float = 0.0,
     link_penalties: Mapping[str, LinkPenalty] | None = None,
+    moe_layer_interval: int = 1,
+    dispatch_bytes: float = 0.0,
 ) -> StepComm:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -194,9 +226,19 @@ def plan_step_comm(
     ``link_penalties`` (``{"fsdp" | "tensor": LinkPenalty}``) slows the per-layer collectives
     of those mesh axes by what the scenario's degraded/failed links cost them; the
     data-parallel all-reduce is priced on the links by :mod:`engine.comm.gradient_sync` instead.
+
+    Mixture of experts (``cost.moe_layers``): each MoE layer dispatches its tokens to the
+    experts' chips and combines the results back, one all-to-all each over ``expert``
+    (``dispatch_bytes`` per chip: its tokens x top-k x d_model), and the transposes of both in
+    the backward pass (GShard, Lepikhin et al. 2020). They sit on the critical path (the
+    experts need the tokens; the next layer needs the combine), so they are exposed. Expert
+    weights shard over ``expert``: FSDP gathers and the data-parallel sync move ``1 / expert``
+    of them, while the other weights, replicated over ``expert``, all-reduce their gradients
+    over it once per step.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
+    ep = mesh["expert"]
     pen = link_penalties or {}
     wire = BYTES_PER_ELEMENT[precision]
     link, lat = link_bytes_per_s, hop_latency_s
@@ -211,6 +253,7 @@ def plan_step_comm(
     cb = np.array([u.flops_frac for u in units]) * bwd_compute_s
     for i, u in enumerate(units):
         p = u.params - (sparse if i == 0 else 0.0)  # PS keeps the embedding off the chips
+        p -= u.expert_params * (1.0 - 1.0 / ep.size)  # this chip's experts only
         if fsdp.size > 1 and p > 0:
             g_bytes = p / tensor.size * wire
             r_bytes = p / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
@@ -248,10 +291,26 @@ def plan_step_comm(
     tp_b_exposed = tp_b - tp_overlap_frac * np.minimum(tp_b, cb)
     forward_s = fwd_fsdp + float(tp_f_exposed.sum())
     backward_s = bwd_fsdp + float(tp_b_exposed.sum())
+    a2a_s = 0.0
+    if cost.moe_layers and ep.size > 1 and dispatch_bytes > 0:
+        one = mesh_all_to_all_s(dispatch_bytes, ep, link, lat)
+        for i, u in enumerate(units):
+            if u.name.startswith("layer") and (int(u.name[5:]) + 1) % moe_layer_interval == 0:
+                rows += [
+                    (i, u.name, "forward", "all-to-all", "expert", 2 * dispatch_bytes, 2 * one),
+                    (i, u.name, "backward", "all-to-all", "expert", 2 * dispatch_bytes, 2 * one),
+                ]
+                a2a_s += 4 * one
+        forward_s += a2a_s / 2
+        backward_s += a2a_s / 2
 
     # Data-parallel gradient sync of this chip's dense shard: over `data` in the slice, then DCN.
-    dense = cost.params - sparse
+    dense = cost.params - sparse - cost.expert_params * (1.0 - 1.0 / ep.size)
     shard_bytes = dense / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT
+    replicated_bytes = (cost.params - sparse - cost.expert_params) / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT
+    expert_sync_s = mesh_collective_s("all-reduce", replicated_bytes, ep, link, lat) if ep.size > 1 else 0.0
+    if expert_sync_s > 0:
+        rows.append((-1, "model", "gradient_sync", "all-reduce", "expert", replicated_bytes, expert_sync_s))
     ici_s = mesh_collective_s("all-reduce", shard_bytes, data, link, lat)
     dcn_s = dcn_all_reduce_time_s(shard_bytes / data.size, slices, chips_per_host, dcn_bytes_per_s_per_host, dcn_latency_s)
     grad_s = ici_s + dcn_s
@@ -273,7 +332,7 @@ def plan_step_comm(
             (0, "embed", "forward", "ps-pull", "dcn", chip_bytes, ps_pull),
             (0, "embed", "gradient_sync", "ps-push", "dcn", chip_bytes, ps_push),
         ]
-    total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push
+    total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push + a2a_s + expert_sync_s
     if rows:
         unit, layer, phase, op, axis, nbytes, t = zip(*rows)
         table = LAYER_COLLECTIVES.table(
@@ -298,6 +357,8 @@ def plan_step_comm(
         data_sync_s=grad_s,
         ps_push_s=ps_push,
         grad_shard_bytes=shard_bytes,
+        expert_sync_s=expert_sync_s,
+        all_to_all_s=a2a_s,
     )
 
 

@@ -1,0 +1,154 @@
+"""Mixture of experts: parameters and FLOPs of a MoE layer, expert all-to-all, routing imbalance, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import ScenarioError, scenario_from_dict, simulate
+from engine.comm import mesh_all_to_all_s
+from engine.compute import step_compute
+from engine.catalog import load_catalog
+from engine.mesh import MeshAxis, Segment1D, axis_index_of_chips, resolve_mesh
+from engine.models import layer_units, model_cost
+from engine.moe import plan_routing
+from engine.scenario import TransformerModel
+
+TINY = dict(kind="transformer", layers=1, d_model=8, heads=1, d_ff=16, vocab=10, seq_len=2, experts=4, experts_per_token=2,
+            d_ff_expert=8)  # fmt: skip
+
+
+class TestMoeLayerCost:
+    def test_parameters_total_and_active_by_hand(self):
+        c = model_cost(TransformerModel(**TINY))
+        # attention 8x24 + 8x8, two LayerNorms 32, router 8x4, 4 experts x (8x8 + 8x8), embeddings 2x10x8, final LN 16
+        assert c.params == 192 + 64 + 32 + 32 + 4 * 128 + 160 + 16
+        assert c.expert_params == 4 * 128
+        assert c.active_params == c.params - (4 - 2) * 128  # a token uses 2 of the 4 experts
+        assert sum(u.params for u in layer_units(c)) == c.params
+
+    def test_forward_flops_of_one_moe_layer_by_hand(self):
+        c = model_cost(TransformerModel(**TINY))
+        flops = dict(zip(c.ops.names, c.ops.flops_per_sample))
+        t = 2
+        assert flops["layer.router"] == 2 * t * 8 * 4
+        assert flops["layer.expert_in"] == 2 * (t * 2) * 8 * 8  # k copies of every token
+        assert flops["layer.expert_out"] == 2 * (t * 2) * 8 * 8
+        assert "layer.mlp_in" not in flops  # the only layer is a MoE layer
+
+    def test_moe_layer_interval_keeps_dense_mlps(self):
+        c = model_cost(TransformerModel(**{**TINY, "layers": 4, "moe_layer_interval": 2}))
+        counts = dict(zip(c.ops.names, c.ops.count))
+        assert counts["layer.mlp_in"] == 2 and counts["layer.expert_in"] == 2 and c.moe_layers == 2
+
+    def test_expert_weight_bytes_shard_over_the_expert_axis(self, ideal_calibration):
+        m = TransformerModel(**{**TINY, "d_model": 1024, "d_ff": 4096, "d_ff_expert": 4096, "seq_len": 128, "heads": 8,
+                                "experts": 8})  # fmt: skip
+        c = model_cost(m)
+        chip = load_catalog()["tpu-v5p"]
+        one = step_compute(c, chip, ideal_calibration, 1, "bf16", "none", expert=1)
+        eight = step_compute(c, chip, ideal_calibration, 1, "bf16", "none", expert=8)
+        # at batch 1 the expert GEMMs are weight-bound: 8 experts' weights vs 1 per chip
+        assert eight.expert_forward_s < one.expert_forward_s / 4
+        assert eight.model_flops == one.model_flops
+
+
+class TestAllToAll:
+    def test_known_ring(self):
+        # 8 chips on a wraparound ring, 8 MB per chip: V = 64 MB, ring distances sum to 16,
+        # busiest link V * 16 / (2 * 8 * 8) = 8 MB -> 80 us at 100 GB/s, plus 4 hops of 1 us
+        axis = MeshAxis("expert", 8, (Segment1D(0, 8, True, 1),))
+        assert mesh_all_to_all_s(8e6, axis, 100e9, 1e-6) == pytest.approx(80e-6 + 4e-6)
+
+    def test_known_line(self):
+        # 4 chips on a line: the middle link carries 2 x 2 x V / (4 x 4) = V / 4 = one chip's bytes
+        axis = MeshAxis("expert", 4, (Segment1D(0, 4, False, 1),))
+        assert mesh_all_to_all_s(1e6, axis, 100e9, 0.0) == pytest.approx(1e6 / 100e9)
+
+    def test_a_quarter_of_an_all_gather_on_an_even_ring(self):
+        from engine.comm import ring_phase
+
+        axis = MeshAxis("expert", 16, (Segment1D(0, 16, True, 1),))
+        v = 16 * 4e6
+        ag = ring_phase(v, 16, True, 100e9, 0.0)
+        assert mesh_all_to_all_s(4e6, axis, 100e9, 0.0) == pytest.approx(ag / 4 * 16 / 15)  # ((n-1)/n in the gather)
+
+    def test_chip_positions_along_a_split_axis(self):
+        mesh = resolve_mesh((4, 4), (True, True), {"data": 2, "expert": 8})
+        xs, ys = np.meshgrid(np.arange(4), np.arange(4), indexing="ij")
+        idx = axis_index_of_chips(mesh["expert"], [xs.ravel(), ys.ravel()])
+        assert sorted(np.bincount(idx)) == [2] * 8  # every expert group on 2 chips (the data replicas)
+
+
+def _moe_scenario(**over) -> dict:
+    model = {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000,
+             "seq_len": 512, "mlp": "swiglu", "experts": 8, "experts_per_token": 2, "d_ff_expert": 2048}  # fmt: skip
+    model.update(over.pop("model", {}))
+    par = {"fsdp": 2, "expert": 8}
+    par.update(over.pop("parallelism", {}))
+    return {"name": "moe", "pod": {"chip": "tpu-v5p", "topology": "2x2x4"}, "model": model,
+            "training": {"global_batch": 64, "steps": 12}, "parallelism": par, **over}  # fmt: skip
+
+
+class TestRouting:
+    def test_capacity_drops_tokens(self):
+        rng = np.random.default_rng(0)
+        assert plan_routing(8, 0.5, 8, 50, rng).dropped_frac.mean() == pytest.approx(0.5, abs=0.01)
+        high = plan_routing(8, 8.0, 8, 50, np.random.default_rng(0))
+        assert high.dropped_frac.max() == 0.0  # capacity = all tokens: nothing dropped
+        assert high.group_factor.sum(axis=1) == pytest.approx(np.full(50, 8.0))
+
+    def test_busiest_group_is_waited_for(self):
+        r = simulate(scenario_from_dict(_moe_scenario()))
+        ev = r.trace.events.to_pandas()
+        # per step: the chips of the busiest expert group have no barrier wait, the others do
+        busy = ev[ev.kind == "compute"].groupby(["step", "chip"]).dur_ns.sum().unstack()
+        wait = ev[ev.kind == "sync_wait"].groupby(["step", "chip"]).dur_ns.sum().unstack().reindex_like(busy).fillna(0)
+        for step in busy.index[1:]:
+            slowest = busy.loc[step].idxmax()
+            assert wait.loc[step, slowest] == 0
+            assert wait.loc[step].max() > 0
+        facts = r.facts.extra
+        assert facts["params_active"] < facts["params_total"]
+        assert facts["moe_busiest_group_factor"] > 1.0 and facts["expert_all_to_all_s"] > 0
+
+    def test_same_seed_same_trace_other_seed_other_load(self):
+        a = simulate(scenario_from_dict(_moe_scenario()))
+        b = simulate(scenario_from_dict(_moe_scenario()))
+        c = simulate(scenario_from_dict(_moe_scenario(sim={"seed": 7})))
+        assert a.trace.events.equals(b.trace.events)
+        assert a.facts.extra["moe_dropped_token_frac"] != c.facts.extra["moe_dropped_token_frac"] or \
+            a.facts.extra["moe_busiest_group_factor"] != c.facts.extra["moe_busiest_group_factor"]
+
+    def test_expert_layer_collectives_rows(self):
+        r = simulate(scenario_from_dict(_moe_scenario()))
+        lc = r.trace.extra["layer_collectives"].to_pandas()
+        a2a = lc[lc.op == "all-to-all"]
+        assert len(a2a) == 2 * 4  # forward and backward, 4 MoE layers
+        # per chip: 64/16 = 4 samples x 512 tokens x 2 copies x 1024 x 2 bytes, dispatch + combine
+        assert a2a.bytes.iloc[0] == pytest.approx(2 * 4 * 512 * 2 * 1024 * 2)
+
+    def test_expert_weights_in_hbm_fall_with_the_expert_axis(self):
+        one = simulate(scenario_from_dict(_moe_scenario(parallelism={"fsdp": 2, "expert": 1})))
+        eight = simulate(scenario_from_dict(_moe_scenario()))
+        assert eight.facts.extra["hbm_expert_weight_bytes"] == pytest.approx(one.facts.extra["hbm_expert_weight_bytes"] / 8)
+        assert eight.facts.hbm_breakdown_bytes["params"] < one.facts.hbm_breakdown_bytes["params"]
+
+
+class TestBadInput:
+    @pytest.mark.parametrize(
+        "over, key, needle",
+        [
+            ({"model": {"experts_per_token": 9}}, "model", "valid: 1 .. 8"),
+            ({"parallelism": {"expert": 3, "fsdp": 1}}, "parallelism", ""),
+            ({"parallelism": {"expert": 16, "fsdp": 1}}, "parallelism.expert", "does not divide the model's 8 experts"),
+            ({"model": {"experts": 0}}, "parallelism.expert", "the model has no experts"),
+            ({"parallelism": {"data": 2, "fsdp": 2, "expert": 8}}, "parallelism", "data x fsdp x tensor x expert = 2x2x1x8 = 32"),
+        ],
+    )
+    def test_errors_name_the_key(self, over, key, needle):
+        with pytest.raises(ScenarioError) as e:
+            scenario_from_dict(_moe_scenario(**over))
+        keys = [k for k, _ in e.value.problems]
+        assert any(k.startswith(key) for k in keys), e.value.problems
+        assert needle in str(e.value)
