@@ -253,6 +253,78 @@ def _scenario(name: str, chip: str, topology: str, slices: int, model: dict, bat
     }
 
 
+#: Mixture-of-experts architectures named (not dimensioned) by some entries. Inputs, not outcomes.
+#: deepseek2-16b: MaxText repository, MaxText/configs/models/deepseek2-16b.yml (commit 0ed7bd5):
+#: emb 2048, 16 heads, mlp 10944 (first layer dense), moe mlp 1408, 27 layers, 64 experts top-6,
+#: 2 shared, silu-linear (SwiGLU), vocab 102400. Podscope has no multi-head latent attention: the
+#: attention is taken as 16 full heads of v_head_dim 128, and all 27 layers as MoE layers.
+KNOWN_MOE_ARCHITECTURES = {
+    "deepseek2-16b": {"layers": 27, "d_model": 2048, "heads": 16, "head_dim": 128, "d_ff": 10944, "vocab": 102400,
+                      "mlp": "swiglu", "experts": 64, "experts_per_token": 6, "shared_experts": 2, "d_ff_expert": 1408},
+}  # fmt: skip
+
+
+def _moe_dims_from_text(text: str) -> dict[str, Any] | None:
+    """Dims of a MoE model described in words ("emb 8192, mlp 32768, 16 experts top-2, head_dim 256, 128 q / 8 kv heads, 56 layers")."""
+    pats = {"d_model": r"emb (\d+)", "d_ff": r"mlp (\d+)", "experts": r"(\d+) experts", "experts_per_token": r"top-(\d+)",
+            "head_dim": r"head_dim (\d+)", "heads": r"(\d+) q\b", "kv_heads": r"(\d+) kv", "layers": r"(\d+) layers"}  # fmt: skip
+    found = {k: re.search(p, text) for k, p in pats.items()}
+    if not all(found.values()):
+        return None
+    m = {k: int(v.group(1)) for k, v in found.items()}
+    cf = re.search(r"capacity factor ([\d.]+)", text)
+    if cf:
+        m["capacity_factor"] = float(cf.group(1))
+    # Mixtral-like: each expert is a full-width SwiGLU MLP; vocab from MaxText base.yml (not in the entry)
+    return {**m, "d_ff_expert": m["d_ff"], "vocab": _MAXTEXT_BASE["vocab"], "mlp": "swiglu"}
+
+
+def _map_maxtext_moe(e: Entry) -> Case | Skipped:
+    """A MaxText mixture-of-experts run: a named architecture or dims in words, FSDP over the slice."""
+    inp, exp = e["inputs"], e["expected"]
+    text = str(inp.get("model", ""))
+    chip = chip_key(str(inp.get("chip", "")))
+    if chip is None:
+        return Skipped(e["id"], e["kind"], f"chip {inp.get('chip')!r} is not in the catalog")
+    named = next((a for name, a in KNOWN_MOE_ARCHITECTURES.items() if text.lower().startswith(name)), None)
+    if named is not None and "steady_step_time_s" in exp and inp.get("per_device_batch") and inp.get("seq"):
+        chips, pdb, seq = int(inp["chips"]), int(inp["per_device_batch"]), int(inp["seq"])
+        # MaxText runs DeepSeek dropless (capacity_factor -1): a capacity of every routed token never binds
+        m = {"kind": "transformer", **named, "seq_len": seq, "capacity_factor": float(named["experts"]) / named["experts_per_token"]}
+        topo, _ = default_topology(chip, chips)
+        return Case(
+            id=e["id"], kind=e["kind"], family="MaxText MoE", chip=chip, model=text.split(" ")[0],
+            metric="step time (s)", unit="s", published=float(exp["steady_step_time_s"]), how="step_time",
+            scenarios=(_scenario(e["id"], chip, topo, 1, m, pdb * chips, remat="full", fsdp=chips),),
+            note=f"{topo}, fsdp {chips} (the entry's default sharding), {pdb} seq/chip, dropless routing, remat full "
+                 "(MaxText default); dims from MaxText's deepseek2-16b.yml, MLA taken as full multi-head attention",
+        )  # fmt: skip
+    dims = _moe_dims_from_text(text)
+    mfu_key = next((k for k in exp if k.startswith("mfu_1pod")), None)
+    tokens = _int(inp.get("tokens_per_device"))
+    if dims is None or mfu_key is None or not tokens:
+        return Skipped(e["id"], e["kind"], "mixture-of-experts entry without dims Podscope can read, tokens per device or a 1-pod MFU")
+    chips = _int(mfu_key.split("_")[2]) or 256
+    seq = 2048  # MaxText base.yml max_target_length: the entry gives tokens per device only
+    pdb = max(1, tokens // seq)
+    topo, slices = default_topology(chip, chips)
+    m = {"kind": "transformer", **dims, "seq_len": seq}
+    active = float(re.search(r"([\d.]+e\d+) active", text).group(1)) if re.search(r"([\d.]+e\d+) active", text) else None
+    if active is None:
+        return Skipped(e["id"], e["kind"], "mixture-of-experts entry without its active parameter count (MaxText's MFU counts them)")
+    # MaxText's MFU: 6 x active params x tokens + causal attention, over the step time and the chip's peak
+    flops = maxtext_flops_per_chip_per_step(active, dims["heads"], dims["layers"], dims["head_dim"], seq, float(pdb))
+    peak = load_catalog()[chip].peak_flops_per_s("bf16")
+    return Case(
+        id=e["id"], kind=e["kind"], family="MaxText MoE", chip=chip, model=f"MoE {dims['experts']}x top-{dims['experts_per_token']}",
+        metric="MFU, 1 pod (MaxText count)", unit="fraction", published=float(exp[mfu_key]), how="work_per_step",
+        scenarios=(_scenario(e["id"], chip, topo, slices, m, pdb * chips, remat="full", fsdp=chips),),
+        work_per_step=flops / peak,
+        note=f"{topo}, fsdp {chips}, {pdb} x {seq} tokens/chip (seq assumed: MaxText's default), remat full, "
+             "vocab 32000 (MaxText base.yml); MaxText FLOP count with the entry's active parameters over Podscope's step time",
+    )  # fmt: skip
+
+
 # Mappers: each returns a Case, a Skipped, or None (not its shape) ---------------------------------
 
 Entry = dict[str, Any]
@@ -267,7 +339,7 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
         return None  # MLPerf submissions run on MaxText too; _map_mlperf reads those
     text = str(inp.get("model", ""))
     if "moe" in text.lower() or "experts" in text.lower():
-        return Skipped(e["id"], e["kind"], "mixture-of-experts model: Podscope does not model expert layers (routing, expert all-to-all)")
+        return _map_maxtext_moe(e)
     chip = chip_key(str(inp.get("chip", "")))
     if chip is None:
         return Skipped(e["id"], e["kind"], f"chip {inp.get('chip')!r} is not in the catalog")

@@ -152,3 +152,18 @@ class TestBadInput:
         keys = [k for k, _ in e.value.problems]
         assert any(k.startswith(key) for k in keys), e.value.problems
         assert needle in str(e.value)
+
+
+def test_published_moe_entries_become_predicted_cases():
+    from profiler.reference import load_reference, map_entries
+    from profiler.validation import build_scenarios
+
+    cases, skipped = map_entries(load_reference())
+    moe = {c.id: c for c in cases if c.family == "MaxText MoE"}
+    assert set(moe) == {"e2e_maxtext_deepseek2_16b_v5p8", "e2e_maxtext_v6e_700b_moe"}
+    assert not [s for s in skipped if "mixture-of-experts" in s.reason]
+    deepseek = build_scenarios(moe["e2e_maxtext_deepseek2_16b_v5p8"])[0]
+    assert deepseek.model.experts == 64 and deepseek.parallelism.fsdp == 4
+    big = build_scenarios(moe["e2e_maxtext_v6e_700b_moe"])[0]
+    assert (big.model.experts, big.model.experts_per_token, big.model.capacity_factor) == (16, 2, 1.5)
+    assert model_cost(big.model).params == pytest.approx(7.54e11, rel=0.03)  # the entry's total
