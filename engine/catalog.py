@@ -43,7 +43,7 @@ _REQUIRED = {
 
 #: keys a chip table may omit, with their default: on-chip memory beside the cores that holds
 #: whole tensors between ops (TPU v4's CMEM); 0 where the generation has none or none is documented
-_OPTIONAL = {"cmem_mib": 0.0}
+_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0}  # 0 fp8: the chip has no fp8 matmul rate
 
 
 @dataclass(frozen=True)
@@ -67,11 +67,18 @@ class ChipSpec:
     tensorcores_per_chip: int
     wraparound: Wraparound
     cmem_bytes: float = 0.0  # on-chip common memory (v4 CMEM) that can hold a tensor between ops
+    peak_fp8_flops_per_s: float = 0.0  # 0: no fp8 matmul rate (fp8 training is refused)
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_fp8_flops_per_s > 0
 
     def peak_flops_per_s(self, precision: str) -> float:
         """Peak matmul rate for a training precision (fp32 runs as multi-pass bf16)."""
         if precision == "int8":
             return self.peak_int8_flops_per_s
+        if precision == "fp8":
+            return self.peak_fp8_flops_per_s
         if precision == "fp32":
             # fp32 matmuls on the MXU use ~3 bf16 passes (XLA's default 'HIGHEST' precision
             # uses 6, 'HIGH' 3); Podscope assumes 3. Source: JAX docs, jax.lax.Precision.
@@ -129,6 +136,7 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         tensorcores_per_chip=int(raw["tensorcores_per_chip"]),
         wraparound=raw["wraparound"],
         cmem_bytes=float(raw.get("cmem_mib", _OPTIONAL["cmem_mib"])) * MIB_BYTES,
+        peak_fp8_flops_per_s=float(raw.get("peak_fp8_tflops", _OPTIONAL["peak_fp8_tflops"])) * TERA,
     )
 
 

@@ -121,7 +121,8 @@ def step_compute(
     on_chip = (out_bytes <= chip.cmem_bytes) if chip.cmem_bytes > 0 else np.zeros(len(ops.names), dtype=bool)
     bytes_ += np.where(on_chip, 0.0, elementwise_elems * elem)
     # AQT quantises the weight matmuls only; activation x activation einsums stay in bf16.
-    peak = np.where(ops.w_is_activation & (precision == "int8"), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
+    # fp8 recipes (MaxText / AQT fp8, NVIDIA Transformer Engine) likewise quantise the weight matmuls.
+    peak = np.where(ops.w_is_activation & (precision in ("int8", "fp8")), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
     flop_rate = peak * cal.mxu_efficiency
     byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency
     t_flops = flops_padded / flop_rate

@@ -75,7 +75,7 @@ MASTER_WEIGHT_BYTES_PER_PARAM = 4.0
 GRADIENT_BYTES_PER_PARAM = 4.0
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"sgd": 0.0, "momentum": 4.0, "adam": 8.0, "adafactor": 0.0}
 #: bytes of the per-layer compute copy of a weight (cast from the fp32 master before the matmul)
-COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0}
+COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0, "fp8": 1.0}
 #: logits are upcast to fp32 for the softmax cross-entropy (as in MaxText / t5x losses)
 LOGIT_BYTES = 4.0
 

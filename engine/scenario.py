@@ -147,7 +147,7 @@ ModelSection = Annotated[Union[MlpModel, ResNet50Model, TransformerModel], Field
 class TrainingSection(_Section):
     global_batch: PositiveInt
     steps: PositiveInt
-    precision: Literal["bf16", "int8", "fp32"] = "bf16"
+    precision: Literal["bf16", "int8", "fp32", "fp8"] = "bf16"  # fp8: only on chips whose catalog entry has an fp8 peak
     optimizer: Literal["sgd", "momentum", "adam", "adafactor"] = "adam"
     remat: Literal["none", "full", "selective", "minimal"] = "none"
 
@@ -374,6 +374,10 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
             ("parallelism.tensor", f"{p.tensor} does not divide the model's {heads} attention heads; valid: a divisor of "
              f"{heads} that also divides the slice's {n} chips: {', '.join(map(str, divisors))}")
         )
+    if chip is not None and s.training.precision == "fp8" and not chip.has_fp8:
+        with_fp8 = sorted(k for k, c in catalog.items() if c.has_fp8)
+        problems.append(("training.precision", f"fp8 needs a chip with an fp8 matmul rate; {chip.key} has none; valid: "
+                         f"bf16, int8 or fp32 on {chip.key}, or fp8 on {', '.join(with_fp8) or 'no catalog chip'}"))  # fmt: skip
     experts = getattr(s.model, "experts", 0)
     if p.expert > 1 and not experts:
         problems.append(("parallelism.expert", f"{p.expert} expert-parallel chips, but the model has no experts; valid: 1, "

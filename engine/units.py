@@ -25,7 +25,9 @@ TERA = 1e12
 #: HBM and on the wire and are quantised on the fly inside the matmul (Lew et al., AQT), so int8
 #: moves bf16's 2 bytes. Gradients are reduced in fp32 whatever the precision
 #: (engine.comm.mesh_comm.GRADIENT_WIRE_BYTES_PER_ELEMENT).
-BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0, "int8": 2.0}
+#: fp8 training (scaled fp8 matmul operands, fp32 master weights and accumulation, as MaxText's fp8
+#: recipe and NVIDIA Transformer Engine do) keeps weights and activations in fp8: 1 byte.
+BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0, "int8": 2.0, "fp8": 1.0}
 
 #: largest run the int64 nanosecond clock holds, with headroom for sums inside a step (~146 years)
 MAX_RUN_NS = 2**62

@@ -564,7 +564,7 @@ def _map_formula(e: Entry) -> Case | Skipped | None:
 
 _SKIP_HINTS = (
     (lambda e: "TPU7x" in str(e["inputs"].get("chip", "")) or "Ironwood" in str(e["inputs"].get("chip", "")),
-     "TPU7x (Ironwood) is not in the chip catalog"),
+     "a TPU7x (Ironwood) microbenchmark counted per device (two per chip): its device-to-chip mapping is ambiguous"),
     (lambda e: "type not stated" in str(e["inputs"].get("chip", "")), "the source does not say which chip ran it"),
     (lambda e: "rows" in e["inputs"] and any("V100" in str(r) or "A100" in str(r) for r in e["inputs"]["rows"]),
      "mostly GPU systems; the TPU rows lack model dims and batch"),
