@@ -235,6 +235,9 @@ def hbm_plan(
     reserved_frac: float,
     sparse_off_chip: bool = False,
     expert: int = 1,
+    pipeline: int = 1,
+    in_flight: float = 1.0,
+    grad_accumulator: bool = False,
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -252,6 +255,13 @@ def hbm_plan(
         True under the parameter-server strategy: embedding tables live on PS hosts.
     expert
         Expert-parallel degree: the routed experts' model states shard over it too.
+    pipeline, in_flight
+        Pipeline stages (each chip holds ``1 / pipeline`` of the layers and their states) and the
+        microbatches whose activations the busiest stage holds at once (engine/pipeline.py);
+        ``per_chip_batch`` is then one microbatch.
+    grad_accumulator
+        Gradient accumulation: the fp32 gradients of the whole step live from the first
+        microbatch's backward pass to the update, so they are counted at every point.
 
     Returns
     -------
@@ -270,10 +280,14 @@ def hbm_plan(
         p_chip = p_unit_chip / shard
     else:
         p_chip = p_unit / shard
+    if pipeline > 1:
+        p_chip = p_chip / pipeline
     params_b = float(p_chip.sum()) * bpp.params
     opt_b = float(p_chip.sum()) * bpp.optimizer
     grads_unit = p_chip * bpp.grads
     saved, recompute, loss_b = _unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units)
+    if pipeline > 1:
+        saved = saved * (in_flight / pipeline)  # this stage's layers, for every microbatch in flight
     # GSPMD gathers (or casts) weights one tensor at a time: each dot's weight operand gets its own
     # all-gather, and XLA's scheduler prefetches the next while the current one computes. So two
     # weight tensors are in compute form at once (in use + prefetched): gathered under FSDP, else cast.
@@ -288,6 +302,7 @@ def hbm_plan(
         else np.zeros(n)
     )
 
+    acc = float(grads_unit.sum()) if grad_accumulator else 0.0  # the accumulator, present all step
     phases: list[str] = []
     rows: list[tuple[float, float, float, float, float]] = []  # params, grads, optimizer, activations, temporary
     phases.append("start")
@@ -295,13 +310,14 @@ def hbm_plan(
     cum = np.cumsum(saved)
     for i in range(n):
         phases.append("forward")
-        rows.append((params_b, 0.0, opt_b, float(cum[i]), weights_tmp))
+        rows.append((params_b, acc, opt_b, float(cum[i]), weights_tmp))
     phases.append("loss")
-    rows.append((params_b, 0.0, opt_b, float(cum[-1]), weights_tmp + loss_b))
+    rows.append((params_b, acc, opt_b, float(cum[-1]), weights_tmp + loss_b))
     grads_done = 0.0
     for i in range(n - 1, -1, -1):
         phases.append("backward")
-        rows.append((params_b, grads_done + grads_unit[i], opt_b, float(cum[i] + recompute[i]), weights_tmp + float(grad_tmp[i])))
+        g = acc if grad_accumulator else grads_done + grads_unit[i]
+        rows.append((params_b, g, opt_b, float(cum[i] + recompute[i]), weights_tmp + float(grad_tmp[i])))
         grads_done += grads_unit[i]
     phases.append("optimizer")
     rows.append((params_b, grads_done, opt_b, 0.0, 0.0))

@@ -150,6 +150,8 @@ class TrainingSection(_Section):
     precision: Literal["bf16", "int8", "fp32", "fp8"] = "bf16"  # fp8: only on chips whose catalog entry has an fp8 peak
     optimizer: Literal["sgd", "momentum", "adam", "adafactor"] = "adam"
     remat: Literal["none", "full", "selective", "minimal"] = "none"
+    # with parallelism.pipeline > 1: pipeline microbatches; otherwise gradient accumulation steps
+    microbatches: PositiveInt = 1
 
 
 class ParameterServerSection(_Section):
@@ -167,6 +169,11 @@ class ParallelismSection(_Section):
     fsdp: PositiveInt = 1
     tensor: PositiveInt = 1
     expert: PositiveInt = 1  # expert-parallel axis: each chip holds experts / expert of every MoE layer
+    # pipeline stages (engine/pipeline.py); with several slices, a stage count that is a multiple of the
+    # slice count spans the slices (their boundaries cross the DCN), otherwise each slice holds the pipeline
+    pipeline: PositiveInt = 1
+    pipeline_schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    virtual_stages: PositiveInt = 1  # stages per chip under "interleaved"
     strategy: Literal["spmd", "parameter_server"] = "spmd"
     # mesh axis -> torus axes it spans, e.g. {tensor = ["z"], fsdp = ["x", "y"]}; "y:2" takes a
     # 2-chip part of axis y. Empty: the default mapping of engine/mesh.py (tensor innermost).
@@ -259,7 +266,24 @@ class Scenario(_Section):
     @property
     def mesh_sizes_given(self) -> dict[str, int]:
         p = self.parallelism
-        return {"data": p.data or 1, "fsdp": p.fsdp, "tensor": p.tensor, "expert": p.expert}
+        return {"data": p.data or 1, "fsdp": p.fsdp, "tensor": p.tensor, "expert": p.expert, "pipeline": self.pipeline_in_slice}
+
+    @property
+    def pipeline_spans_slices(self) -> bool:
+        """Whether the pipeline's stages run across slices (over the DCN) rather than inside each slice."""
+        p = self.parallelism
+        return self.pod.slices > 1 and p.pipeline > 1 and p.pipeline % self.pod.slices == 0
+
+    @property
+    def pipeline_in_slice(self) -> int:
+        """Stages inside one slice: all of them, or ``pipeline / slices`` when the pipeline spans the slices."""
+        p = self.parallelism
+        return p.pipeline // self.pod.slices if self.pipeline_spans_slices else p.pipeline
+
+    @property
+    def dcn_data_parallel(self) -> int:
+        """Data-parallel replicas across slices: every slice, unless the pipeline spans them."""
+        return 1 if self.pipeline_spans_slices else self.pod.slices
 
     @property
     def mesh_sizes(self) -> dict[str, int]:
@@ -276,7 +300,7 @@ class Scenario(_Section):
         The expert axis shards the batch outside the expert layers (GShard; MaxText's
         ``activation_batch`` rule), as data and fsdp do.
         """
-        return self.data_parallel * self.parallelism.fsdp * self.parallelism.expert * self.pod.slices
+        return self.data_parallel * self.parallelism.fsdp * self.parallelism.expert * self.dcn_data_parallel
 
     @property
     def per_chip_batch(self) -> int:
@@ -386,12 +410,30 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         divisors = [e for e in range(1, experts + 1) if experts % e == 0 and n % e == 0]
         problems.append(("parallelism.expert", f"{p.expert} does not divide the model's {experts} experts; valid: a divisor "
                          f"of {experts} that also divides the slice's {n} chips: {', '.join(map(str, divisors))}"))
-    if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1):
+    layers = getattr(s.model, "layers", None)
+    if p.pipeline > 1:
+        v = p.virtual_stages
+        if layers is None:
+            problems.append(("parallelism.pipeline", f"pipeline stages split a transformer's layers; the {s.model.kind} "
+                             "model has none to split; valid: 1"))  # fmt: skip
+        elif layers % (p.pipeline * v):
+            valid = [q for q in range(1, layers + 1) if layers % (q * v) == 0]
+            problems.append(("parallelism.pipeline", f"{p.pipeline} stages x {v} virtual stages do not divide the "
+                             f"model's {layers} layers; valid: {', '.join(map(str, valid))}"))  # fmt: skip
+    if p.virtual_stages > 1 and p.pipeline_schedule != "interleaved":
+        problems.append(("parallelism.virtual_stages", f"{p.virtual_stages} virtual stages need pipeline_schedule = "
+                         f"\"interleaved\" (got {p.pipeline_schedule!r}); valid: 1, or the interleaved schedule"))  # fmt: skip
+    if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1 or p.pipeline > 1):
         problems.append(
             ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
         )
     if not problems:
         shards = s.batch_shards
+        mb = s.training.microbatches
+        if s.training.global_batch % shards == 0 and (s.training.global_batch // shards) % mb:
+            b = s.training.global_batch // shards
+            problems.append(("training.microbatches", f"{mb} microbatches do not divide the per-chip batch of {b}; "
+                             f"valid: a divisor of {b}: {', '.join(str(d) for d in range(1, b + 1) if b % d == 0)}"))  # fmt: skip
         if s.training.global_batch % shards:
             problems.append(
                 ("training.global_batch", f"{s.training.global_batch} is not divisible by the {shards} batch shards "

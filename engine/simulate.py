@@ -21,6 +21,7 @@ from .comm import gradient_sync, mesh_gradient_sync, mesh_link_penalties, overla
 from .mesh import axis_index_of_chips, resolve_mesh, whole_torus_axes
 from .models import ModelCost, model_cost
 from .moe import RoutingPlan, plan_routing
+from .pipeline import PipelinePlan, in_flight_microbatches, plan_pipeline
 from .scenario import ParameterServerSection, Scenario
 from .step import Segment, SimContext, assemble
 from .topology import build_pod
@@ -51,26 +52,30 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     par = scenario.parallelism
     steps, chips = ctx.steps, ctx.chips
     b = scenario.per_chip_batch
+    n_mb, stages = tr.microbatches, par.pipeline
+    b_mb = b // n_mb  # one microbatch (the whole per-chip batch without accumulation or a pipeline)
+    # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/pipeline.py)
+    work = n_mb / stages
 
     flash = getattr(scenario.model, "attention", "standard") == "flash"
-    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash, expert=par.expert)
-    fwd_s = comp.forward_s
-    bwd_s = comp.fwd_bwd_s - fwd_s
+    comp = step_compute(cost, chip, cal, b_mb, tr.precision, tr.remat, tensor=par.tensor, flash=flash, expert=par.expert)
+    fwd_s = comp.forward_s * work
+    bwd_s = (comp.fwd_bwd_s - comp.forward_s) * work
     mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, scenario.mesh_sizes, par.mapping)
     model = scenario.model
     moe = getattr(model, "moe_layers", 0) > 0
     # each MoE layer's dispatch: this chip's tokens, k copies each, d_model wide
-    dispatch_bytes = b * model.seq_len * model.experts_per_token * model.d_model * BYTES_PER_ELEMENT[tr.precision] if moe else 0.0
+    dispatch_bytes = b_mb * model.seq_len * model.experts_per_token * model.d_model * BYTES_PER_ELEMENT[tr.precision] if moe else 0.0
     ps = par.parameter_server or ParameterServerSection()
     use_ps = par.strategy == "parameter_server"
     comm = plan_step_comm(
         cost,
         mesh,
-        fwd_compute_s=fwd_s,
-        bwd_compute_s=bwd_s,
-        per_chip_batch=b,
+        fwd_compute_s=comp.forward_s,
+        bwd_compute_s=comp.fwd_bwd_s - comp.forward_s,
+        per_chip_batch=b_mb,
         precision=tr.precision,
-        slices=pod.slices,
+        slices=scenario.dcn_data_parallel,
         chips_per_host=min(chip.chips_per_host, pod.chips_per_slice),
         link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
         hop_latency_s=cal.ici_hop_latency_s,
@@ -84,10 +89,13 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         link_penalties=mesh_link_penalties(pod, cal, scenario.interconnect, mesh),
         moe_layer_interval=getattr(model, "moe_layer_interval", 1),
         dispatch_bytes=dispatch_bytes,
+        pipeline=stages,
     )
+    # per-microbatch collectives (FSDP gathers, TP all-reduces, expert all-to-alls) repeat per microbatch
+    comm_fwd_s, comm_bwd_s = comm.forward_s * work, comm.backward_s * work
     shard = par.fsdp * par.tensor
     dense_params = cost.params - (cost.sparse_params if use_ps else 0) - cost.expert_params * (1 - 1 / par.expert)
-    update_bytes = dense_params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    update_bytes = dense_params / shard / stages * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
@@ -102,7 +110,9 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     data_axes = whole_torus_axes(mesh["data"], pod.slice.shape)
     sync = None
     grad_sync_s = comm.data_sync_s
-    if comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
+    if comm.grad_shard_bytes > 0 and scenario.pipeline_spans_slices:
+        pass  # no data parallelism over the DCN: the mesh model's estimate over `data` stands
+    elif comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
         if data_axes is not None:
             sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
         else:
@@ -119,27 +129,32 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         where = pod.chip_table  # slice-local torus coordinates of every chip
         group = axis_index_of_chips(mesh["expert"], [where[a] for a in "xyz"])
         extra_work = routing.chip_factor(group) - 1.0
-        fwd_chip = fwd_s + comp.expert_forward_s * extra_work
-        bwd_chip = bwd_s + (comp.expert_fwd_bwd_s - comp.expert_forward_s) * extra_work
+        fwd_chip = fwd_s + comp.expert_forward_s * work * extra_work
+        bwd_chip = bwd_s + (comp.expert_fwd_bwd_s - comp.expert_forward_s) * work * extra_work
 
+    pp = _pipeline(scenario, pod, mesh, cal, comp, comm, b_mb) if stages > 1 else None
     segments = [
         Segment("compute", fwd_chip * noise),
-        Segment("collective", comm.forward_s),
+        Segment("collective", comm_fwd_s),
         Segment("compute", bwd_chip * noise),
-        Segment("collective", comm.backward_s),
+        Segment("collective", comm_bwd_s),
         Segment("collective", grad_sync_s + comm.ps_push_s + comm.expert_sync_s, barrier=True),
         Segment("compute", update_s),
         Segment("other", cal.step_overhead_s),
     ]
+    if pp is not None:
+        segments[:4] = [Segment("bubble", pp.fill_s), segments[0], Segment("collective", comm_fwd_s + pp.send_s / 2),
+                        segments[2], Segment("collective", comm_bwd_s + pp.send_s / 2), Segment("bubble", pp.drain_s)]  # fmt: skip
     idle = plan_idle(ctx, comp, segments)  # input waits, recompiles, stragglers, failures
     laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
     def memory(**changes) -> MemoryPlan:
         args = dict(
-            per_chip_batch=b, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
+            per_chip_batch=b_mb, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
             tensor=par.tensor, capacity_bytes=chip.hbm_bytes, reserved_frac=cal.hbm_reserved_frac, sparse_off_chip=use_ps,
-            expert=par.expert,
+            expert=par.expert, pipeline=stages, grad_accumulator=n_mb > 1 and stages == 1,
+            in_flight=in_flight_microbatches(stages, n_mb, par.pipeline_schedule, par.virtual_stages),
         )  # fmt: skip
         args.update(changes)
         return hbm_plan(cost, scenario.model, **args)
@@ -178,7 +193,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             else None
         ),
         model_flops_per_step=cost.train_flops_per_sample * tr.global_batch * idle.steady_mean(idle.work_scale),
-        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas * idle.steady_mean(idle.work_scale),
+        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas * n_mb * idle.steady_mean(idle.work_scale),
         peak_flops_per_s_per_chip=chip.peak_flops_per_s(tr.precision),
         peak_hbm_bytes=mem.peak_bytes,
         hbm_capacity_bytes=mem.capacity_bytes,
@@ -190,10 +205,12 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             "hbm_peak_phase": mem.peak_phase,
             "mesh": mesh.describe(),
             "parallelism_strategy": par.strategy,
-            "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
+            "exposed_layer_collective_s": comm_fwd_s + comm_bwd_s,
             **grad_extra,
             **idle_facts(idle, laid.step_kind, laid.steps, chips),
             **(_moe_facts(scenario, cost, comm, routing, mem, idle.special_steps) if routing is not None else {}),
+            **({"gradient_accumulation_steps": n_mb} if n_mb > 1 and stages == 1 else {}),
+            **(_pipeline_facts(pp, mem) if pp is not None else {}),
         },
     )
     trace = Trace(
@@ -228,4 +245,41 @@ def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, mem: Me
         "expert_all_to_all_s": comm.all_to_all_s,
         # model states of this chip's experts (fp32 weights, gradients, optimizer), the Memory page's expert term
         "hbm_expert_weight_bytes": cost.expert_params / (par.fsdp * par.tensor * par.expert) * per_param,
+    }
+
+
+def _pipeline(s: Scenario, pod, mesh, cal: Calibration, comp, comm, b_mb: int) -> PipelinePlan:
+    """Bubble and stage-to-stage sends of a pipeline-parallel run (engine/pipeline.py)."""
+    par, chip = s.parallelism, pod.chip
+    where = pod.chip_table
+    stage = axis_index_of_chips(mesh["pipeline"], [where[a] for a in "xyz"])
+    if s.pipeline_spans_slices:
+        stage = where["slice"] * s.pipeline_in_slice + stage
+    v = par.virtual_stages if par.pipeline_schedule == "interleaved" else 1
+    send_bytes = b_mb * s.model.seq_len * s.model.d_model * BYTES_PER_ELEMENT[s.training.precision]
+    # a send to the next stage's chip: one ICI hop, or a host NIC's share across the DCN
+    ici_s = send_bytes / (chip.ici_link_bytes_per_s * cal.ici_efficiency) + cal.ici_hop_latency_s
+    hosts_share = min(chip.chips_per_host, pod.chips_per_slice)
+    dcn_s = send_bytes * hosts_share / (chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency) + cal.dcn_latency_s
+    boundaries = par.pipeline * v - 1
+    over_dcn = (pod.slices - 1) * v if s.pipeline_spans_slices else 0
+    send_s = 2.0 * ((boundaries - over_dcn) * ici_s + over_dcn * dcn_s)
+    # one microbatch through one stage: its compute and its per-layer collectives
+    slot_s = (comp.fwd_bwd_s + comm.forward_s + comm.backward_s) / par.pipeline
+    return plan_pipeline(stage, par.pipeline, s.training.microbatches, par.pipeline_schedule, v, slot_s, send_bytes,
+                         send_s, s.pipeline_spans_slices)  # fmt: skip
+
+
+def _pipeline_facts(pp: PipelinePlan, mem: MemoryPlan) -> dict:
+    return {
+        "pipeline_stages": pp.stages,
+        "pipeline_schedule": pp.schedule,
+        "pipeline_virtual_stages": pp.virtual_stages,
+        "pipeline_microbatches": pp.microbatches,
+        "pipeline_bubble_frac": pp.bubble_frac,
+        "pipeline_over_dcn": pp.over_dcn,
+        "pipeline_send_bytes": pp.send_bytes,
+        "pipeline_exposed_send_s": pp.send_s,
+        # the busiest (first) stage's activations for every microbatch in flight, at the HBM peak
+        "hbm_pipeline_activation_bytes": mem.breakdown_bytes["activations"],
     }

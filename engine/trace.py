@@ -55,7 +55,8 @@ __all__ = [
 ]
 
 #: Exclusive causes of chip time, in XProf-like attribution priority (host waits first).
-EVENT_KINDS: tuple[str, ...] = ("input_wait", "recompile", "compute", "collective", "sync_wait", "other")
+#: ``bubble``: a pipeline stage idle while the pipeline fills or drains (engine/pipeline.py).
+EVENT_KINDS: tuple[str, ...] = ("input_wait", "recompile", "compute", "collective", "sync_wait", "bubble", "other")
 KIND_CODE = {k: i for i, k in enumerate(EVENT_KINDS)}
 #: how the engine carries an event kind: codes into EVENT_KINDS (the store keeps the text)
 KIND_TYPE = pa.dictionary(pa.int8(), pa.string())

@@ -57,6 +57,7 @@ LANES: dict[str, tuple[int, str]] = {
     "input_wait": (4, "input"),
     "recompile": (5, "compile"),
     "sync_wait": (6, "waits & other"),
+    "bubble": (6, "waits & other"),
     "other": (6, "waits & other"),
 }
 _THREADS = {STEPS_TID: "steps", **{tid: name for tid, name in LANES.values()}}

@@ -208,6 +208,7 @@ WITH k AS (
            sum(ns) FILTER (WHERE kind = 'input_wait') AS input_wait_ns,
            sum(ns) FILTER (WHERE kind = 'sync_wait') AS sync_wait_ns,
            sum(ns) FILTER (WHERE kind = 'recompile') AS recompile_ns,
+           sum(ns) FILTER (WHERE kind = 'bubble') AS bubble_ns,
            sum(ns) FILTER (WHERE kind = 'other') AS other_ns
     FROM chip_kind WHERE run_id = $id GROUP BY chip
 )
@@ -217,6 +218,7 @@ SELECT c.chip, c.host, c.slice, c.x, c.y, c.z,
        coalesce(k.input_wait_ns, 0) / nullif(k.total_ns, 0) AS input_wait_frac,
        coalesce(k.sync_wait_ns, 0) / nullif(k.total_ns, 0) AS sync_wait_frac,
        coalesce(k.recompile_ns, 0) / nullif(k.total_ns, 0) AS recompile_frac,
+       coalesce(k.bubble_ns, 0) / nullif(k.total_ns, 0) AS bubble_frac,
        coalesce(k.other_ns, 0) / nullif(k.total_ns, 0) AS other_frac,
        1 - (coalesce(k.compute_ns, 0) + coalesce(k.collective_ns, 0)) / nullif(k.total_ns, 0) AS idle_frac,
        k.total_ns / 1e9 AS busy_and_idle_s
@@ -230,7 +232,7 @@ def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
     """One row per chip: where it sits and where its time went.
 
     Columns: chip, host, slice, x, y, z, compute_frac, collective_frac, input_wait_frac,
-    sync_wait_frac, recompile_frac, other_frac, idle_frac (everything but compute and exposed
+    sync_wait_frac, recompile_frac, bubble_frac, other_frac, idle_frac (everything but compute and exposed
     collectives), busy_and_idle_s (the chip's wall time) and, when the run stored per-chip memory,
     hbm_peak_bytes.
     """

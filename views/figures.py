@@ -39,6 +39,7 @@ KIND_COLORS = {
     "input_wait": "#F58518",
     "sync_wait": "#E45756",
     "recompile": "#B279A2",
+    "bubble": "#EECA3B",
     "other": "#9D9D9D",
 }
 KIND_LABELS = {
@@ -47,6 +48,7 @@ KIND_LABELS = {
     "input_wait": "Input wait",
     "sync_wait": "Sync wait",
     "recompile": "Recompile",
+    "bubble": "Pipeline bubble",
     "other": "Other",
 }
 

@@ -29,11 +29,12 @@ def main() -> None:
         st.warning("This run does not fit in HBM; the timings below are what it would do if it did.")
     breakdown = summary.get("breakdown") or {}
     idle = sum(v for k, v in breakdown.items() if k not in ("compute", "collective"))
-    cols = st.columns(4)
+    cols = st.columns(5)
     cols[0].metric("Idle share", f"{idle * 100:.1f}%", help="chip time neither computing nor in exposed collectives")
     cols[1].metric("Input wait", f"{breakdown.get('input_wait', 0) * 100:.1f}%")
     cols[2].metric("Sync wait", f"{breakdown.get('sync_wait', 0) * 100:.1f}%")
     cols[3].metric("Recompile", f"{breakdown.get('recompile', 0) * 100:.1f}%")
+    cols[4].metric("Pipeline bubble", f"{breakdown.get('bubble', 0) * 100:.1f}%", help="stages idle while the pipeline fills and drains")
 
     common.chart(figures.kind_area(by_step), by_step, f"run{run_id}_time_by_step.csv", "idle_steps")
     by_host = common.query(queries.kind_by_host, run_id)

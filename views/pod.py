@@ -15,6 +15,7 @@ METRICS = {
     "idle_frac": "Idle %",
     "input_wait_frac": "Input wait %",
     "sync_wait_frac": "Sync wait %",
+    "bubble_frac": "Pipeline bubble %",
     "compute_frac": "Compute %",
     "collective_frac": "Collective %",
     "hbm_peak_bytes": "HBM peak (GiB)",

@@ -211,6 +211,7 @@ def plan_step_comm(
     link_penalties: Mapping[str, LinkPenalty] | None = None,
     moe_layer_interval: int = 1,
     dispatch_bytes: float = 0.0,
+    pipeline: int = 1,
 ) -> StepComm:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -234,7 +235,8 @@ def plan_step_comm(
     experts need the tokens; the next layer needs the combine), so they are exposed. Expert
     weights shard over ``expert``: FSDP gathers and the data-parallel sync move ``1 / expert``
     of them, while the other weights, replicated over ``expert``, all-reduce their gradients
-    over it once per step.
+    over it once per step. Each of ``pipeline`` stages holds ``1 / pipeline`` of the
+    parameters, so its gradient sync moves that share.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
@@ -306,8 +308,8 @@ def plan_step_comm(
 
     # Data-parallel gradient sync of this chip's dense shard: over `data` in the slice, then DCN.
     dense = cost.params - sparse - cost.expert_params * (1.0 - 1.0 / ep.size)
-    shard_bytes = dense / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT
-    replicated_bytes = (cost.params - sparse - cost.expert_params) / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT
+    shard_bytes = dense / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT / pipeline
+    replicated_bytes = (cost.params - sparse - cost.expert_params) / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT / pipeline
     expert_sync_s = mesh_collective_s("all-reduce", replicated_bytes, ep, link, lat) if ep.size > 1 else 0.0
     if expert_sync_s > 0:
         rows.append((-1, "model", "gradient_sync", "all-reduce", "expert", replicated_bytes, expert_sync_s))
