@@ -57,6 +57,10 @@ SIMULATED: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # the 1.3B LLM on a v5p 4x4x4 with [sim] trace = "summary": totals, no event rows
     "summary": ("llm-1b-v5p-64.toml", {"training.steps": 4, "sim.trace": "summary"}),
+    # mixture of experts over an 8-way expert axis: all-to-alls, expert load, expert weights in HBM
+    "moe": ("moe-8x-top2-v5p-64.toml", {"training.steps": 4}),
+    # a 4-stage pipeline over two slices: bubbles, stage sends over the DCN, in-flight activations
+    "pipeline": ("llm-8b-pipeline-2-slices-v5p.toml", {"training.steps": 4}),
     # a variable sequence length: a compile at the first step and one per new shape; stored
     # last, so it is the run a page shows first (it has every extra table and advice)
     "recompiles": ("llm-350m-v5p-variable-seq.toml", {"training.steps": 12}),

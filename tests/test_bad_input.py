@@ -47,7 +47,8 @@ def _problems(path, overrides=None) -> tuple[list[tuple[str, str]], str]:
         ({"training.global_batch": 1.5}, "training.global_batch", "expected an integer, e.g. 8; got 1.5 (a float)"),
         ({"training": "fast"}, "training", "expected a table ([training]"),
         ({"model.kind": "cnn"}, "model", "'mlp', 'resnet50', 'transformer'"),
-        ({"training.precision": "fp8"}, "training.precision", "'bf16', 'int8' or 'fp32'"),
+        ({"training.precision": "fp4"}, "training.precision", "'bf16', 'int8', 'fp32' or 'fp8'"),
+        ({"training.precision": "fp8"}, "training.precision", "valid: bf16, int8 or fp32 on tpu-v4, or fp8 on tpu7x"),
         # out of range: the bound and the value given
         ({"training.global_batch": 0}, "training.global_batch", "greater than 0 (got 0)"),
         ({"training.global_batch": -256}, "training.global_batch", "greater than 0 (got -256)"),

@@ -292,3 +292,19 @@ def test_imported_run_pages_say_what_the_trace_does_not_carry(page_db):
     assert any("this run was imported" in c.value for c in overview.caption)
     memory = _page("views/memory.py", run_id)
     assert {m.label: m.value for m in memory.metric}["Peak HBM per chip"] == "n/a"
+
+
+def test_memory_page_shows_expert_weights_and_pipeline_activations(page_db):
+    moe = _page("views/memory.py", page_db.run_ids["moe"])
+    labels = [m.label for m in moe.metric]
+    assert "Expert weights (states) per chip" in labels and "Pipeline activations in flight" not in labels
+    pipe = _page("views/memory.py", page_db.run_ids["pipeline"])
+    want = page_db.summary("pipeline")["hbm_pipeline_activation_bytes"]
+    assert any(m.label == "Pipeline activations in flight" and m.value == f"{want / 2**30:,.2f} GiB" for m in pipe.metric)
+
+
+def test_idle_page_counts_the_pipeline_bubble(page_db):
+    at = _page("views/idle.py", page_db.run_ids["pipeline"])
+    share = page_db.summary("pipeline")["breakdown"]["bubble"]
+    assert share > 0.1
+    assert any(m.label == "Pipeline bubble" and m.value == f"{share * 100:.1f}%" for m in at.metric)

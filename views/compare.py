@@ -38,8 +38,16 @@ def _knobs(base: dict) -> dict | None:
         data = c1.number_input("Data parallel (0 = the rest)", min_value=0, value=0)
         fsdp = c2.number_input("FSDP", min_value=1, value=int(par.get("fsdp", 1)))
         tensor = c3.number_input("Tensor", min_value=1, value=int(par.get("tensor", 1)))
-        precisions = ["bf16", "int8", "fp32"]
+        precisions = ["bf16", "int8", "fp32", "fp8"]
         precision = c4.selectbox("Precision", precisions, index=precisions.index(training.get("precision", "bf16")))
+        c1, c2, c3, c4 = st.columns(4)
+        expert = c1.number_input("Expert parallel", min_value=1, value=int(par.get("expert", 1)),
+                                 help="chips each MoE layer's experts are spread over (the model needs experts)")
+        pipeline = c2.number_input("Pipeline stages", min_value=1, value=int(par.get("pipeline", 1)))
+        microbatches = c3.number_input("Microbatches", min_value=1, value=int(training.get("microbatches", 1)),
+                                       help="pipeline microbatches; without a pipeline, gradient accumulation steps")
+        schedules = ["1f1b", "gpipe", "interleaved"]
+        schedule = c4.selectbox("Pipeline schedule", schedules, index=schedules.index(par.get("pipeline_schedule", "1f1b")))
         c1, c2, c3, c4 = st.columns(4)
         remats = ["none", "minimal", "selective", "full"]
         remat = c1.selectbox("Remat", remats, index=remats.index(training.get("remat", "none")) if training.get("remat", "none") in remats else 0)
@@ -62,6 +70,16 @@ def _knobs(base: dict) -> dict | None:
     }
     if int(slices) != int(pod.get("slices", 1)) or "slices" in pod:
         overrides["pod.slices"] = int(slices)
+    # the newer knobs are written only when set or changed, so older scenarios keep their shape
+    for dotted, value, section, default in (
+        ("parallelism.expert", int(expert), par, 1),
+        ("parallelism.pipeline", int(pipeline), par, 1),
+        ("parallelism.pipeline_schedule", schedule, par, "1f1b"),
+        ("training.microbatches", int(microbatches), training, 1),
+    ):
+        key = dotted.split(".")[1]
+        if value != section.get(key, default) or key in section:
+            overrides[dotted] = value
     if set_input:
         overrides["input.prefetch"] = prefetch
         overrides["input.num_parallel_calls"] = calls

@@ -37,12 +37,31 @@ def _verdict(summary: dict) -> None:
     st.error("\n\n".join(lines))
 
 
+def _parallel_terms(summary: dict) -> None:
+    """Mixture-of-experts and pipeline terms of the footprint, when the run has them."""
+    items = []
+    if summary.get("hbm_expert_weight_bytes") is not None:
+        items.append(("Expert weights (states) per chip", _gib(summary["hbm_expert_weight_bytes"]),
+                      f"this chip's {summary.get('moe_experts', '?')} / expert-axis share of the routed experts' fp32 weights, "
+                      "gradients and optimizer state (inside params/grads/optimizer above)"))  # fmt: skip
+    if summary.get("hbm_pipeline_activation_bytes") is not None:
+        items.append(("Pipeline activations in flight", _gib(summary["hbm_pipeline_activation_bytes"]),
+                      f"the first stage's activations for the microbatches in flight under {summary.get('pipeline_schedule')} "
+                      f"({summary.get('pipeline_microbatches')} microbatches, {summary.get('pipeline_stages')} stages)"))  # fmt: skip
+    if not items:
+        return
+    cols = st.columns(len(items))
+    for col, (label, value, why) in zip(cols, items):
+        col.metric(label, value, help=why)
+
+
 def main() -> None:
     ctx = common.run_context("Memory")
     if ctx is None:
         return
     run_id, summary = ctx
     _verdict(summary)
+    _parallel_terms(summary)
     cap = summary.get("hbm_capacity_bytes")
     breakdown = summary.get("hbm_breakdown_bytes") or {}
     timeline = common.query(queries.memory_timeline, run_id)
