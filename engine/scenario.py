@@ -161,7 +161,7 @@ class ParameterServerSection(_Section):
     dcn_gbps_per_host: Annotated[float, Field(gt=0)] = 25.0  # each PS host's NIC, GB/s (same class as a TPU host's)
 
 
-MeshAxisName = Literal["data", "fsdp", "tensor", "expert", "pipeline", "context"]  # engine.mesh.MESH_AXES
+MeshAxisName = Literal["data", "fsdp", "tensor", "expert", "pipeline"]  # engine.mesh.MESH_AXES
 
 
 class ParallelismSection(_Section):

@@ -167,3 +167,13 @@ def test_published_moe_entries_become_predicted_cases():
     big = build_scenarios(moe["e2e_maxtext_v6e_700b_moe"])[0]
     assert (big.model.experts, big.model.experts_per_token, big.model.capacity_factor) == (16, 2, 1.5)
     assert model_cost(big.model).params == pytest.approx(7.54e11, rel=0.03)  # the entry's total
+
+
+def test_mesh_axes_are_declared_once_and_scenarios_accept_exactly_them():
+    import typing
+
+    from engine.mesh import LAYOUT_ORDER, MESH_AXES
+    from engine.scenario import MeshAxisName
+
+    assert set(LAYOUT_ORDER) == set(MESH_AXES)
+    assert typing.get_args(MeshAxisName) == MESH_AXES
