@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
 
-from . import api, collective_cli, queries
+from . import api, collective_cli, hlo_cli, queries
 from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -258,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
+    hlo_cli.add_parser(sub)
     v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst % error)")
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     v.add_argument("--calibration", help="calibration TOML (default: data/calibration.toml)")

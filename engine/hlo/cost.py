@@ -40,7 +40,7 @@ from ..errors import HloError
 from .groups import parse_replica_groups, parse_source_target_pairs
 from .text import DEFAULT_MAX_HLO_BYTES, Computation, HloText, Instruction, Shape, parse_hlo, read_hlo_text
 
-__all__ = ["COLLECTIVE_OPS", "DotShape", "HloOp", "CollectiveOp", "HloModuleCost", "describe_hlo", "load_hlo", "cost_to_json"]
+__all__ = ["COLLECTIVE_OPS", "DotShape", "HloOp", "CollectiveOp", "HloModuleCost", "describe_hlo", "load_hlo"]
 
 #: the collective opcodes reported, in the order the summary lists them
 COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -61,13 +61,12 @@ _FREE = frozenset(
     all-gather-done collective-permute-done async-done async-update""".split()
 )
 #: ops that hold no bytes of their own at the top level (views, tuples, control)
-_NO_BYTES = frozenset("parameter constant tuple get-tuple-element bitcast after-all add-dependency opt-barrier partition-id replica-id".split())
-_DONE = frozenset("all-reduce-done all-gather-done collective-permute-done async-done async-update copy-done send-done recv-done".split())
-_KNOWN = _TRANSCENDENTAL | _ELEMENTWISE | _FREE | frozenset(
-    """dot convolution fusion call while conditional async-start reduce reduce-window scatter select-and-scatter sort
-    custom-call cholesky triangular-solve fft all-reduce-start all-gather-start collective-permute-start
-    collective-broadcast ragged-all-to-all""".split()
-) | frozenset(COLLECTIVE_OPS)
+_NO_BYTES = frozenset(
+    "parameter constant tuple get-tuple-element bitcast after-all add-dependency opt-barrier partition-id replica-id".split()
+)
+_DONE = frozenset(
+    "all-reduce-done all-gather-done collective-permute-done async-done async-update copy-done send-done recv-done".split()
+)
 
 
 @dataclass(frozen=True)
@@ -311,7 +310,9 @@ class _Costing:
                 continue
             f, t, d = self.flops(comp, ins)
             nbytes = sum(s.bytes for s in self.operand_shapes(comp, ins)) + ins.shape.bytes
-            self.ops.append(HloOp(ins.name, op, f, t, nbytes, executions, d, ins.shape.leaves()[0].dtype if ins.shape.leaves() else ""))
+            self.ops.append(
+                HloOp(ins.name, op, f, t, nbytes, executions, d, ins.shape.leaves()[0].dtype if ins.shape.leaves() else "")
+            )
 
     def collective(self, comp: Computation, ins: Instruction, op: str, executions: int) -> None:
         shapes = self.operand_shapes(comp, ins)
@@ -388,26 +389,3 @@ def load_hlo(path: str | Path, max_bytes: int = DEFAULT_MAX_HLO_BYTES, count_tri
     """
     text = read_hlo_text(path, max_bytes)
     return describe_hlo(parse_hlo(text, str(path)), count_trip_counts)
-
-
-def cost_to_json(cost: HloModuleCost, largest: int = 10) -> dict:
-    """The ``python -m profiler hlo --json`` object."""
-    return {
-        "module": cost.name,
-        "devices": cost.devices,
-        "flops_per_device": cost.flops_per_device,
-        "transcendentals_per_device": cost.transcendentals_per_device,
-        "bytes_accessed_per_device": cost.bytes_accessed_per_device,
-        "parameter_bytes_per_device": cost.parameter_bytes_per_device,
-        "output_bytes_per_device": cost.output_bytes_per_device,
-        "peak_live_bytes_per_device": cost.peak_live_bytes_per_device,
-        "collectives": cost.collective_totals(),
-        "largest_ops": [
-            {"name": o.name, "opcode": o.opcode, "flops": o.flops * o.executions, "bytes": o.bytes_accessed * o.executions, "executions": o.executions}
-            for o in cost.largest_ops(largest)
-        ],
-        "unknown_ops": cost.unknown_ops,
-        "while_loops": cost.while_loops,
-        "unknown_trip_counts": list(cost.unknown_trip_counts),
-    }
-
