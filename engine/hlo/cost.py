@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import HloError
 from .groups import parse_replica_groups, parse_source_target_pairs
-from .text import DEFAULT_MAX_HLO_BYTES, Computation, HloText, Instruction, Shape, parse_hlo, read_hlo_text
+from .text import DEFAULT_MAX_HLO_BYTES, DTYPE_BYTES, Computation, HloText, Instruction, Shape, parse_hlo, read_hlo_text
 
 __all__ = ["COLLECTIVE_OPS", "DotShape", "HloOp", "CollectiveOp", "HloModuleCost", "describe_hlo", "load_hlo"]
 
@@ -60,6 +60,7 @@ _FREE = frozenset(
     rng rng-bit-generator rng-get-and-update-state infeed outfeed send recv send-done recv-done all-reduce-done
     all-gather-done collective-permute-done async-done async-update""".split()
 )
+_FLOAT_TYPES = frozenset("bf16 f16 f32 f64".split()) | frozenset(t for t in DTYPE_BYTES if t.startswith("f8"))
 #: ops that hold no bytes of their own at the top level (views, tuples, control)
 _NO_BYTES = frozenset(
     "parameter constant tuple get-tuple-element bitcast after-all add-dependency opt-barrier partition-id replica-id".split()
@@ -133,6 +134,7 @@ class HloModuleCost:
     unknown_ops: dict[str, int]  # opcode (or custom-call:target) -> occurrences, costed as elementwise
     unknown_trip_counts: tuple[str, ...]  # while loops whose body was counted once
     while_loops: dict[str, int]  # while op -> trip count used
+    float_parameter_dtypes: tuple[str, ...] = ()  # floating element types among the entry parameters
 
     def collective_totals(self) -> dict[str, dict[str, float]]:
         """``{op: {"count": executions, "bytes": per-device bytes summed}}`` for the ops present."""
@@ -375,6 +377,9 @@ def describe_hlo(mod: HloText, count_trip_counts: bool = True) -> HloModuleCost:
         unknown_ops=dict(sorted(c.unknown.items())),
         unknown_trip_counts=tuple(c.unknown_trips),
         while_loops=c.whiles,
+        float_parameter_dtypes=tuple(
+            sorted({leaf.dtype for p in params for leaf in p.shape.leaves() if leaf.dtype in _FLOAT_TYPES})
+        ),
     )
 
 
