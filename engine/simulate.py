@@ -214,6 +214,10 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     Deterministic for a given scenario (including ``sim.seed``) and calibration.
     """
     cal = calibration or load_calibration()
+    if scenario.model.kind == "hlo":
+        from .hlo.run import simulate_hlo  # the user's own program: engine/hlo/run.py
+
+        return simulate_hlo(scenario, cal)
     chip = scenario.chip_spec()
     ctx = SimContext(
         scenario=scenario,
