@@ -24,6 +24,7 @@ from .catalog import ChipSpec, load_catalog
 from .compilation import CompileSection
 from .errors import ScenarioError, TopologyError
 from .faults import FailureSection, StragglerSection
+from .hlo.module_file import module_problems
 from .input_pipeline import InputSection
 from .links import fault_problems
 from .topology import is_supported_shape, supported_shapes, wraparound_for
@@ -336,8 +337,6 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
             ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
         )
     if not problems and s.model.kind == "hlo":
-        from .hlo.run import module_problems  # imported here: it imports the interconnect, which imports this module
-
         problems += module_problems(s.model.path, n * s.pod.slices)
     elif not problems:
         shards = s.batch_shards

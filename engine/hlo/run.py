@@ -12,59 +12,17 @@ over the pod's peak; ``mfu`` needs the scenario's ``model_flops_per_step``.
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from ..calibration import Calibration
-from ..errors import HloError
 from ..topology import build_pod
 from ..trace import CHIPS_SCHEMA, RunFacts, RunResult, Trace
-from .cost import HloModuleCost, load_hlo
+from .module_file import cached_module, module_sha256
 from .step import hlo_step_cost
 
-__all__ = ["cached_module", "simulate_hlo", "module_problems"]
-
-
-@lru_cache(maxsize=8)
-def _load(path: str, size: int, mtime_ns: int) -> HloModuleCost:
-    return load_hlo(path)
-
-
-def cached_module(path: str | Path) -> HloModuleCost:
-    """The costed module at ``path``, read once per file version (validation and simulation share it)."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError:
-        raise HloError(f"{p}: no such HLO file") from None
-    return _load(str(p), st.st_size, st.st_mtime_ns)
-
-
-def module_problems(path: str, chips: int) -> list[tuple[str, str]]:
-    """Scenario problems of an HLO model: the file must read, and compile for exactly ``chips`` devices."""
-    try:
-        cost = cached_module(path)
-    except HloError as e:
-        return [("model.path", str(e))]
-    if cost.devices != chips:
-        return [
-            ("model.path", f"the module is compiled for {cost.devices} devices but the pod has {chips} chips; "
-             f"valid: a pod of {cost.devices} chips, or recompile for {chips} devices "
-             f"(XLA_FLAGS=--xla_force_host_platform_device_count={chips} on CPU)")
-        ]  # fmt: skip
-    return []
-
-
-def module_sha256(path: str | Path) -> str:
-    """Fingerprint of the module file (a stored run names the exact program it simulated)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+__all__ = ["simulate_hlo"]
 
 
 def simulate_hlo(scenario, cal: Calibration) -> RunResult:
