@@ -332,3 +332,18 @@ class TestCli:
 def test_groups_are_int_arrays():
     c = cost_of(COLLECTIVES)
     assert all(op.groups.dtype == np.int64 for op in c.collectives)
+
+
+class TestSplitting:
+    def test_quotes_and_escapes(self):
+        from engine.hlo.text import split_top_level
+
+        text = 'a=1, b="x,\\"y", c={1,2}, d=(3,4), e="p\\n,q"'
+        assert split_top_level(text) == ["a=1", 'b="x,\\"y"', "c={1,2}", "d=(3,4)", 'e="p\\n,q"']
+
+    def test_tuple_shape_with_index_comments(self):
+        from engine.hlo.text import parse_shape
+
+        s = parse_shape("(f32[2,3]{1,0}, /*index=1*/bf16[4]{0}, (s32[], pred[2]))")
+        assert [(e.dtype, e.dims) for e in s.elements] == [("f32", (2, 3)), ("bf16", (4,)), ("s32", ()), ("pred", (2,))]
+        assert s.bytes == 24 + 8 + 4 + 2

@@ -21,6 +21,7 @@ import math
 import re
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import HloError
@@ -162,27 +163,32 @@ def read_hlo_text(path: str | Path, max_bytes: int = DEFAULT_MAX_HLO_BYTES) -> s
         raise HloError(f"{p}: not HLO text (byte {e.start} is not UTF-8); expected compiled.as_text() output") from None
 
 
+_DELIMS = re.compile(r"[()\[\]{}\"',\\]")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
 def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside (), [], {} and quotes."""
-    parts, depth, start, quote = [], 0, 0, ""
-    i = 0
-    while i < len(text):
-        c = text[i]
+    """Split at ``sep`` (a comma) outside (), [], {} and quotes."""
+    parts, depth, start, quote, escaped_at = [], 0, 0, "", -1
+    for m in _DELIMS.finditer(text):
+        c, i = m.group(), m.start()
         if quote:
+            if i == escaped_at:  # the character after a backslash
+                continue
             if c == "\\":
-                i += 1
+                escaped_at = i + 1
             elif c == quote:
                 quote = ""
-        elif c in "\"'":
+            continue
+        if c in "\"'":
             quote = c
-        elif c in "([{":
+        elif c in _OPEN:
             depth += 1
-        elif c in ")]}":
+        elif c in _CLOSE:
             depth -= 1
         elif c == sep and depth == 0:
             parts.append(text[start:i])
             start = i + 1
-        i += 1
     parts.append(text[start:])
     return [s.strip() for s in parts if s.strip()]
 
@@ -190,38 +196,48 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
 def _matching(text: str, start: int) -> int:
     """Index of the bracket closing the one at ``start`` (quotes respected); -1 when unclosed."""
     pairs = {"(": ")", "[": "]", "{": "}"}
-    stack, quote, i = [], "", start
-    while i < len(text):
-        c = text[i]
+    stack: list[str] = []
+    quote, escaped_at = "", -1
+    for m in _DELIMS.finditer(text, start):
+        c, i = m.group(), m.start()
         if quote:
+            if i == escaped_at:
+                continue
             if c == "\\":
-                i += 1
+                escaped_at = i + 1
             elif c == quote:
                 quote = ""
-        elif c in "\"'":
+            continue
+        if c in "\"'":
             quote = c
         elif c in pairs:
             stack.append(pairs[c])
-        elif c in ")]}":
+        elif c in _CLOSE:
             if not stack or stack.pop() != c:
                 return -1
             if not stack:
                 return i
-        i += 1
     return -1
 
 
+@lru_cache(maxsize=65536)
 def parse_shape(text: str) -> Shape:
-    """``f32[128,512]{1,0}``, ``(f32[2], /*index=1*/s32[])`` or ``bf16[<=8,4]`` -> :class:`Shape`."""
-    text = re.sub(r"/\*.*?\*/", "", text).strip()
+    """``f32[128,512]{1,0}``, ``(f32[2], /*index=1*/s32[])`` or ``bf16[<=8,4]`` -> :class:`Shape`.
+
+    A tuple's elements are its array leaves in order (nested tuples are flattened: only
+    their sizes matter here).
+    """
+    text = text.strip()
+    leaves = _ARRAY_SHAPE.findall(text)
     if text.startswith("("):
-        inner = text[1 : _matching(text, 0)]
-        return Shape("tuple", (), tuple(parse_shape(s) for s in split_top_level(inner)))
-    m = _ARRAY_SHAPE.match(text)
-    if not m:
+        return Shape("tuple", (), tuple(_array(dt, dims) for dt, dims in leaves))
+    if not leaves or not _ARRAY_SHAPE.match(text):
         raise ValueError(f"not an HLO shape: {text[:60]!r}")
-    dims = tuple(int(d.strip().lstrip("<=")) for d in m.group(2).split(",") if d.strip())
-    return Shape(m.group(1), dims)
+    return _array(*leaves[0])
+
+
+def _array(dtype: str, dims: str) -> Shape:
+    return Shape(dtype, tuple(int(d.strip().lstrip("<=")) for d in dims.split(",") if d.strip()))
 
 
 def _parse_instruction(body: str, is_root: bool, name: str, line: int) -> Instruction:
