@@ -113,3 +113,35 @@ def test_bigger_collective_never_faster(pod_2x2x4):
         times.append(hlo_step_cost(describe_hlo(parse_hlo(text)), pod_2x2x4, CAL, InterconnectSection()).collective_s)
     assert times == sorted(times) and times[0] > 0
     assert not math.isclose(times[0], times[-1])
+
+
+@pytest.fixture(scope="module")
+def two_slices():
+    return build_pod(V5P, (2, 2, 2), slices=2)  # chips 0-7 on slice 0, 8-15 on slice 1
+
+
+class TestAcrossSlices:
+    def test_group_within_a_slice(self, two_slices):
+        p = place_groups(np.arange(16).reshape(4, 4), two_slices)
+        assert (p.axes, p.whole, p.slices) == ((2, 1), True, 1)
+
+    def test_one_chip_per_slice_is_the_dcn_alone(self, two_slices):
+        groups = np.stack([np.arange(8), np.arange(8) + 8], axis=1)
+        p = place_groups(groups, two_slices)
+        assert (p.axes, p.slices, p.group_size) == ((), 2, 2)
+        text = _module(
+            "  %p = f32[262144] parameter(0)\n"
+            "  ROOT %ar = f32[262144] all-reduce(%p), replica_groups=[8,2]<=[2,8]T(1,0), to_apply=%add",
+            "p: f32[1]",
+        )
+        step = hlo_step_cost(describe_hlo(parse_hlo(text)), two_slices, CAL, InterconnectSection())
+        host_bw = V5P.dcn_bytes_per_s_per_host * CAL.dcn_efficiency
+        cph = min(V5P.chips_per_host, 8)
+        # ring all-reduce over 2 slices: 2(S-1)/S of each host's chips' bytes through its NIC [ring]
+        expected_bw_s = 2 * (1 / 2) * 262144 * 4 * cph / host_bw
+        assert step.collective_s == pytest.approx(expected_bw_s, rel=0.2)
+        assert step.collective_s > expected_bw_s
+
+    def test_permute_across_slices_goes_over_the_dcn(self, two_slices):
+        hops, across = permute_hops(np.array([[0, 8]]), two_slices)
+        assert across and hops == [0, 0, 0]
