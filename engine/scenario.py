@@ -245,7 +245,13 @@ class Scenario(_Section):
         return load_catalog()[self.pod.chip]
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        if self.model.kind == "hlo":  # the keys the module fixes are not the scenario's: a dump must reload
+            for section in _HLO_UNSUPPORTED_SECTIONS:
+                out.pop(section, None)
+            for key in _HLO_FIXED_TRAINING:
+                out["training"].pop(key, None)
+        return out
 
 
 def parse_topology(text: str) -> tuple[int, ...]:
@@ -381,7 +387,8 @@ def _hlo_fixed_keys(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[tup
                 problems.append((f"training.{key}", f"the HLO module fixes the {key}; remove this key"))
         out["training"] = {k: v for k, v in training.items() if k not in _HLO_FIXED_TRAINING}
     for section in _HLO_UNSUPPORTED_SECTIONS:
-        if section in raw:
+        value = raw.get(section)
+        if section in raw and value is not None and not (isinstance(value, Mapping) and all(v is None for v in value.values())):
             why = "the HLO module fixes the mesh" if section == "parallelism" else "not simulated for an HLO model"
             problems.append((section, f"{why}; remove this section"))
     return out, problems

@@ -151,3 +151,14 @@ def test_hlo_and_builtin_transformer_agree():
 
     assert step_s(hlo) == pytest.approx(step_s(builtin), rel=0.15)
     assert step_s(hlo) > step_s(builtin)  # the CPU module's extra HBM passes, as the docstring says
+
+
+def test_stored_scenario_reloads_and_the_what_if_form_can_change_the_pod(tmp_path):
+    """A run's stored scenario (to_dict) validates again, also with the what-if form's overrides."""
+    from engine.scenario import apply_overrides
+
+    s = load_scenario(write_scenario(tmp_path))
+    again = scenario_from_dict(s.to_dict())
+    assert again == s
+    what_if = apply_overrides(s.to_dict(), {"pod.chip": "tpu-v4", "parallelism.data": None, "training.global_batch": 32})
+    assert scenario_from_dict(what_if).pod.chip == "tpu-v4"
