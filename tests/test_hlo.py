@@ -347,3 +347,36 @@ class TestSplitting:
         s = parse_shape("(f32[2,3]{1,0}, /*index=1*/bf16[4]{0}, (s32[], pred[2]))")
         assert [(e.dtype, e.dims) for e in s.elements] == [("f32", (2, 3)), ("bf16", (4,)), ("s32", ()), ("pred", (2,))]
         assert s.bytes == 24 + 8 + 4 + 2
+
+
+TPU_STYLE = """HloModule jit_train_step, is_scheduled=true, entry_computation_layout={(bf16[8,128]{1,0:T(8,128)(2,1)})->bf16[8,256]{1,0}}, num_partitions=4
+
+fused_computation.1 {
+  param_0.1 = bf16[8,128]{1,0:T(8,128)(2,1)} parameter(0)
+  param_1.2 = bf16[128,256]{1,0:T(8,128)(2,1)S(1)} parameter(1)
+  ROOT convolution.3 = bf16[8,256]{1,0:T(8,128)(2,1)} convolution(param_0.1, param_1.2), dim_labels=bf_io->bf, frontend_attributes={_xla_stream_annotation="1"}
+}
+
+add.7 {
+  x = bf16[] parameter(0)
+  y = bf16[] parameter(1)
+  ROOT a = bf16[] add(x, y)
+}
+
+ENTRY main.9 {
+  p0 = bf16[8,128]{1,0:T(8,128)(2,1)} parameter(0), sharding={devices=[4,1]<=[4]}
+  w = bf16[128,256]{1,0:T(8,128)(2,1)} constant({...})
+  fusion.1 = bf16[8,256]{1,0:T(8,128)(2,1)} fusion(p0, w), kind=kOutput, calls=fused_computation.1, backend_config={"flag_configs":[],"scoped_memory_configs":[]}
+  all-reduce-start.2 = bf16[8,256]{1,0:T(8,128)(2,1)} all-reduce-start(fusion.1), channel_id=3, replica_groups=[1,4]<=[4], use_global_device_ids=true, to_apply=add.7, backend_config={"collective_backend_config":{"is_sync":false}}
+  ROOT all-reduce-done.2 = bf16[8,256]{1,0:T(8,128)(2,1)} all-reduce-done(all-reduce-start.2)
+}
+"""
+
+
+def test_tpu_style_text_without_percent_signs():
+    """TPU dumps print names without '%', tiled layouts, memory spaces and headers without signatures."""
+    c = cost_of(TPU_STYLE)
+    assert c.devices == 4
+    # a dot written as a 1x1 convolution (bf_io->bf), plus the all-reduce's one add per element
+    assert c.flops_per_device == 2 * 8 * 128 * 256 + 8 * 256
+    assert c.collective_totals() == {"all-reduce": {"count": 1, "bytes": 8 * 256 * 2}}

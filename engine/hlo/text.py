@@ -52,7 +52,8 @@ DTYPE_BYTES: dict[str, float] = {
 }  # fmt: skip
 
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
-_HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*->\s*.*\{\s*$")
+#: "[ENTRY] %name (params) -> shape {", or with the signature left out: "name {"
+_HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->.*|,.*)?\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _SECTION_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
