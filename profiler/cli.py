@@ -241,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     db_arg(ex)
     ex.set_defaults(func=_cmd_export)
 
-    im = sub.add_parser("import", help="import a Chrome Trace Event JSON (.json/.json.gz) as a run")
-    im.add_argument("trace", help="torch.profiler, TensorBoard/JAX *.trace.json.gz, or Podscope export")
+    im = sub.add_parser("import", help="import a Chrome Trace Event JSON (.json/.json.gz) or an XProf .xplane.pb as a run")
+    im.add_argument("trace", help="torch.profiler, JAX/TensorFlow *.trace.json.gz, XProf *.xplane.pb (needs xprof), or Podscope export")
     im.add_argument("--name", help="run name (default: the file name)")
     im.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
     db_arg(im)

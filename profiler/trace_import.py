@@ -11,16 +11,21 @@ stops at the limit) and the number of events are all capped. Any problem raises
 Devices and processes become chips
     Processes named like a device (``/device:TPU:0``, ``GPU 1``) become chips when
     there are any; other (host) processes are then kept only in the raw table.
-    Otherwise every process with complete events becomes a chip (a CPU
-    ``torch.profiler`` trace is one chip). Podscope's own export carries each chip's
+    Else, when XLA ops name their device (``args.device_ordinal``, as JAX's CPU
+    virtual devices do), those devices are the chips. Otherwise every process with
+    complete events becomes a chip (a CPU ``torch.profiler`` trace is one chip). Podscope's own export carries each chip's
     id and coordinates in its ``process_name`` metadata and gets them back.
 Steps
     ``ProfilerStep#N`` (torch), events on a thread named ``Steps`` (TensorBoard's
     device step line) and Podscope's ``step`` lane mark steps: step *k* spans the
     earliest start to the latest end of its markers over all processes, clipped to
-    the next step's start. Without markers the whole trace is one step.
+    the next step's start. Without them, JAX/TF step annotations (``args.step_num``)
+    mark steps, else Keras' train-function calls (:mod:`profiler.xla_trace`). Without
+    markers the whole trace is one step.
 Kinds (first matching rule wins, see :data:`KIND_RULES`)
-    Podscope's export: the event's ``cat`` is its kind. Then by name: compile
+    Podscope's export: the event's ``cat`` is its kind. Then the JAX/TF rules of
+    :func:`profiler.xla_trace.xla_kind` (XLA ops, rendezvous waits, ``tf.data``'s
+    consumer wait against its background work). Then by name: compile
     (``compile``/``compilation``, not ``Compiled``; ``autotune``), collective
     (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute,
     send/recv, ``nccl``, ``gloo``, ``c10d::``), input wait (DataLoader,
@@ -47,7 +52,7 @@ import math
 import re
 import zlib
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -59,6 +64,8 @@ from engine.errors import TraceImportError
 from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
 
 from .store import Database, write_run
+from .xla_trace import EventHints, keras_step_markers, xla_kind
+from .xplane import is_xplane, xplane_as_trace_json
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -205,6 +212,7 @@ class _Parsed:
     skipped: Counter
     total: int
     other_data: dict
+    hints: EventHints  # per event: args.step_num, args.device_ordinal, args.hlo_op (profiler/xla_trace.py)
 
 
 def _parse(path: Path, limits: ImportLimits) -> _Parsed:
@@ -217,8 +225,8 @@ def _parse(path: Path, limits: ImportLimits) -> _Parsed:
         raise TraceImportError(f"{source}: {size:,} bytes is over the import limit of {limits.max_file_bytes:,} bytes")
     if size == 0:
         raise TraceImportError(f"{source}: empty file")
-    out = _Parsed([], [], [], [], [], [], {}, {}, {}, Counter(), 0, {})
-    open_b: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
+    out = _Parsed([], [], [], [], [], [], {}, {}, {}, Counter(), 0, {}, EventHints())
+    open_b: dict[tuple[str, str], list[tuple[str, str, float, object]]] = {}
     try:
         first = _first_char(path, limits)
         if first not in ("{", "["):
@@ -251,18 +259,18 @@ def _parse(path: Path, limits: ImportLimits) -> _Parsed:
                 if abs(ts) > MAX_ABS_TS_US:
                     raise TraceImportError(f"{source}: event #{index} has an absurd timestamp ts={ts!r} us")
                 if ph == "B":
-                    open_b.setdefault((pid, tid), []).append((str(ev.get("name", "")), str(ev.get("cat", "")), ts))
+                    open_b.setdefault((pid, tid), []).append((str(ev.get("name", "")), str(ev.get("cat", "")), ts, ev.get("args")))
                     continue
                 if ph == "E":
                     stack = open_b.get((pid, tid))
                     if not stack:
                         out.skipped["E without B"] += 1
                         continue
-                    name, cat, t0 = stack.pop()
+                    name, cat, t0, args = stack.pop()
                     dur = ts - t0
                     ts = t0
                 else:
-                    name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
+                    name, cat, args = str(ev.get("name", "")), str(ev.get("cat", "")), ev.get("args")
                     dur = _num(ev, "dur", index, source)
                 if dur < 0 or dur > MAX_SPAN_US:
                     raise TraceImportError(f"{source}: event #{index} ({name!r}) has an absurd duration dur={dur!r} us")
@@ -272,6 +280,7 @@ def _parse(path: Path, limits: ImportLimits) -> _Parsed:
                 out.cat.append(cat)
                 out.ts_us.append(ts)
                 out.dur_us.append(dur)
+                out.hints.add(args)
         if first == "{" and out.process_meta:  # only Podscope's export has otherData we read (written first)
             with _open(path, limits) as f:
                 for key, value in ijson.kvitems(f, "", use_float=True):
@@ -376,9 +385,14 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
     else:
         devices = {q: _DEVICE_PROCESS.search(p.process_names.get(q, "")) for q in x_pids}
         devices = {q: m for q, m in devices.items() if m}
+        ordinals = np.asarray(p.hints.device, dtype=np.int64)
         if devices:
             fmt = "device trace"
             chip_pids = sorted(devices, key=lambda q: (int(devices[q].group(2) or devices[q].group(4)), q))
+        elif (ordinals >= 0).any():
+            # CPU virtual devices share the host process; each XLA op names its device (xla_trace.py)
+            fmt = "xla devices"
+            chip_pids = []
         else:
             fmt = "torch.profiler" if any(_STEP_MARKER.match(n) for n in p.name) else "chrome trace"
             # A process with only unclassified events (torch's "Spans"/"Traces" profiler
@@ -387,7 +401,10 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
             chip_pids = [q for q in x_pids if q in working] or x_pids
         chip_of = {q: i for i, q in enumerate(chip_pids)}
     # Chip ids as found (an export of chips 1,3-4 keeps those ids); flattened on dense indices.
-    ids = np.array(sorted(set(chip_of.values())), dtype=np.int64)
+    if fmt == "xla devices":
+        ids = np.unique(ordinals[ordinals >= 0])
+    else:
+        ids = np.array(sorted(set(chip_of.values())), dtype=np.int64)
     n_chips = len(ids)
     if ids[-1] >= 2**31:
         raise TraceImportError(f"{source}: chip id {ids[-1]} is implausible")
@@ -400,8 +417,17 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
             marker_step[i] = int(m.group(1))
         elif (cat == "step" and q in p.process_meta and name.startswith("step ")) or (th == "Steps" and name.strip().isdigit()):
             marker_step[i] = int(name.split()[-1])
+    # JAX / TF step annotations (args.step_num); else Keras' train function, one call per step
+    annotated = np.asarray(p.hints.step_num, dtype=np.int64)
+    if (marker_step < 0).all() and (annotated >= 0).any():
+        marker_step = annotated
+    elif (marker_step < 0).all():
+        marker_step = keras_step_markers(p.name, thread, p.ts_us)
     is_marker = marker_step >= 0
-    chip_col = np.array([chip_of.get(q, -1) for q in p.pid], dtype=np.int64)
+    if fmt == "xla devices":
+        chip_col = np.asarray(p.hints.device, dtype=np.int64).copy()
+    else:
+        chip_col = np.array([chip_of.get(q, -1) for q in p.pid], dtype=np.int64)
     on_chip = (chip_col >= 0) & ~is_marker
     if not on_chip.any():
         raise TraceImportError(f"{source}: no events on any device or process to attribute")
@@ -435,10 +461,10 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
         elif q in p.process_meta and cat in KIND_CODE:
             kinds.append(cat)
         else:
-            key = (name, cat, th)
+            key = (name, cat, th, p.hints.hlo_op[i])
             k = cache.get(key)
             if k is None:
-                k = cache[key] = classify(name, cat, th)
+                k = cache[key] = xla_kind(name, th, p.hints.hlo_op[i]) or classify(name, cat, th)
             kinds.append(k)
     kind_arr = np.array(kinds, dtype=object)
     code = np.array([KIND_CODE.get(k, _IDLE_CODE) for k in kinds], dtype=np.int8)
@@ -535,6 +561,12 @@ def import_trace(db: Database, path: str | Path, *, name: str | None = None, lim
     ProfilerError
         Storage failure (nothing written: the run is one transaction).
     """
-    trace, facts = read_trace(path, limits=limits)
-    stem = Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+    if is_xplane(path):  # XProf's own profile: converted to trace-viewer JSON by the optional xprof package
+        with xplane_as_trace_json(path, limits.max_file_bytes) as converted:
+            trace, facts = read_trace(converted, limits=limits)
+        info = {**facts.extra["import"], "file": Path(path).name, "format": f"xplane via xprof ({facts.extra['import']['format']})"}
+        facts = replace(facts, extra={**facts.extra, "import": info})
+    else:
+        trace, facts = read_trace(path, limits=limits)
+    stem = Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace").removesuffix(".pb").removesuffix(".xplane")
     return write_run(db, RunResult(scenario=None, trace=trace, facts=facts), name=name or stem, source="imported")
