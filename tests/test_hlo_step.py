@@ -12,7 +12,7 @@ from engine.catalog import load_catalog
 from engine.hlo import describe_hlo, parse_hlo
 from engine.hlo.placement import permute_hops, place_groups
 from engine.hlo.step import hlo_step_cost, matmul_precision
-from engine.parallelism import Segment1D
+from engine.mesh import Segment1D
 from engine.scenario import InterconnectSection
 from engine.topology import build_pod
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ScenarioError
-from ..parallelism import Segment1D
+from ..mesh import Segment1D
 from ..topology import Pod
 
 __all__ = ["GroupPlacement", "place_groups", "permute_hops"]

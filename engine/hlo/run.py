@@ -1,7 +1,7 @@
 """Simulate a scenario whose model is an XLA HLO module (``[model] kind = "hlo"``).
 
 The module is the whole train step for one device; every chip runs it. A step on
-the pod is laid out as the built-in families' steps are (:func:`engine.simulate.assemble`):
+the pod is laid out as the built-in families' steps are (:func:`engine.step.assemble`):
 the module's compute (re-derived for the target chip, with the calibrated
 per-step jitter), then its collectives, which end in the step's barrier, then the
 fixed per-step overhead. HBM is the module's parameters plus the most bytes its
@@ -17,8 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..calibration import Calibration
+from ..step import Segment, assemble
 from ..topology import build_pod
-from ..trace import CHIPS_SCHEMA, RunFacts, RunResult, Trace
+from ..trace import CHIPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
 from .module_file import cached_module, module_sha256
 from .step import hlo_step_cost
 
@@ -27,8 +28,6 @@ __all__ = ["simulate_hlo"]
 
 def simulate_hlo(scenario, cal: Calibration) -> RunResult:
     """Trace tables and run facts of an HLO scenario (validated by :func:`engine.scenario.load_scenario`)."""
-    from ..simulate import Segment, assemble  # imported here: engine.simulate dispatches to this module
-
     chip = scenario.chip_spec()
     pod = build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     cost = cached_module(scenario.model.path)
@@ -81,7 +80,7 @@ def simulate_hlo(scenario, cal: Calibration) -> RunResult:
         },
     )
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
-    chip_memory = pa.table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, peak)})
+    chip_memory = TABLES["extra_chip_memory"].table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, peak)})
     trace = Trace(
         events=laid.events, steps=laid.steps, chips=chip_table, step_kind=laid.step_kind, chip_kind=laid.chip_kind,
         extra={"hlo_collectives": step.collectives, "chip_memory": chip_memory},

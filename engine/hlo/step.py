@@ -17,11 +17,11 @@ parameters are all bf16 an f32 dot is taken as the bf16 dot it is on a TPU.
 
 Each collective's replica groups are placed on the torus (:mod:`.placement`) and
 priced by the same functions as the built-in families' collectives: groups on whole
-torus axes by :func:`engine.interconnect.collective_on_pod` (schedule, link faults,
+torus axes by :func:`engine.comm.collective_on_pod` (schedule, link faults,
 DCN across slices), groups on parts of axes by the mesh model's strided rings
-(:func:`engine.parallelism.mesh_collective_s`), permutes as point-to-point routes.
+(:func:`engine.comm.mesh_collective_s`), permutes as point-to-point routes.
 All-to-all on part of an axis costs a quarter of the all-gather of the same array
-([book] in engine/collectives.py). Collectives are charged as exposed: the module's
+([book] in engine/comm/collectives.py). Collectives are charged as exposed: the module's
 own schedule decides what overlaps on a TPU, and a CPU-compiled module has no async
 collectives to tell.
 """
@@ -34,26 +34,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..calibration import Calibration
-from ..collectives import dcn_time_s, p2p_time_s
-from ..interconnect import collective_on_pod
-from ..parallelism import MeshAxis, mesh_collective_s
+from ..comm import collective_on_pod, dcn_time_s, mesh_collective_s, p2p_time_s
+from ..mesh import MeshAxis
 from ..topology import Pod
+from ..trace import TABLES
 from .cost import COLLECTIVE_OPS, CollectiveOp, HloModuleCost
 from .placement import GroupPlacement, permute_hops, place_groups
 
-__all__ = ["HloStepCost", "HLO_COLLECTIVES_SCHEMA", "hlo_step_cost", "matmul_precision"]
+__all__ = ["HloStepCost", "hlo_step_cost", "matmul_precision"]
 
-HLO_COLLECTIVES_SCHEMA = pa.schema(
-    [
-        ("name", pa.string()),
-        ("op", pa.string()),
-        ("bytes", pa.float64()),
-        ("executions", pa.int64()),
-        ("group_size", pa.int32()),
-        ("torus_axes", pa.string()),
-        ("time_s", pa.float64()),
-    ]
-)
 _AXIS = "xyz"
 _PRECISION_OF = {"bf16": "bf16", "f16": "bf16", "f32": "fp32", "f64": "fp32", "s8": "int8", "u8": "int8"}
 
@@ -69,7 +58,7 @@ class HloStepCost:
     collective_s: float
     hardware_flops: float  # FLOPs the chip executes per call (as XLA counts them)
     precision: str  # the module's dominant matmul precision
-    collectives: pa.Table  # one row per collective (HLO_COLLECTIVES_SCHEMA)
+    collectives: pa.Table  # one row per collective (engine.trace.TABLES["extra_hlo_collectives"])
 
 
 def matmul_precision(dtype: str, module_float_dtypes: set[str]) -> str:
@@ -150,7 +139,8 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect)
     (schedule, one-way links, degraded and failed links).
     """
     compute_s, matmul_s, memory_s, overhead_s, precision = _compute(cost, pod, cal)
-    rows: dict[str, list] = {f.name: [] for f in HLO_COLLECTIVES_SCHEMA}
+    spec = TABLES["extra_hlo_collectives"]
+    rows: dict[str, list] = {c: [] for c in spec.column_names}
     placements: dict[bytes, GroupPlacement] = {}
     priced: dict[tuple, float] = {}
     total = 0.0
@@ -167,7 +157,7 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect)
         t = priced[memo]
         total += t * c.executions
         axes = "".join(_AXIS[a] for a in placement.axes) if placement else ""
-        for k, v in zip(rows, (c.name, c.op, c.bytes, c.executions, c.group_size, axes, t)):
+        for k, v in zip(rows, (c.name, c.op, c.bytes, c.executions, c.group_size, axes, round(t * 1e9))):
             rows[k].append(v)
     return HloStepCost(
         compute_s=compute_s,
@@ -177,5 +167,5 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect)
         collective_s=total,
         hardware_flops=cost.flops_per_device,
         precision=precision,
-        collectives=pa.table(rows, schema=HLO_COLLECTIVES_SCHEMA),
+        collectives=spec.table({k: pa.array(v, spec.schema.field(k).type) for k, v in rows.items()}),
     )
