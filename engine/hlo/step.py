@@ -28,12 +28,12 @@ collectives to tell.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from ..calibration import Calibration
+from ..compute import pad_to_mxu, roofline_terms_s
 from ..comm import collective_on_pod, dcn_time_s, mesh_collective_s, p2p_time_s
 from ..mesh import MeshAxis
 from ..topology import Pod
@@ -68,10 +68,6 @@ def matmul_precision(dtype: str, module_float_dtypes: set[str]) -> str:
     return _PRECISION_OF.get(dtype, "fp32")
 
 
-def _pad(x: int, to: int) -> float:
-    return math.ceil(x / to) * to
-
-
 def _compute(cost: HloModuleCost, pod: Pod, cal: Calibration) -> tuple[float, float, float, float, str]:
     chip = pod.chip
     floats = set(cost.float_parameter_dtypes)
@@ -83,13 +79,13 @@ def _compute(cost: HloModuleCost, pod: Pod, cal: Calibration) -> tuple[float, fl
     for op in cost.ops:
         if op.opcode.removesuffix("-start") in COLLECTIVE_OPS:
             continue
-        t_flops = 0.0
-        for dot in op.dots:
-            prec = matmul_precision(dot.dtype, floats)
-            padded = 2.0 * dot.batch * _pad(dot.m, d) * _pad(dot.k, d) * _pad(dot.n, d)
-            t_flops += padded / (chip.peak_flops_per_s(prec) * cal.mxu_efficiency)
-            flops_by_precision[prec] = flops_by_precision.get(prec, 0.0) + dot.flops * op.executions
-        t_bytes = op.bytes_accessed / byte_rate
+        padded = sum(2.0 * dot.batch * float(pad_to_mxu(dot.m, d) * pad_to_mxu(dot.k, d) * pad_to_mxu(dot.n, d)) for dot in op.dots)
+        # a kernel's matmuls run at the precision of its largest dot (fusions mixing precisions are rare)
+        prec = matmul_precision(max(op.dots, key=lambda x: x.flops).dtype, floats) if op.dots else "bf16"
+        flop_rate = chip.peak_flops_per_s(prec) * cal.mxu_efficiency
+        t_flops, t_bytes = roofline_terms_s(padded, op.bytes_accessed, flop_rate, byte_rate)
+        if op.dots:
+            flops_by_precision[prec] = flops_by_precision.get(prec, 0.0) + sum(x.flops for x in op.dots) * op.executions
         if t_flops >= t_bytes:
             matmul += t_flops * op.executions
         else:
