@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
-    v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst % error)")
+    v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst %% error)")
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     v.add_argument("--calibration", help="calibration TOML (default: data/calibration.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object: cases, summary, skipped")
