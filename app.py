@@ -2,7 +2,9 @@
 
 Pages live in ``views/`` (not ``pages/``, which would switch Streamlit into its
 legacy multipage mode). On first start with an empty database the bundled
-example scenarios are simulated, so a newcomer sees real dashboards at once.
+example scenarios and the strong-scaling sweep are simulated (a few seconds, reported in
+the terminal), so a newcomer sees real dashboards at once. The run picked in the sidebar
+is kept across pages and in the URL (``?run=3``), so a reload or a shared link shows it.
 """
 
 from __future__ import annotations
@@ -26,5 +28,6 @@ PAGES = [
 ]
 
 common.seed_if_empty()
+common.sync_url()
 with common.page_connection():
     st.navigation(PAGES).run()

@@ -154,7 +154,7 @@ def test_what_if_simulation_end_to_end(server, page):
     page.get_by_label("Global batch").fill("1024")
     page.get_by_role("button", name="Simulate").click()
     # The new 64-chip run becomes the comparison once it is simulated and stored.
-    page.get_by_text("(64 x tpu-v4) against base").wait_for(timeout=120_000)
+    page.get_by_text("(64 x v4) against base").wait_for(timeout=120_000)
     _settle(page, PLOT)
     _no_exception(page, "compare after what-if")
     assert page.locator('[data-testid="stMetric"]').count() >= 5
