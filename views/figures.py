@@ -7,7 +7,6 @@ The pod and timeline builders live in :mod:`views.figures_pod` and are re-export
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots

@@ -1,10 +1,14 @@
-"""Timeline: a per-chip Gantt over a step range, bucketed in DuckDB so any pod size stays fast."""
+"""Timeline: a per-chip Gantt over a step range, bucketed in DuckDB so any pod size stays fast.
+
+It opens on the first steady-state steps (after the opening compile), where the job's rhythm
+shows; slide the range back to step 0 to see the compile, drawn as one labelled block.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from profiler import queries
+from profiler import queries, steady_state
 from views import common, figures
 
 _WINDOW_DEFAULT_STEPS = 5
@@ -43,9 +47,13 @@ def main() -> None:
         return
     first, last = rng
     if last > first:
+        start = common.query(steady_state.first_steady_step, run_id)
+        start = first if start is None else max(first, min(int(start), last))
+        start = max(first, min(start, last - _WINDOW_DEFAULT_STEPS + 1))
         step0, step1 = st.slider(
-            "Steps", first, last, (first, min(last, first + _WINDOW_DEFAULT_STEPS - 1)), key="tl_steps",
-            help="Any range works: the window is bucketed in the database to a fixed number of cells.",
+            "Steps", first, last, (start, min(last, start + _WINDOW_DEFAULT_STEPS - 1)), key=f"tl_steps_{run_id}",
+            help="Opens on the first steady-state steps (after the opening compile). Any range works: "
+                 "the window is bucketed in the database to a fixed number of cells.",
         )  # fmt: skip
     else:
         step0, step1 = first, last
