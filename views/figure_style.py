@@ -20,8 +20,9 @@ def layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
         fig.update_layout(margin_t=70)
     if fig.layout.legend.orientation == "h":
         # Above the plot, under the title: below it would collide with the x-axis title.
-        fig.update_layout(legend=dict(y=1.0, yanchor="bottom", x=0), margin_t=110 if "<br>" in (title or "") else 90,
-                          title=dict(y=0.99, yanchor="top", yref="container"))  # fmt: skip
+        two_lines = "<br>" in (title or "")
+        fig.update_layout(legend=dict(y=1.0, yanchor="bottom", x=0), margin_t=120 if two_lines else 90,
+                          title=dict(y=1.0, yanchor="top", yref="container", pad=dict(t=24 if two_lines else 8)))  # fmt: skip
     return fig
 
 

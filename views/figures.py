@@ -7,6 +7,7 @@ The pod and timeline builders live in :mod:`views.figures_pod` and are re-export
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -88,7 +89,12 @@ def step_time_line(df: pd.DataFrame, title: str = "Step time") -> go.Figure:
     fig.update_layout(xaxis_title="step", showlegend=False)
     fig.update_xaxes(rangemode="tozero")
     if df["max_s"].max() > 20 * df["step_s"].median():
-        log_decades("y", fig, "step time (log scale)", " ms")
+        lo = int(np.floor(np.log10(max(float(df["min_s"].min()) * 1e3, 1e-3))))
+        hi = int(np.ceil(np.log10(float(df["max_s"].max()) * 1e3)))
+        decades = [10.0**k for k in range(lo, hi + 1)]
+        log_decades("y", fig, "step time (log scale)")
+        top = float(np.log10(float(df["max_s"].max()) * 1e3)) + 0.1
+        fig.update_yaxes(tickmode="array", tickvals=decades, ticktext=[fmt.duration(v / 1e3) for v in decades], range=[lo, top])
     else:
         nonneg_y(fig, " ms", title="step time")
     return layout(fig, title)
@@ -164,7 +170,7 @@ def kind_area(df: pd.DataFrame, title: str = "Chip time per step by cause") -> g
         label = palette.kind_label(kind)
         fig.add_scatter(
             x=part["step"], y=part["chip_s_per_step"] * 1e3, name=label, mode="lines",
-            stackgroup="one", line_width=0.5, line_color=palette.kind_color(kind),
+            stackgroup="one", line_width=0.5, line_color=palette.kind_color(kind), fillcolor=palette.kind_color(kind),
             hovertemplate=f"{label}: %{{y:,.3f}} ms<extra>step %{{x}}</extra>",
         )  # fmt: skip
     fig.update_layout(xaxis_title="step", legend_orientation="h")
@@ -230,8 +236,11 @@ def memory_timeline_area(df: pd.DataFrame, capacity_bytes: float | None, title: 
             line=dict(color=color, width=0.5), fillcolor=color,
             hovertemplate=f"{label}: %{{y:.2f}} GiB<br>%{{text}}<extra></extra>",
         )  # fmt: skip
-    if capacity_bytes:
+    peak_bytes = float(df.groupby("point")["bytes"].sum().max()) if not df.empty else 0.0
+    if capacity_bytes and peak_bytes >= 0.2 * capacity_bytes:
         fig.add_hline(y=capacity_bytes / fmt.GIB, line_color=palette.CAPACITY, line_dash="dash", annotation_text=f"capacity {fmt.gib(capacity_bytes, 0)}")
+    elif capacity_bytes:  # a line far above the areas would flatten them to nothing
+        title += f" (capacity {fmt.gib(capacity_bytes, 0)}, off scale)"
     fig.update_layout(xaxis_title="point in the step (forward, backward, update)", legend_orientation="h")
     nonneg_y(fig, " GiB", title="HBM per chip")
     return layout(fig, title, height=380)
@@ -242,8 +251,13 @@ def chip_memory_histogram(df: pd.DataFrame, capacity_bytes: float | None, title:
     fig = go.Figure()
     fig.add_histogram(x=df["peak_bytes"] / fmt.GIB, nbinsx=min(60, max(5, len(df))), marker_color=palette.TOTAL, name="chips",
                       hovertemplate="%{x} GiB: %{y} chips<extra></extra>")  # fmt: skip
-    if capacity_bytes:
+    top_bytes = float(df["peak_bytes"].max()) if not df.empty else 0.0
+    if capacity_bytes and top_bytes >= 0.2 * capacity_bytes:
         fig.add_vline(x=capacity_bytes / fmt.GIB, line_color=palette.CAPACITY, line_dash="dash", annotation_text=f"capacity {fmt.gib(capacity_bytes, 0)}")
+    elif capacity_bytes:
+        title += f" (capacity {fmt.gib(capacity_bytes, 0)}, off scale)"
+    if not df.empty and df["peak_bytes"].nunique() == 1:
+        title += f": every chip {fmt.gib(top_bytes, 2)}"
     fig.update_layout(xaxis_title="peak HBM of a chip", yaxis_title="chips", showlegend=False)
     fig.update_xaxes(rangemode="tozero", ticksuffix=" GiB")
     nonneg_y(fig)
