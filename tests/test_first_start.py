@@ -40,3 +40,23 @@ def test_fresh_database_scaling_shows_a_curve(tmp_path, monkeypatch, capfd):
     assert step["layout"]["yaxis"]["rangemode"] == "tozero"
     oom = [w.value for w in at.warning if "do not fit in HBM" in w.value]
     assert oom and "4, 8-chip" in oom[0]
+
+
+def test_a_finished_sweep_selects_its_series(tmp_path, monkeypatch, small_scenario):
+    from engine import simulate
+    from profiler import write_run
+    from profiler.store import Database
+    from views.common import seed_database
+
+    path = tmp_path / "sweep.duckdb"
+    seed_database(Database(path))  # the bundled examples and the strong-scaling curve
+    small_id = write_run(Database(path), simulate(small_scenario), name="small")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = AppTest.from_file(str(ROOT / "views" / "scaling.py"), default_timeout=180).run()
+    before = at.multiselect(key="sc_series_strong").value
+    assert any("resnet50" in s for s in before)  # the seeded curve is what opens
+    at.selectbox[0].set_value(small_id)
+    at.text_input[0].set_value("2x2x1, 2x2x4")
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.multiselect(key="sc_series_strong").value == ["mlp on tpu-v4, batch 256"]
