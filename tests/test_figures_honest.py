@@ -122,3 +122,9 @@ def test_timeline_gives_every_chip_a_labelled_row_and_outlines_the_compile(runs)
     assert fig.layout.height >= 16 * 20
     labels = [a.text for a in fig.layout.annotations]
     assert any(t.startswith("compile, ") for t in labels), labels
+
+
+def test_compile_bars_are_one_step_wide_even_when_far_apart():
+    df = pd.DataFrame({"step": [0, 130], "compiles": [1, 1], "compile_s": [17.8, 17.8], "causes": ["first", "restart"]})
+    fig = figures.compiles_over_steps(df, 300)
+    assert max(fig.data[0].width) <= 1.5 and fig.layout.yaxis.rangemode == "tozero"

@@ -269,6 +269,7 @@ def compiles_over_steps(df: pd.DataFrame, steps: int, title: str = "Compilations
     fig = go.Figure()
     fig.add_bar(
         x=df["step"], y=df["compile_s"], customdata=df[["compiles", "causes"]], marker_color=palette.kind_color("recompile"),
+        width=[max(0.8, steps / 200)] * len(df),  # one step wide (visible on long runs), not stretched between far-apart compiles
         hovertemplate="step %{x}: %{customdata[0]} compile(s), %{y:.2f} s<br>%{customdata[1]}<extra></extra>",
     )  # fmt: skip
     fig.update_xaxes(range=[-0.5, max(steps, 1) - 0.5], title="step")
