@@ -1,7 +1,7 @@
-"""Podscope benchmark suite: ``python benchmarks/bench.py [--quick] [--json]``.
+"""Podscope benchmark suite: ``python -m benchmarks.bench [--quick] [--json]``.
 
 Measures, in one process (growth cases each in a fresh subprocess so their peak
-memory is their own), the numbers the README's Performance section reports:
+memory is their own), the numbers docs/performance.md reports:
 
 1. simulation: a 4,096-chip, 1,000-step run with full per-chip events: wall time
    and events/s, with and without storing;
@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-import duckdb  # noqa: E402
+import duckdb
 
-from engine import scenario_from_dict, simulate  # noqa: E402
-from profiler import store  # noqa: E402
-from profiler.store import Database, write_run, write_runs  # noqa: E402
+from engine import scenario_from_dict, simulate
+from profiler import chunked_write
+from profiler.store import Database, write_run, write_runs
 
 #: the [input] section of data/scenarios/resnet50-v4-gcs-input-bound.toml, read so the bench
 #: follows that scenario's keys (one read stream per host: the chips really wait for input)
@@ -108,19 +107,19 @@ def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) ->
         "bare_insert_runs_s": [bare1, bare2],
         "bare_rows_per_s": events.num_rows / bare_s,
         "store_vs_bare_rate": bare_s / store_s,
-        "event_chunk_rows": store.EVENT_CHUNK_ROWS,
+        "event_chunk_rows": chunked_write.EVENT_CHUNK_ROWS,
         "peak_rss_bytes_after_simulate_and_store": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "peak_rss_bytes_after_simulate": peak_sim,
         "db_bytes": db.path.stat().st_size,
         "db_path": str(db.path),
     }
     if chunk_variants:
-        # the chunk size trades write rate against a waiting reader's worst delay (profiler/store.py)
+        # the chunk size trades write rate against a waiting reader's worst delay (profiler/chunked_write.py)
         variants = {}
-        default = store.EVENT_CHUNK_ROWS
+        default = chunked_write.EVENT_CHUNK_ROWS
         try:
             for rows in (500_000, 2_000_000, 4_000_000, events.num_rows):
-                store.EVENT_CHUNK_ROWS = rows
+                chunked_write.EVENT_CHUNK_ROWS = rows
                 path = tmp / f"chunk-{rows}.duckdb"
                 bare = _bare_insert_s(tmp / "bare-v.duckdb", events)  # each variant beside its own bare insert
                 _, s = _timed(write_run, Database(path), result)
@@ -128,7 +127,7 @@ def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) ->
                 path.unlink()
                 (tmp / "bare-v.duckdb").unlink()
         finally:
-            store.EVENT_CHUNK_ROWS = default
+            chunked_write.EVENT_CHUNK_ROWS = default
         out["chunk_rows_variants"] = variants
     for p in ("bare1.duckdb", "bare2.duckdb"):
         (tmp / p).unlink(missing_ok=True)
@@ -216,7 +215,6 @@ def bench_sweeps(tmp: Path, points: int, trace: str, executors: tuple[str, ...])
 
 _GROWTH_CHILD = r"""
 import json, resource, sys, time
-sys.path.insert(0, {root!r})
 from engine import scenario_from_dict, simulate
 from profiler.store import Database, write_run
 raw = json.loads(sys.argv[1])
@@ -227,8 +225,8 @@ write_run(Database(sys.argv[2]), r)
 t2 = time.perf_counter()
 # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child would report its parent's peak
 hwm_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({{"simulate_s": t1 - t0, "store_s": t2 - t1, "events": r.trace.events.num_rows,
-                  "peak_rss_bytes": hwm_kib * 1024}}))
+print(json.dumps({"simulate_s": t1 - t0, "store_s": t2 - t1, "events": r.trace.events.num_rows,
+                  "peak_rss_bytes": hwm_kib * 1024}))
 """
 
 
@@ -250,7 +248,7 @@ def bench_growth(tmp: Path, quick: bool) -> list[dict[str, Any]]:
             raw = all_causes_scenario(topo, steps, slices=slices, trace=trace)
             db_path = tmp / f"growth-{topo}-{slices}-{steps}-{trace}.duckdb"
             p = subprocess.run(
-                [sys.executable, "-c", _GROWTH_CHILD.format(root=str(ROOT)), json.dumps(raw), str(db_path)],
+                [sys.executable, "-c", _GROWTH_CHILD, json.dumps(raw), str(db_path)], cwd=ROOT,
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             db_path.unlink(missing_ok=True)

@@ -13,6 +13,7 @@ import os
 import sys
 import tomllib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
@@ -51,14 +52,18 @@ def _fmt_summary(s: dict[str, Any]) -> str:
 
 
 def _database(args: argparse.Namespace) -> Database:
-    """The database ``--db`` (or $PODSCOPE_DB, or the default) names, refusing a folder that does not exist.
+    """The database ``--db`` (or $PODSCOPE_DB) names, refusing a folder that does not exist.
 
     A typo in ``--db`` would otherwise create a new, empty database and hide every run. With
-    ``--create`` the folder is made and stderr says a new database is being started.
+    ``--create`` the folder is made and stderr says a new database is being started. The
+    default location (no --db, no $PODSCOPE_DB) is Podscope's own and is created as needed.
     """
     db = Database(args.db)
     folder = db.path.parent
-    where = "--db" if args.db else ("$PODSCOPE_DB" if os.environ.get("PODSCOPE_DB") else "the default database path")
+    given = bool(args.db) or bool(os.environ.get("PODSCOPE_DB"))
+    where = "--db" if args.db else "$PODSCOPE_DB"
+    if not given:
+        return db
     if not folder.exists():
         if not getattr(args, "create", False):
             raise InputError(
@@ -77,7 +82,7 @@ def _database(args: argparse.Namespace) -> Database:
 def _cmd_run(args: argparse.Namespace) -> int:
     db = _database(args)
     with cli_output.status(f"Simulating {args.scenario} ..."):
-        summary = api.run_file(args.scenario, db, name=args.name, overrides=_parse_set(args.set))
+        summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=_parse_set(args.set))
     print(json.dumps(summary) if args.json else _fmt_summary(summary))
     return EXIT_OOM if summary.get("oom") else EXIT_OK
 
@@ -187,16 +192,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m profiler", description="Podscope: simulate and profile training on TPU pods.")
+    prog = "podscope" if Path(sys.argv[0]).name == "podscope" else "python -m profiler"  # the console script or -m
+    p = _Parser(prog=prog, description="Podscope: simulate and profile training on TPU pods.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def db_arg(sp: argparse.ArgumentParser, create: bool = False) -> None:
-        sp.add_argument("--db", help="DuckDB file (default: $PODSCOPE_DB or data/podscope.duckdb); its folder must exist")
+        sp.add_argument("--db", help="DuckDB file (default: $PODSCOPE_DB, else podscope.duckdb in data/ of a checkout or "
+                                     "~/.local/share/podscope); a folder given here must exist")  # fmt: skip
         if create:
             sp.add_argument("--create", action="store_true", help="start a new database, creating the --db folder if needed")
 
     r = sub.add_parser("run", help="simulate a scenario and store the run")
-    r.add_argument("scenario", help="scenario TOML file")
+    r.add_argument("scenario", help="scenario TOML file, or a bundled scenario's name (e.g. resnet50-v3-32)")
     db_arg(r, create=True)
     r.add_argument("--name", help="run name (default: the scenario's name)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (repeatable)")

@@ -4,7 +4,7 @@
 simulates each case's scenario(s) with a calibration, reads the metric the
 source published, and returns per-case errors plus a summary (median, 90th
 percentile and worst absolute % error) per group: ``end_to_end`` (what the
-issue's targets and the calibration are about) and ``checks`` (collective and
+accuracy targets and the calibration are about) and ``checks`` (collective and
 formula worked examples, which test cost formulas and are never fitted).
 
 Nothing here is stored in DuckDB: a validation is a pure function of the
@@ -25,7 +25,7 @@ import pandas as pd
 
 from engine import Scenario, ScenarioError, scenario_from_dict, simulate
 from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration, load_calibration
-from engine.collectives import all_reduce_time_s, ring_phase
+from engine.comm import all_reduce_time_s, ring_phase
 from engine.models import model_cost
 from engine.scenario import parse_topology
 
