@@ -22,7 +22,7 @@ TITLES = {
     "input_bound_high": "Highly input-bound",
     "input_bound_moderate": "Moderately input-bound",
     "recompiling": "Recompiling every few steps",
-    "recompiles_some": "Recompiles after the first compile",
+    "recompiles_some": "Recompiles",
     "compile_dominates": "Compilation dominates the run",
     "stragglers": "Straggler chips",
     "failures_goodput": "Failures cost goodput",
@@ -85,7 +85,7 @@ def describe(item: dict[str, Any], summary: dict[str, Any] | None = None) -> Fin
     message = str(item.get("message") or "")
     stragglers = summary.get("stragglers") or []
     if rule == "stragglers" and stragglers:
-        message = _FIND_BY_ID.sub(f"They are {_chips(stragglers)} (the Pod page shows where); ", message)
+        message = _FIND_BY_ID.sub(f"They are {_chips(stragglers)} (the Pod page shows where);", message)
     evidence = []
     for key, value in (item.get("evidence") or {}).items():
         label, formatter = EVIDENCE.get(key, (key.replace("_", " "), None))
@@ -97,4 +97,7 @@ def describe(item: dict[str, Any], summary: dict[str, Any] | None = None) -> Fin
             text = str(value)
         evidence.append((label, text))
     title = TITLES.get(rule, rule.replace("_", " ").capitalize())
+    if message.lower().startswith(f"{title.lower()}: "):  # the message opens with the title: say it once
+        message = message[len(title) + 2 :]
+        message = message[:1].upper() + message[1:]
     return Finding(str(item.get("severity") or "info"), title, message, evidence)

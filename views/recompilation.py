@@ -21,7 +21,7 @@ def main() -> None:
     comp_s = summary.get("compile_s")
     cols[1].metric("Compile time", fmt.duration(comp_s))
     cols[2].metric("Share of chip time", fmt.percent((summary.get("breakdown") or {}).get("recompile", 0)), help="of all chip time in the run")
-    if by_step is None:
+    if by_step is None or summary.get("source") == "imported":
         st.info("No compilation log stored for this run: compilation is modelled only for scenarios with a [compile] section, and imported traces carry none.")
         return
     if by_step.empty:

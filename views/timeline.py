@@ -17,7 +17,8 @@ _WINDOW_DEFAULT_STEPS = 5
 def _choose_chips(run_id: int, chips_df) -> list[int]:
     how = st.radio("Chips", ["Worst N", "By host", "By coordinate"], horizontal=True, key="tl_how")
     if how == "Worst N":
-        n = st.slider("N (most idle chips)", 1, min(queries.TIMELINE_MAX_CHIPS, len(chips_df)), min(16, len(chips_df)), key="tl_n")
+        most = min(queries.TIMELINE_MAX_CHIPS, len(chips_df))
+        n = st.slider("N (most idle chips)", 1, most, min(16, most), key="tl_n") if most > 1 else most  # one chip: nothing to choose
         return [int(c) for c in common.query(queries.worst_chips, run_id, int(n))["chip"]]
     if how == "By host":
         hosts = common.query(queries.hosts, run_id)
