@@ -213,6 +213,7 @@ def hbm_plan(
     capacity_bytes: float,
     reserved_frac: float,
     sparse_off_chip: bool = False,
+    timeline: bool = True,
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -228,6 +229,8 @@ def hbm_plan(
         The chip's HBM, bytes; ``reserved_frac`` of it is unusable headroom.
     sparse_off_chip
         True under the parameter-server strategy: embedding tables live on PS hosts.
+    timeline
+        False leaves the ``timeline`` table empty (the peak is the same; for fast evaluation).
 
     Returns
     -------
@@ -282,14 +285,14 @@ def hbm_plan(
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
-    timeline = MEMORY_TIMELINE.table(
+    table = MEMORY_TIMELINE.table(
         {
             "point": pa.array(np.repeat(np.arange(npts, dtype=np.int32), ncat)),
             "phase": pa.array(np.repeat(np.asarray(phases), ncat).tolist(), pa.string()),
             "category": pa.array(list(CATEGORIES) * npts, pa.string()),
             "bytes": pa.array(arr.reshape(-1), pa.float64()),
         }
-    )
+    ) if timeline else MEMORY_TIMELINE.empty()
     return MemoryPlan(
         breakdown_bytes=dict(zip(CATEGORIES, (float(v) for v in arr[k]))),
         peak_bytes=float(totals[k]),
@@ -297,7 +300,7 @@ def hbm_plan(
         capacity_bytes=float(capacity_bytes),
         usable_bytes=float(capacity_bytes) * (1.0 - reserved_frac),
         model_state_bytes=params_b + opt_b + grads_done,
-        timeline=timeline,
+        timeline=table,
     )
 
 

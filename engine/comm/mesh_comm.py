@@ -179,6 +179,7 @@ def plan_step_comm(
     remat: str = "none",
     tp_overlap_frac: float = 0.0,
     link_penalties: Mapping[str, LinkPenalty] | None = None,
+    tables: bool = True,
 ) -> StepComm:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -194,6 +195,7 @@ def plan_step_comm(
     ``link_penalties`` (``{"fsdp" | "tensor": LinkPenalty}``) slows the per-layer collectives
     of those mesh axes by what the scenario's degraded/failed links cost them; the
     data-parallel all-reduce is priced on the links by :mod:`engine.comm.gradient_sync` instead.
+    ``tables=False`` leaves ``per_layer`` empty (the times are the same; for fast evaluation).
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
@@ -274,7 +276,7 @@ def plan_step_comm(
             (0, "embed", "gradient_sync", "ps-push", "dcn", chip_bytes, ps_push),
         ]
     total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push
-    if rows:
+    if rows and tables:
         unit, layer, phase, op, axis, nbytes, t = zip(*rows)
         table = LAYER_COLLECTIVES.table(
             {
