@@ -257,8 +257,12 @@ def hbm_plan(
     weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
+    two_largest: dict[int, float] = {}  # the layers share one tensor list: sort it once
+    for t in tensors if fsdp > 1 else ():
+        if id(t) not in two_largest:
+            two_largest[id(t)] = float(np.sort(t)[-2:].sum())
     grad_tmp = (
-        np.array([float(np.sort(t)[-2:].sum()) for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
+        np.array([two_largest[id(t)] for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
         if fsdp > 1
         else np.zeros(n)
     )

@@ -22,6 +22,7 @@ compile log), never a differently shaped one.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -100,8 +101,13 @@ class TableSpec:
         return pa.table({c.name: columns[c.name] for c in self.columns}, schema=self.schema)
 
     def empty(self) -> pa.Table:
-        """A table of this shape with no rows."""
-        return self.schema.empty_table()
+        """A table of this shape with no rows (Arrow tables are immutable, so one is shared)."""
+        return _empty_table(self.name, self.schema)
+
+
+@functools.lru_cache(maxsize=None)
+def _empty_table(name: str, schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
 
 
 def _spec(name: str, doc: str, *columns: tuple[str, pa.DataType, str]) -> TableSpec:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import networkx as nx
 import numpy as np
@@ -294,9 +294,15 @@ def dcn_link_table(
     )
 
 
+@lru_cache(maxsize=32)
+def healthy_fabric(slice_: Slice, link_bytes_per_s: float) -> Fabric:
+    """The fault-free fabric of a slice, built once per shape and bandwidth (its links are closed form)."""
+    return Fabric(slice_, link_bytes_per_s)
+
+
 def slice_fabrics(pod: Pod, link_bytes_per_s: float, degraded: Sequence = (), failed: Sequence = ()) -> dict[int, Fabric]:
     """One fabric per slice that has faults (key: slice index), plus the healthy one at key -1."""
-    out = {-1: Fabric(pod.slice, link_bytes_per_s)}
+    out = {-1: healthy_fabric(pod.slice, link_bytes_per_s)}
     for s in sorted({f.slice for f in (*degraded, *failed)}):
         out[s] = Fabric(
             pod.slice,

@@ -211,13 +211,21 @@ def plan_step_comm(
     tp_b = np.zeros(n)
     cf = np.array([u.flops_frac for u in units]) * fwd_compute_s
     cb = np.array([u.flops_frac for u in units]) * bwd_compute_s
+    memo: dict[tuple[str, float], float] = {}  # identical layers pay identical collectives: price each size once
+
+    def priced(op: str, nbytes: float, axis: MeshAxis) -> float:
+        key = (op + axis.name, nbytes)
+        if key not in memo:
+            memo[key] = mesh_collective_s(op, nbytes, axis, link, lat, pen.get(axis.name))
+        return memo[key]
+
     for i, u in enumerate(units):
         p = u.params - (sparse if i == 0 else 0.0)  # PS keeps the embedding off the chips
         if fsdp.size > 1 and p > 0:
             g_bytes = p / tensor.size * wire
             r_bytes = p / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
-            ag[i] = mesh_collective_s("all-gather", g_bytes, fsdp, link, lat, pen.get("fsdp"))
-            rs[i] = mesh_collective_s("reduce-scatter", r_bytes, fsdp, link, lat, pen.get("fsdp"))
+            ag[i] = priced("all-gather", g_bytes, fsdp)
+            rs[i] = priced("reduce-scatter", r_bytes, fsdp)
             rows += [
                 (i, u.name, "forward", "all-gather", "fsdp", g_bytes, ag[i]),
                 (i, u.name, "backward", "all-gather", "fsdp", g_bytes, ag[i]),
@@ -228,7 +236,7 @@ def plan_step_comm(
             # per pass); for other models one per GEMM output.
             per_layer = 2 if cost.kind == "transformer" else 1
             a_bytes = per_chip_batch * u.act_out_elems * wire
-            t = per_layer * mesh_collective_s("all-reduce", a_bytes, tensor, link, lat, pen.get("tensor"))
+            t = per_layer * priced("all-reduce", a_bytes, tensor)
             tp_f[i] = tp_b[i] = t
             rows += [
                 (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes, t),
