@@ -126,7 +126,7 @@ def load_plan(path: str | Path) -> Plan:
 def _load_base(raw: Mapping[str, Any], source: str, base_dir: Path) -> tuple[Scenario, dict[str, Any]]:
     base = raw.get("base")
     if isinstance(base, str):
-        path = (base_dir / base) if not Path(base).is_absolute() else Path(base)
+        path = base_dir / base  # an absolute base stays absolute
         try:
             scenario = load_scenario(path)
         except ScenarioError as e:
@@ -155,14 +155,16 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
     if not isinstance(search, Mapping):
         problems.append(("search", f"expected a table, got {type(search).__name__}"))
         search = {}
-    if problems:
-        raise PlanError(source, problems)
-    base, base_raw = _load_base(raw, source, Path(base_dir))
+    try:
+        base, base_raw = _load_base(raw, source, Path(base_dir))
+    except PlanError as e:  # report it with the plan's own problems below
+        problems += e.problems
+        base, base_raw = None, {}
 
     objective = search.get("objective", "tokens_per_s_per_chip")
     if objective not in OBJECTIVES:
         problems.append(("search.objective", f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}"))
-    elif OBJECTIVES[objective][0] == "tokens_per_s" and not model_cost(base.model).tokens_per_sample:
+    elif base is not None and OBJECTIVES[objective][0] == "tokens_per_s" and not model_cost(base.model).tokens_per_sample:
         problems.append(("search.objective", f"{objective} needs a model with tokens (a transformer); "
                          f"the base is a {base.model.kind} model; valid: samples_per_s, samples_per_s_per_chip, step_time_s"))
     mesh = search.get("mesh", "auto")
@@ -197,6 +199,6 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
             problems.append((where, "repeated values; give each value once"))
         else:
             knobs[key] = list(values)
-    if problems:
+    if problems or base is None:
         raise PlanError(source, problems)
     return Plan(source, base, base_raw, objective, mesh, knobs, limits["max_chips"], limits["min_chips"])
