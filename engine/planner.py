@@ -19,6 +19,7 @@ is costed. The search itself is :mod:`engine.search`.
 from __future__ import annotations
 
 import copy
+import json
 import tomllib
 import types
 import typing
@@ -34,7 +35,7 @@ from .mesh import MESH_AXES
 from .models import model_cost
 from .scenario import MAX_SCENARIO_BYTES, Scenario, load_scenario, scenario_from_dict
 
-__all__ = ["OBJECTIVES", "MESH_MODES", "Plan", "load_plan", "plan_from_dict", "is_scenario_key"]
+__all__ = ["OBJECTIVES", "MESH_MODES", "Plan", "load_plan", "plan_from_dict", "is_scenario_key", "scenario_to_toml"]
 
 #: objective -> (summary quantity, per chip, maximised)
 OBJECTIVES: dict[str, tuple[str, bool, bool]] = {
@@ -202,3 +203,30 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
     if problems or base is None:
         raise PlanError(source, problems)
     return Plan(source, base, base_raw, objective, mesh, knobs, limits["max_chips"], limits["min_chips"])
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items() if x is not None) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def scenario_to_toml(scenario: Mapping[str, Any]) -> str:
+    """A scenario dict (``Scenario.to_dict()``) as TOML text that ``load_scenario`` reads back to the same scenario.
+
+    Top-level scalars first, then one table per section; unset (None) values are left out.
+    """
+    lines = [f"{k} = {_toml_value(v)}" for k, v in scenario.items() if not isinstance(v, Mapping) and v is not None]
+    for section, table in scenario.items():
+        if isinstance(table, Mapping):
+            lines += ["", f"[{section}]"]
+            lines += [f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None]
+    return "\n".join(lines) + "\n"
