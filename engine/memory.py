@@ -267,25 +267,25 @@ def hbm_plan(
         else np.zeros(n)
     )
 
-    phases: list[str] = []
-    rows: list[tuple[float, float, float, float, float]] = []  # params, grads, optimizer, activations, temporary
-    phases.append("start")
-    rows.append((params_b, 0.0, opt_b, 0.0, 0.0))
+    # Rows: start, forward through each unit, loss, backward through each unit in reverse, optimizer;
+    # columns: params, grads, optimizer, activations, temporary. Built as arrays (a search plans
+    # thousands of steps); the gradients accumulate in backward order with a sequential cumsum.
+    phases = ["start", *["forward"] * n, "loss", *["backward"] * n, "optimizer"]
     cum = np.cumsum(saved)
-    for i in range(n):
-        phases.append("forward")
-        rows.append((params_b, 0.0, opt_b, float(cum[i]), weights_tmp))
-    phases.append("loss")
-    rows.append((params_b, 0.0, opt_b, float(cum[-1]), weights_tmp + loss_b))
-    grads_done = 0.0
-    for i in range(n - 1, -1, -1):
-        phases.append("backward")
-        rows.append((params_b, grads_done + grads_unit[i], opt_b, float(cum[i] + recompute[i]), weights_tmp + float(grad_tmp[i])))
-        grads_done += grads_unit[i]
-    phases.append("optimizer")
-    rows.append((params_b, grads_done, opt_b, 0.0, 0.0))
-
-    arr = np.asarray(rows)
+    grads_after = np.cumsum(grads_unit[::-1])  # gradients held once each backward unit is done
+    grads_done = float(grads_after[-1])
+    arr = np.empty((2 * n + 3, 5))
+    arr[:, 0] = params_b
+    arr[:, 2] = opt_b
+    arr[0, [1, 3, 4]] = 0.0
+    arr[1 : n + 1, 1] = 0.0
+    arr[1 : n + 1, 3] = cum
+    arr[1 : n + 1, 4] = weights_tmp
+    arr[n + 1, [1, 3, 4]] = (0.0, float(cum[-1]), weights_tmp + loss_b)
+    arr[n + 2 : 2 * n + 2, 1] = grads_after
+    arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
+    arr[n + 2 : 2 * n + 2, 4] = weights_tmp + grad_tmp[::-1]
+    arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape

@@ -22,7 +22,6 @@ compile log), never a differently shaped one.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -102,12 +101,13 @@ class TableSpec:
 
     def empty(self) -> pa.Table:
         """A table of this shape with no rows (Arrow tables are immutable, so one is shared)."""
-        return _empty_table(self.name, self.schema)
+        if self.name not in _EMPTY_TABLES:
+            _EMPTY_TABLES[self.name] = self.schema.empty_table()
+        return _EMPTY_TABLES[self.name]
 
 
-@functools.lru_cache(maxsize=None)
-def _empty_table(name: str, schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
+#: one empty table per declared table name (TABLES never changes at run time)
+_EMPTY_TABLES: dict[str, pa.Table] = {}
 
 
 def _spec(name: str, doc: str, *columns: tuple[str, pa.DataType, str]) -> TableSpec:

@@ -15,18 +15,31 @@ from typing import Any
 import pandas as pd
 
 from engine import scenario_from_dict, simulate
+from engine.data_files import DATA_DIR
 from engine.planner import Plan, load_plan, plan_from_dict
 from engine.search import Candidate, PlanResult, search
 
 from .store import Database, write_run
 
-__all__ = ["load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate", "plan_frame", "PLAN_COLUMNS"]
+__all__ = ["BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate", "plan_frame", "PLAN_COLUMNS"]
 
 #: columns of :func:`plan_frame`
 PLAN_COLUMNS = (
     "index", "chips", "topology", "slices", "remat", "mesh", "data", "fsdp", "tensor", "feasible", "reason",
     "step_time_s", "tokens_per_s", "samples_per_s", "throughput_per_chip", "peak_hbm_bytes", "objective", "pareto", "rank",
 )  # fmt: skip
+
+
+BUNDLED_PLANS_DIR = DATA_DIR / "plans"
+
+
+def plan_path(text: str | Path) -> Path:
+    """The plan file ``text`` names: a path, or else a bundled plan by name (``llm-7b-v5p``)."""
+    path = Path(text)
+    if path.exists():
+        return path
+    bundled = BUNDLED_PLANS_DIR / (path if path.suffix == ".toml" else path.with_name(path.name + ".toml"))
+    return bundled if bundled.is_file() else path
 
 
 def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], None] | None = None) -> PlanResult:

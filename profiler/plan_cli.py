@@ -23,7 +23,7 @@ __all__ = ["add_parser", "format_result"]
 def add_parser(sub: Any) -> None:
     """Register the ``plan`` subcommand on the CLI's subparsers."""
     p = sub.add_parser("plan", help="search slice, mesh and knobs for the best configuration (the planner)")
-    p.add_argument("plan", help="plan TOML file (see docs/planner.md)")
+    p.add_argument("plan", help="plan TOML file, or a bundled plan's name (e.g. llm-7b-v5p); see docs/planner.md")
     p.add_argument("--json", action="store_true", help="print one JSON object: candidates, feasible, infeasible, best, pareto")
     p.add_argument("--top", type=_positive, default=5, help="best candidates to list (and to store with --db); default 5")
     p.add_argument("--db", help="store the best --top candidates as fully simulated runs in this DuckDB file")
@@ -45,7 +45,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    plan = plans.load_plan(args.plan)  # bad input fails here: nothing searched, nothing written
+    plan = plans.load_plan(plans.plan_path(args.plan))  # bad input fails here: nothing searched, nothing written
     with Progress(console=Console(stderr=True), transient=True, disable=args.quiet) as bar:
         task = bar.add_task("planning", total=plan.space_size)
         result = plans.run_plan(plan, progress=lambda done, total: bar.update(task, completed=done, total=total))

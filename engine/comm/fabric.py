@@ -77,6 +77,8 @@ class Fabric:
     link_bytes_per_s: float
     degraded: dict[tuple[Coord, Coord], float] = field(default_factory=dict)
     failed: tuple[tuple[Coord, Coord], ...] = ()
+    # ring_loads results by (phases, reroute): a search lays the same rings on one slice many times
+    _ring_memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # -- the links, closed form -------------------------------------------------------
     @cached_property
@@ -203,6 +205,14 @@ class Fabric:
         cut ``p`` once per group spanning it: ``stride`` groups in the middle of the axis,
         fewer at its ends (the wraparound link, if any, carries nothing).
         """
+        key = (tuple(phases), reroute)
+        if key not in self._ring_memo:
+            if len(self._ring_memo) > 256:
+                self._ring_memo.clear()
+            self._ring_memo[key] = self._ring_loads(phases, reroute)
+        return self._ring_memo[key].copy()
+
+    def _ring_loads(self, phases: Sequence[RingPhase], reroute: bool) -> np.ndarray:
         L = self.links
         coords = self.slice.coords
         loads = np.zeros((len(phases), self.n_links))

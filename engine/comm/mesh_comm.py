@@ -219,32 +219,45 @@ def plan_step_comm(
             memo[key] = mesh_collective_s(op, nbytes, axis, link, lat, pen.get(axis.name))
         return memo[key]
 
-    for i, u in enumerate(units):
-        p = u.params - (sparse if i == 0 else 0.0)  # PS keeps the embedding off the chips
-        if fsdp.size > 1 and p > 0:
-            g_bytes = p / tensor.size * wire
-            r_bytes = p / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
-            ag[i] = priced("all-gather", g_bytes, fsdp)
-            rs[i] = priced("reduce-scatter", r_bytes, fsdp)
+    p_unit = np.array([u.params for u in units], dtype=np.float64)
+    if n:
+        p_unit[0] = p_unit[0] - sparse  # PS keeps the embedding off the chips
+    act = np.array([u.act_out_elems for u in units], dtype=np.float64)
+
+    def each(op: str, nbytes: np.ndarray, axis: MeshAxis) -> np.ndarray:
+        values, inverse = np.unique(nbytes, return_inverse=True)
+        return np.array([priced(op, float(v), axis) for v in values])[inverse]
+
+    fsdp_on = (p_unit > 0) & (fsdp.size > 1)
+    g_bytes = p_unit / tensor.size * wire
+    r_bytes = p_unit / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
+    if fsdp_on.any():
+        ag[fsdp_on] = each("all-gather", g_bytes[fsdp_on], fsdp)
+        rs[fsdp_on] = each("reduce-scatter", r_bytes[fsdp_on], fsdp)
+    # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
+    # per pass); for other models one per GEMM output.
+    per_layer = 2 if cost.kind == "transformer" else 1
+    tp_on = (act > 0) & (tensor.size > 1)
+    a_bytes = per_chip_batch * act * wire
+    if tp_on.any():
+        tp_f[tp_on] = per_layer * each("all-reduce", a_bytes[tp_on], tensor)
+        tp_b[tp_on] = tp_f[tp_on]
+        if remat == "full":
+            tp_b[tp_on] += tp_f[tp_on]
+    for i, u in enumerate(units if tables else ()):
+        if fsdp_on[i]:
             rows += [
-                (i, u.name, "forward", "all-gather", "fsdp", g_bytes, ag[i]),
-                (i, u.name, "backward", "all-gather", "fsdp", g_bytes, ag[i]),
-                (i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes, rs[i]),
+                (i, u.name, "forward", "all-gather", "fsdp", g_bytes[i], ag[i]),
+                (i, u.name, "backward", "all-gather", "fsdp", g_bytes[i], ag[i]),
+                (i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes[i], rs[i]),
             ]
-        if tensor.size > 1 and u.act_out_elems > 0:
-            # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
-            # per pass); for other models one per GEMM output.
-            per_layer = 2 if cost.kind == "transformer" else 1
-            a_bytes = per_chip_batch * u.act_out_elems * wire
-            t = per_layer * priced("all-reduce", a_bytes, tensor)
-            tp_f[i] = tp_b[i] = t
+        if tp_on[i]:
             rows += [
-                (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes, t),
-                (i, u.name, "backward", "all-reduce", "tensor", per_layer * a_bytes, t),
+                (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
+                (i, u.name, "backward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
             ]
             if remat == "full":
-                tp_b[i] += t
-                rows.append((i, u.name, "recompute", "all-reduce", "tensor", per_layer * a_bytes, t))
+                rows.append((i, u.name, "recompute", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]))
     # Forward: gather of unit i prefetched during compute of unit i-1; the first is exposed.
     fwd_fsdp = ag[0] + float(np.maximum(0.0, ag[1:] - cf[:-1]).sum()) if n else 0.0
     # Backward runs units in reverse: gather of i hides behind backward of i+1, together with the
