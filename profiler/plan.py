@@ -57,7 +57,7 @@ def store_candidate(db: Database, result: PlanResult, candidate: Candidate, name
 def store_best(db: Database, result: PlanResult, top: int) -> list[int]:
     """Simulate and store the ``top`` best candidates as full runs, best first; returns their run ids."""
     out = []
-    for rank, best in enumerate(result.to_json(top)["best"], 1):
+    for best in result.to_json(top)["best"]:
         scenario = scenario_from_dict(best["scenario"], source=result.plan.source)
         out.append(write_run(db, simulate(scenario)))
     return out
