@@ -16,7 +16,8 @@ the median of that maximum is the ``x`` where ``prod_c Phi((ln x - ln f_c) / j) 
 distinct factor class. After the barrier every chip runs the sync, the update (times
 its factor) and the step overhead; the step ends at the slowest chip.
 
-What the analytic path does not express: the input pipeline (host queues), recompiles
+What the analytic path does not express: user HLO programs (``kind = "hlo"``, costed op by op by
+:mod:`engine.hlo`), the input pipeline (host queues), recompiles
 of changing shapes, failures and checkpoints. :func:`evaluate` reports the steady-state
 step with those mechanisms off (see :func:`steady_state_scenario`).
 """
@@ -31,6 +32,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .calibration import Calibration, load_calibration
+from .errors import SimulationError
 from .comm import GradientSync, MeshGradientSync, StepComm, gradient_sync, mesh_gradient_sync, mesh_link_penalties, plan_step_comm
 from .compute import ComputeCost, step_compute
 from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan
@@ -251,6 +253,8 @@ def evaluate(
     of :func:`steady_state_scenario` reports.
     """
     cal = calibration or load_calibration()
+    if scenario.model.kind == "hlo":
+        raise SimulationError("the analytic step covers the built-in model families; an HLO program is costed by a full run")
     chip = scenario.chip_spec()
     pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     cost = cost or model_cost(scenario.model)

@@ -162,6 +162,10 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
         problems += e.problems
         base, base_raw = None, {}
 
+    if base is not None and base.model.kind == "hlo":
+        problems.append(("base", "an HLO module fixes its model and mesh; the planner searches the built-in model families "
+                         "(transformer, resnet50, mlp)"))
+        base = None
     objective = search.get("objective", "tokens_per_s_per_chip")
     if objective not in OBJECTIVES:
         problems.append(("search.objective", f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}"))

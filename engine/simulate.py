@@ -16,6 +16,7 @@ import pyarrow as pa
 from .analytic import step_costs
 from .calibration import Calibration, load_calibration
 from .comm import overlap_table
+from .hlo.run import simulate_hlo
 from .idle import idle_facts, plan_idle
 from .memory import oom_detail
 from .models import model_cost
@@ -34,6 +35,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     Deterministic for a given scenario (including ``sim.seed``) and calibration.
     """
     cal = calibration or load_calibration()
+    if scenario.model.kind == "hlo":  # the user's own program: engine/hlo/run.py
+        return simulate_hlo(scenario, cal)
     chip = scenario.chip_spec()
     ctx = SimContext(
         scenario=scenario,
