@@ -177,11 +177,18 @@ def _knob_values(plan: Plan, p: Candidate) -> dict[str, Any]:
 
 def _name(plan: Plan, p: Candidate, rank: int | None = None) -> str:
     """A run name that says what the plan chose: the knob values and the mesh."""
-    parts = [f"{k.split('.')[-1]} {v}" for k, v in _knob_values(plan, p).items()]
+    parts = [f"{k.split('.')[-1]} {v}" for k, v in _knob_values(plan, p).items() if v != _base_value(plan, k)]
     if p.mesh is not None and plan.mesh == "auto":
         parts.append(p.mesh_text())
     head = f"{plan.base.name} · plan" + (f" #{rank}" if rank else "")
     return (head + " · " + " · ".join(parts))[:200] if parts else head
+
+
+def _base_value(plan: Plan, dotted: str) -> Any:
+    node: Any = plan.base_raw
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
 
 
 def _apply(plan: Plan, overrides: Mapping[str, Any]) -> dict[str, Any]:

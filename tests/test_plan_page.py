@@ -72,3 +72,22 @@ def test_simulating_a_point_stores_a_run_that_matches_the_plan(writable_db):
     assert summary["step_time_s"] == pytest.approx(planned_s, rel=0.01) and not summary["oom"]
     at.button(key="plan_open_overview").click().run()
     assert not at.exception
+
+
+def test_the_page_alone_on_an_empty_database(tmp_path, monkeypatch):
+    """No stored runs: a bundled scenario is the base, and choosing a stored run says there is none."""
+    monkeypatch.setenv("PODSCOPE_DB", str(tmp_path / "empty.duckdb"))
+    at = AppTest.from_file(str(ROOT / "views" / "plan.py"), default_timeout=120)
+    _ok(at.run())
+    assert "Choose the knobs" in at.info[0].value
+    at.radio(key="plan_base_kind").set_value("Stored run").run()
+    _ok(at)
+    assert "No stored runs yet" in at.info[0].value
+
+
+def test_bad_knobs_are_said_on_the_page(page_db):
+    at = _plan_page()
+    next(m for m in at.multiselect if m.label == "Slice shapes").set_value([])
+    at.button[0].click().run()
+    assert not at.exception
+    assert at.error and "pod.topology" in at.error[0].value and "empty list" in at.error[0].value
