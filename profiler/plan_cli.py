@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from engine.errors import InputError
 from engine.search import PlanResult
 
 from . import plan as plans
@@ -46,6 +48,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     plan = plans.load_plan(plans.plan_path(args.plan))  # bad input fails here: nothing searched, nothing written
+    if args.db and not Path(args.db).expanduser().resolve().parent.exists():  # a typo must not start a new database
+        raise InputError(f"--db {args.db}: folder {Path(args.db).expanduser().resolve().parent} does not exist; check the path")
     with Progress(console=Console(stderr=True), transient=True, disable=args.quiet) as bar:
         task = bar.add_task("planning", total=plan.space_size)
         result = plans.run_plan(plan, progress=lambda done, total: bar.update(task, completed=done, total=total))

@@ -223,6 +223,13 @@ def test_db_stores_the_best_as_full_runs(tmp_path):
     assert sorted(r["name"] for r in runs) == sorted(b["scenario"]["name"] for b in data["best"])
 
 
+def test_db_in_a_folder_that_does_not_exist_is_refused_before_searching(tmp_path):
+    path = _write_plan(tmp_path, '"training.remat" = ["full"]\n')
+    out = _cli("plan", str(path), "--db", str(tmp_path / "typo" / "plan.duckdb"))
+    assert out.returncode == 2 and "does not exist" in out.stderr
+    assert not (tmp_path / "typo").exists()
+
+
 def test_the_table_output_ranks_and_shows_the_front(tmp_path):
     path = _write_plan(tmp_path, '"training.remat" = ["minimal", "full"]\n')
     out = _cli("plan", str(path), "--top", "2")
