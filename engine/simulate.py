@@ -53,7 +53,6 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     tr = scenario.training
     par = scenario.parallelism
     steps, chips = ctx.steps, ctx.chips
-    b = scenario.per_chip_batch
 
     costs = step_costs(scenario, cal, pod=pod, cost=cost)
     comp, comm, sync, mesh, mem = costs.comp, costs.comm, costs.sync, costs.mesh, costs.mem
