@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,12 +205,14 @@ def calibrate(
     out: str | Path | None = None,
     family_folds: bool = True,
     today: dt.date | None = None,
+    params: dict[str, Bound] | None = None,
 ) -> dict[str, Any]:
     """Fit on the reference file's end-to-end cases, cross-validate, write the calibration file.
 
     One fit on all cases gives the parameters; one more per chip generation
     (leave-one-generation-out) and, unless ``family_folds`` is False, one per family
     (leave-one-family-out) give the held-out errors and the step-time range table.
+    ``params`` fits a subset of :data:`FITTED` (default: all of them).
 
     Returns
     -------
@@ -223,11 +226,13 @@ def calibrate(
     out_path = Path(out) if out is not None else DEFAULT_CALIBRATION_PATH
     cases, _ = expressible(*map_entries(load_reference(ref_path)))
     e2e = [c for c in cases if c.fit]
-    result = fit(e2e)
+    params = params or FITTED
+    fitter = functools.partial(fit, params=params)
+    result = fitter(e2e)
     cal = result.calibration
     residuals = {c.id: 100.0 * (predict(c, cal) - c.published) / c.published for c in e2e}
-    by_generation = leave_one_generation_out(e2e)
-    by_family = leave_one_family_out(e2e) if family_folds else {}
+    by_generation = leave_one_generation_out(e2e, fitter)
+    by_family = leave_one_family_out(e2e, fitter) if family_folds else {}
     ids = [c.id for c in e2e]
     report = {
         "path": str(out_path),
@@ -237,8 +242,8 @@ def calibrate(
         "cases": ids,
         "evaluations": result.evaluations,
         "loss": result.loss,
-        "fitted": {k: getattr(cal, k) for k in FITTED},
-        "prior": {k: getattr(Calibration(), k) for k in FITTED},
+        "fitted": {k: getattr(cal, k) for k in params},
+        "prior": {k: getattr(Calibration(), k) for k in params},
         "in_sample": summarize([residuals[i] for i in ids], ids),
         "leave_one_generation_out": summarize(list(by_generation.values()), list(by_generation)),
         "leave_one_family_out": summarize(list(by_family.values()), list(by_family)),
@@ -293,7 +298,7 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
             if sec != section:
                 continue
             value = round(getattr(cal, field_name) * factor, 6)
-            tag = "FITTED " if field_name in FITTED else ""
+            tag = "FITTED " if field_name in report["fitted"] else ""
             lines.append(f"{key} = {value!r:<12} # {tag}{_DOC[key]}")
     lines += ["", "[fit]"]
     for key in ("date", "reference", "reference_sha256", "evaluations", "loss", "cases"):

@@ -166,6 +166,10 @@ def test_compare_what_if_changes_the_input_pipeline(tmp_path, monkeypatch):
         ).fetchall()
     assert len(rows) == 2 and rows[0][0] == "1" and rows[1][0] == "autotune"
     assert rows[1][1] < rows[0][1]
+    at.run()  # the new run is selected for comparison: both step-time ranges are shown
+    captions = [c.value for c in at.caption]
+    assert any(c.startswith("Base step time likely between") for c in captions)
+    assert any(c.startswith("Other step time likely between") for c in captions)
 
 
 @pytest.fixture
