@@ -48,6 +48,7 @@ __all__ = [
     "step_time_s",
     "predict",
     "run_validation",
+    "with_held_out",
     "summarize",
     "summary_of",
     "format_report",
