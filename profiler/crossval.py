@@ -7,7 +7,7 @@ shares nothing with the fit. Two rules make the folds honest:
   generation (:func:`generation`, the headline: "a chip the fit never saw") or the source
   family (MaxText, MLPerf ResNet-50, PaLM, ...).
 * **Identical configurations never straddle.** Cases that simulate the same configuration
-  (same chip, chip count, model and global batch: one MLPerf system submitted in two rounds)
+  (same chip, chip count, model and global batch: one MLPerf system submitted to two MLPerf versions)
   form one block (:func:`identical_blocks`). When a block's cases carry different keys, the
   folds of those keys are merged (union-find), so a configuration is always on one side of a
   fold. With the bundled reference no merge happens (identical configurations share chip and

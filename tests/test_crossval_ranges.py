@@ -37,14 +37,14 @@ def _case(id_: str, chip: str = "tpu-v4", fam: str = "F", batch: int = 1024, chi
 
 class TestGrouping:
     def test_identical_configurations_form_one_block(self):
-        """Same chip, chip count, model and batch (two submission rounds) -> one block; any difference -> not."""
-        a = _case("round1")
-        b = _case("round2")  # the same system again: only the id/name differ
+        """Same chip, chip count, model and batch (one system in two MLPerf versions) -> one block; any difference -> not."""
+        a = _case("v0.7")
+        b = _case("v1.0")  # the same system again: only the id/name differ
         c = _case("bigger-batch", batch=2048)
         d = _case("other-shape-same-count", chips_topo="2x4x8")  # 64 chips too: still the same configuration
         e = _case("other-chip", chip="tpu-v5p")
         blocks = [[x.id for x in blk] for blk in crossval.identical_blocks([a, c, b, d, e])]
-        assert blocks == [["round1", "round2", "other-shape-same-count"], ["bigger-batch"], ["other-chip"]]
+        assert blocks == [["v0.7", "v1.0", "other-shape-same-count"], ["bigger-batch"], ["other-chip"]]
 
     def test_a_configuration_shared_by_two_families_merges_their_folds(self):
         a = _case("a", fam="A")
@@ -57,7 +57,7 @@ class TestGrouping:
         cases, _ = validation.expressible(*reference.map_entries(reference.load_reference()))
         e2e = [c for c in cases if c.fit]
         pairs = [blk for blk in crossval.identical_blocks(e2e) if len(blk) > 1]
-        # the MLPerf ResNet-50 systems submitted in two rounds (same chip, chips and global batch)
+        # the MLPerf ResNet-50 systems submitted to two MLPerf versions (same chip, chips and global batch)
         assert sorted(sorted(c.id for c in blk) for blk in pairs) == [
             ["mlperf_v0.6_tpu-v3-32_resnet", "mlperf_v0.7_tpu-v3-32-TF2.0_resnet"],
             ["mlperf_v0.7_tpu-v4-128-TF_resnet", "mlperf_v1.0_tpu-v4-128-TF_resnet"],
