@@ -1,7 +1,7 @@
-"""Podscope benchmark suite: ``python benchmarks/bench.py [--quick] [--json]``.
+"""Podscope benchmark suite: ``python -m benchmarks.bench [--quick] [--json]``.
 
 Measures, in one process (growth cases each in a fresh subprocess so their peak
-memory is their own), the numbers the README's Performance section reports:
+memory is their own), the numbers docs/performance.md reports:
 
 1. simulation: a 4,096-chip, 1,000-step run with full per-chip events: wall time
    and events/s, with and without storing;
@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-import duckdb  # noqa: E402
+import duckdb
 
-from engine import scenario_from_dict, simulate  # noqa: E402
-from profiler import store  # noqa: E402
-from profiler.store import Database, write_run, write_runs  # noqa: E402
+from engine import scenario_from_dict, simulate
+from profiler import store
+from profiler.store import Database, write_run, write_runs
 
 #: the [input] section of data/scenarios/resnet50-v4-gcs-input-bound.toml, read so the bench
 #: follows that scenario's keys (one read stream per host: the chips really wait for input)
@@ -216,7 +215,6 @@ def bench_sweeps(tmp: Path, points: int, trace: str, executors: tuple[str, ...])
 
 _GROWTH_CHILD = r"""
 import json, resource, sys, time
-sys.path.insert(0, {root!r})
 from engine import scenario_from_dict, simulate
 from profiler.store import Database, write_run
 raw = json.loads(sys.argv[1])
@@ -227,8 +225,8 @@ write_run(Database(sys.argv[2]), r)
 t2 = time.perf_counter()
 # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child would report its parent's peak
 hwm_kib = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({{"simulate_s": t1 - t0, "store_s": t2 - t1, "events": r.trace.events.num_rows,
-                  "peak_rss_bytes": hwm_kib * 1024}}))
+print(json.dumps({"simulate_s": t1 - t0, "store_s": t2 - t1, "events": r.trace.events.num_rows,
+                  "peak_rss_bytes": hwm_kib * 1024}))
 """
 
 
@@ -250,7 +248,7 @@ def bench_growth(tmp: Path, quick: bool) -> list[dict[str, Any]]:
             raw = all_causes_scenario(topo, steps, slices=slices, trace=trace)
             db_path = tmp / f"growth-{topo}-{slices}-{steps}-{trace}.duckdb"
             p = subprocess.run(
-                [sys.executable, "-c", _GROWTH_CHILD.format(root=str(ROOT)), json.dumps(raw), str(db_path)],
+                [sys.executable, "-c", _GROWTH_CHILD, json.dumps(raw), str(db_path)], cwd=ROOT,
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             db_path.unlink(missing_ok=True)

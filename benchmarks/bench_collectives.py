@@ -2,7 +2,7 @@
 
 A script, not a test (timings depend on the machine). Run from the repository root:
 
-    python benchmarks/bench_collectives.py
+    python -m benchmarks.bench_collectives
 
 Prints the median wall time of: planning + timing one all-reduce (closed form);
 building and loading all 24,576 directed links; the same with one failed link
@@ -12,17 +12,11 @@ building and loading all 24,576 directed links; the same with one failed link
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from engine import build_pod, load_calibration, load_catalog  # noqa: E402
-from engine.collectives import collective_time, plan_collective  # noqa: E402
-from engine.interconnect import collective_on_pod  # noqa: E402
-from engine.links import Fabric  # noqa: E402
-from engine.scenario import LinkRef  # noqa: E402
+from engine import build_pod, load_calibration, load_catalog
+from engine.comm import Fabric, collective_on_pod, collective_time, ring_schedule
+from engine.scenario import LinkRef
 
 
 def bench(label: str, fn, repeat: int) -> float:
@@ -45,15 +39,15 @@ def main() -> None:
     v = 4e9  # a 1B-parameter model's fp32 gradients
 
     def one_collective():
-        return collective_time(plan_collective("all-reduce", v, shape, wrap), link, cal.ici_hop_latency_s)
+        return collective_time(ring_schedule("all-reduce", v, shape, wrap), link, cal.ici_hop_latency_s)
 
     res = one_collective()
     print(f"all-reduce of {v:.0e} B on v4 16x16x16: {res.time_s * 1e3:.3f} ms, busbw {res.busbw_bytes_per_s / 1e9:.1f} GB/s")
     bench("one all-reduce, 4,096-chip 3D torus (closed form)", one_collective, 200)
     for op in ("reduce-scatter", "all-gather", "all-to-all"):
-        bench(f"one {op}, 4,096-chip 3D torus", lambda op=op: collective_time(plan_collective(op, v, shape, wrap), link, 1e-6), 200)
+        bench(f"one {op}, 4,096-chip 3D torus", lambda op=op: collective_time(ring_schedule(op, v, shape, wrap), link, 1e-6), 200)
 
-    plan = plan_collective("all-reduce", v, shape, wrap)
+    plan = ring_schedule("all-reduce", v, shape, wrap)
 
     def all_links():
         f = Fabric(pod.slice, link)

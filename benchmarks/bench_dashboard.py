@@ -1,18 +1,17 @@
 """Benchmark the dashboard's queries and figure sizes on a 4,096-chip, 1,000-step stored run.
 
-A script, not a test: ``python benchmarks/bench_dashboard.py [--db PATH] [--repeat N]``.
+A script, not a test: ``python -m benchmarks.bench_dashboard [--db PATH] [--repeat N]``.
 Builds the run (ResNet-50 data-parallel on a v4 16x16x16 torus, 1,000 steps) into a temporary
 DuckDB file unless ``--db`` names one that already holds it, then for every page runs the exact
 queries the page runs (uncached, each on its own connection while the page holds the file open, as app.py does) ``--repeat``
 times and reports p50/p95 in milliseconds, plus the JSON size of every figure the page draws.
-Targets (issue 7): p95 <= 300 ms per page, each figure <= 5 MB.
+Targets: p95 <= 300 ms per page, each figure <= 5 MB.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -21,13 +20,12 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from engine import load_scenario, simulate  # noqa: E402
-from profiler import queries as q  # noqa: E402
-from profiler.store import Database, write_run  # noqa: E402
-from views import figures as f  # noqa: E402
-from views.scaling_model import ideal_table, scaling_table  # noqa: E402
+from engine import load_scenario, simulate
+from profiler import queries as q
+from profiler.store import Database, write_run
+from views import figures as f
+from views.scaling_model import ideal_table, scaling_table
 
 RUN_NAME = "bench-4096x1000"
 

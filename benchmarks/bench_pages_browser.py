@@ -1,6 +1,6 @@
 """Time to interactive of every dashboard page in headless Chromium, on a given database.
 
-A script, not a test: ``python benchmarks/bench_pages_browser.py --db PATH`` (e.g. the file
+A script, not a test: ``python -m benchmarks.bench_pages_browser --db PATH`` (e.g. the file
 ``bench_dashboard.py --db PATH`` built: 4,096 chips x 1,000 steps). Starts ``streamlit run``
 on a free local port, opens each page in a fresh tab and reports the seconds until its key
 element is drawn and the script has finished (first view, cold cache; then a second view).

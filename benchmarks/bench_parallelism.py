@@ -1,6 +1,6 @@
 """Benchmark: a 4,096-chip FSDP x TP GPT-3 run, 100 steps; prints wall time and events per chip-step.
 
-Run from the repository root: `PYTHONPATH=. python benchmarks/bench_parallelism.py`. Not a test.
+Run from the repository root: `python -m benchmarks.bench_parallelism`. Not a test.
 """
 
 import time

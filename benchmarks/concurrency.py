@@ -5,7 +5,7 @@ writer process storing RUNS runs of 4,096 chips x 200 steps (~4.1 M events each)
 with the chunked writer (the default) and once with every run in a single transaction
 (the previous behaviour), and prints the reader's wait distribution and the write time.
 
-    python benchmarks/concurrency.py [RUNS]
+    python -m benchmarks.concurrency [RUNS]
 """
 
 from __future__ import annotations

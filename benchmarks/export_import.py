@@ -1,21 +1,19 @@
-"""Benchmark export and import on a large run (a script, not a test): python benchmarks/export_import.py.
+"""Benchmark export and import on a large run (a script, not a test): python -m benchmarks.export_import.
 
 Simulates ResNet-50 on a 4,096-chip v4 slice (16x16x16, 100 steps), then times the default
 (windowed) Perfetto export, a gzipped one, the Parquet export of the whole run, and the
-import of the Perfetto export back into the database. Numbers go in the README.
+import of the Perfetto export back into the database. Numbers go in docs/performance.md.
 """
 
 from __future__ import annotations
 
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler import api  # noqa: E402
+from profiler import api
 
 
 def timed(label: str, fn):  # noqa: ANN001, ANN201

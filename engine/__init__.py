@@ -16,7 +16,8 @@ from .errors import (
 )
 from .models import ModelCost, model_cost
 from .scenario import Scenario, apply_overrides, load_scenario, scenario_from_dict
-from .simulate import Segment, simulate
+from .simulate import simulate
+from .step import Segment
 from .topology import Pod, build_pod
 from .trace import EVENT_KINDS, RunFacts, RunResult, Trace
 

@@ -1,6 +1,6 @@
 """The hardware catalog: chip generations loaded from ``data/chips.toml``.
 
-Input keys carry their unit (``hbm_gib``, ``ici_link_gbps``); :func:`load_catalog`
+Input keys carry their unit (``hbm_gib``, ``ici_link_gbytes_per_s``: gigabytes, 10^9 bytes, per second); :func:`load_catalog`
 converts them once into SI units on a frozen :class:`ChipSpec`.
 """
 
@@ -12,12 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+from .data_files import DATA_DIR
 from .errors import ScenarioError
 from .units import GB_BYTES, GIB_BYTES, MIB_BYTES, TERA
 
 __all__ = ["ChipSpec", "load_catalog", "DATA_DIR", "DEFAULT_CATALOG_PATH"]
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_CATALOG_PATH = DATA_DIR / "chips.toml"
 
 Wraparound = Literal["all", "cube", "axis16", "none"]
@@ -28,13 +28,13 @@ _REQUIRED = {
     "peak_bf16_tflops": float,
     "peak_int8_tops": float,
     "hbm_gib": float,
-    "hbm_gbps": float,
-    "ici_link_gbps": float,
+    "hbm_gbytes_per_s": float,
+    "ici_link_gbytes_per_s": float,
     "ici_links_per_chip": int,
     "torus_dims": int,
     "chips_per_host": int,
     "host_shape": list,
-    "dcn_gbps_per_host": float,
+    "dcn_gbytes_per_s_per_host": float,
     "mxu_dim": int,
     "max_slice_chips": int,
     "tensorcores_per_chip": int,
@@ -117,13 +117,13 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         peak_bf16_flops_per_s=float(raw["peak_bf16_tflops"]) * TERA,
         peak_int8_flops_per_s=float(raw["peak_int8_tops"]) * TERA,
         hbm_bytes=float(raw["hbm_gib"]) * GIB_BYTES,
-        hbm_bytes_per_s=float(raw["hbm_gbps"]) * GB_BYTES,
-        ici_link_bytes_per_s=float(raw["ici_link_gbps"]) * GB_BYTES,
+        hbm_bytes_per_s=float(raw["hbm_gbytes_per_s"]) * GB_BYTES,
+        ici_link_bytes_per_s=float(raw["ici_link_gbytes_per_s"]) * GB_BYTES,
         ici_links_per_chip=int(raw["ici_links_per_chip"]),
         torus_dims=int(raw["torus_dims"]),
         chips_per_host=int(raw["chips_per_host"]),
         host_shape=tuple(int(v) for v in raw["host_shape"]),
-        dcn_bytes_per_s_per_host=float(raw["dcn_gbps_per_host"]) * GB_BYTES,
+        dcn_bytes_per_s_per_host=float(raw["dcn_gbytes_per_s_per_host"]) * GB_BYTES,
         mxu_dim=int(raw["mxu_dim"]),
         max_slice_chips=int(raw["max_slice_chips"]),
         tensorcores_per_chip=int(raw["tensorcores_per_chip"]),

@@ -35,13 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .catalog import DATA_DIR
 from .errors import ScenarioError
+from .trace import TABLES
 from .units import NS_PER_S
 
 __all__ = [
     "CompileSection",
     "CompileCostParams",
     "CompilePlan",
-    "COMPILES_SCHEMA",
     "load_compile_cost",
     "compile_time_s",
     "step_signatures",
@@ -50,9 +50,7 @@ __all__ = [
 ]
 
 COMPILE_COST_PATH = DATA_DIR / "compile_cost.toml"
-COMPILES_SCHEMA = pa.schema(
-    [("step", pa.int32()), ("signature", pa.string()), ("cause", pa.string()), ("compile_ns", pa.int64())]
-)
+COMPILES = TABLES["extra_compiles"]
 
 
 class CompileSection(BaseModel):
@@ -154,7 +152,7 @@ class CompilePlan:
     compile_s: np.ndarray  # (steps,) compile time paid at the step start (0 on cache hits)
     program_compile_s: float  # one compile of the step program
     signatures: list[str]  # per step
-    compiles: pa.Table  # COMPILES_SCHEMA
+    compiles: pa.Table  # TABLES["extra_compiles"]
 
 
 def _signature(b: int, s: int) -> str:
@@ -194,14 +192,13 @@ def plan_compiles(
         rows_step = first[order].astype(np.int32)
         rows_sig = [labels[i] for i in order]
         rows_cause = ["first" if s == 0 else "new_shape" for s in rows_step]
-    compiles = pa.table(
+    compiles = COMPILES.table(
         {
             "step": np.asarray(rows_step, dtype=np.int32),
             "signature": pa.array(rows_sig, pa.string()),
             "cause": pa.array(rows_cause, pa.string()),
             "compile_ns": np.full(len(rows_sig), round(one_compile_s * NS_PER_S), dtype=np.int64),
-        },
-        schema=COMPILES_SCHEMA,
+        }
     )
     return CompilePlan(
         fwd_bwd_s=per_shape_s[inverse],

@@ -17,9 +17,8 @@ import numpy as np
 from .calibration import Calibration
 from .catalog import ChipSpec
 from .models import ModelCost
+from .units import BYTES_PER_ELEMENT
 
-#: bytes per element in HBM by precision: AQT int8 keeps bf16 tensors and quantises inside the matmul
-HBM_BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "int8": 2}
 
 __all__ = ["ComputeCost", "step_compute"]
 
@@ -78,7 +77,7 @@ def step_compute(
     """
     ops = cost.ops
     b = float(per_chip_batch)
-    elem = HBM_BYTES_PER_ELEMENT[precision]
+    elem = BYTES_PER_ELEMENT[precision]
     # Tensor parallelism (Megatron-LM, Shoeybi et al. 2019 sec. 3) splits a weight GEMM's output
     # dimension across chips but gives each chip whole attention heads: the attention core (the
     # ops whose right operand is an activation) keeps its GEMM shape and runs count / tensor times.

@@ -21,6 +21,7 @@ Fault recovery and checkpointing are ``other`` except the recompile they force.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,20 +29,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .compilation import COMPILES_SCHEMA, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
+from .compilation import COMPILES, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
 from .compute import PASSES_BY_REMAT, ComputeCost, step_compute
-from .faults import (
+from .failures import (
+    FailurePlan,
+    FailureSection,
     checkpoint_steps,
     checkpoint_write_s,
     expected_goodput,
     failure_rate_per_s,
     plan_failures,
-    straggler_factors,
     young_interval_s,
 )
 from .input_pipeline import run_input_queue, step_lengths_s
 from .memory import MASTER_WEIGHT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM
 from .models import model_cost
+from .step import Segment, SimContext, StepCursor
+from .stragglers import straggler_factors
 from .units import NS_PER_S
 
 __all__ = ["IdlePlan", "plan_idle", "idle_facts"]
@@ -54,7 +58,7 @@ STRAGGLER_MIN_SLOWDOWN = 0.01
 class IdlePlan:
     """Segments of every step, extra tables, and what the run lost."""
 
-    segments: list[Any]  # engine.simulate.Segment
+    segments: list[Segment]
     tables: dict[str, pa.Table]
     badput_s: float  # wall seconds that did not advance training
     facts: dict[str, Any]
@@ -74,7 +78,7 @@ class IdlePlan:
         return float(per_step[steady].mean() if steady.any() else per_step.mean())
 
 
-def _fwd_bwd_for(ctx: Any, comp: ComputeCost, jit: bool) -> Any:
+def _fwd_bwd_for(ctx: SimContext, comp: ComputeCost, jit: bool) -> Callable[[int, int], float]:
     """Seconds of forward + backward at a (per-chip batch, seq) shape, jitted or eager."""
     s = ctx.scenario
     tr, par = s.training, s.parallelism
@@ -96,34 +100,32 @@ def _fwd_bwd_for(ctx: Any, comp: ComputeCost, jit: bool) -> Any:
     return at
 
 
-def _split_at_first_barrier(base: list[Any]) -> tuple[list[Any], list[Any]]:
+def _split_at_first_barrier(base: list[Segment]) -> tuple[list[Segment], list[Segment]]:
     for i, seg in enumerate(base):
         if seg.barrier:
             return base[:i], base[i:]
     return list(base), []
 
 
-def _after_barrier_s(post: list[Any], steps: int, chips: int) -> np.ndarray:
+def _after_barrier_s(post: list[Segment], steps: int, chips: int) -> np.ndarray:
     """(steps,) seconds from the first barrier to the step end, laid out as the assembler does."""
-    cursor = np.zeros((steps, 1))
+    cursor = StepCursor(np.zeros((steps, 1)))
     for seg in post:
-        if seg.barrier:
-            cursor = cursor.max(axis=1, keepdims=True)
-        cursor = cursor + np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips))
-    return cursor.max(axis=1)
+        cursor.place(seg, np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips)))
+    return cursor.close()[1][:, 0]
 
 
-def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
+def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePlan:
     """Wrap a step's base segments with the idle-time mechanisms.
 
     Parameters
     ----------
     ctx
-        The run's :class:`~engine.simulate.SimContext`.
+        The run's :class:`~engine.step.SimContext`.
     comp
         Compute of one chip at the scenario's shape (jitted), as used by ``base``.
     base
-        The step's device work as :class:`~engine.simulate.Segment` s. Contract:
+        The step's device work as :class:`~engine.step.Segment` s. Contract:
         the ``compute`` before the first barrier is the forward/backward pass (it is
         rescaled per step to the step's input shape); every ``compute`` segment is
         multiplied by the chip's straggler factor.
@@ -131,10 +133,8 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
     Returns
     -------
     IdlePlan
-        ``segments`` (Segment objects) ready for :func:`~engine.simulate.assemble_steps`.
+        ``segments`` ready for :func:`~engine.step.assemble`.
     """
-    from .simulate import Segment  # here, not at module level: simulate imports this module
-
     s = ctx.scenario
     tr = s.training
     steps, chips = ctx.steps, ctx.chips
@@ -145,7 +145,7 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
     shape_factor = np.ones((steps, 1))
     compile_s = np.zeros(steps)
     program_compile_s = 0.0
-    compiles = COMPILES_SCHEMA.empty_table()
+    compiles = COMPILES.empty()
     signatures: list[str] = []
     if cc is not None:
         batch, seq = step_signatures(
@@ -177,7 +177,7 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
         work_scale, token_scale, sample_scale = _work_scales(ctx, batch, seq)
     rescale = cc is not None or s.stragglers is not None
 
-    def scaled(seg: Any, shape: bool) -> Any:
+    def scaled(seg: Segment, shape: bool) -> Segment:
         if seg.kind != "compute" or not rescale:
             return seg
         dur = np.asarray(seg.dur_s, dtype=np.float64)
@@ -203,9 +203,9 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
             pre += np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips))
         post = _after_barrier_s(tail, steps, chips)
 
-    segments: list[Any] = []
+    segments: list[Segment] = []
     input_facts: dict[str, Any] = {}
-    peer: list[Any] = []
+    peer: list[Segment] = []
     if s.input is not None:
         q = run_input_queue(
             s.input,
@@ -250,14 +250,13 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
             Segment("other", fail.lost_s[:, None]),
         ]
         if program_compile_s > 0 and len(fail.failed_steps):
-            restart_rows = pa.table(
+            restart_rows = COMPILES.table(
                 {
                     "step": fail.failed_steps.astype(np.int32),
                     "signature": [signatures[i] for i in fail.failed_steps],
                     "cause": ["restart"] * len(fail.failed_steps),
                     "compile_ns": np.full(len(fail.failed_steps), round(program_compile_s * NS_PER_S), dtype=np.int64),
-                },
-                schema=COMPILES_SCHEMA,
+                }
             )
             compiles = pa.concat_tables([compiles, restart_rows]).sort_by([("step", "ascending"), ("cause", "ascending")])
 
@@ -290,7 +289,7 @@ def plan_idle(ctx: Any, comp: ComputeCost, base: list[Any]) -> IdlePlan:
     )
 
 
-def _work_scales(ctx: Any, batch: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _work_scales(ctx: SimContext, batch: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Model FLOPs, tokens and samples of each step's executed shape, relative to the nominal shape.
 
     MFU counts the FLOPs of the shape a step executes (padding included, as MaxText
@@ -317,7 +316,7 @@ def _work_scales(ctx: Any, batch: np.ndarray, seq: np.ndarray) -> tuple[np.ndarr
     return work_scale, token_scale, sample_scale
 
 
-def _checkpoint_facts(fl: Any, step_s: np.ndarray, ckpt_s: np.ndarray, fail: Any, compile_s: float,
+def _checkpoint_facts(fl: FailureSection, step_s: np.ndarray, ckpt_s: np.ndarray, fail: FailurePlan, compile_s: float,
                       default_bytes: float, hosts: int, chips: int) -> dict[str, Any]:  # fmt: skip
     """Long-run view of the checkpoint policy: Young's optimal interval and the expected goodput."""
     size = fl.checkpoint_bytes if fl.checkpoint_bytes is not None else default_bytes

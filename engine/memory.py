@@ -54,8 +54,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .models import ModelCost
-from .parallelism import WIRE_BYTES_PER_ELEMENT, layer_units
+from .models import ModelCost, layer_units
+from .trace import TABLES
+from .units import BYTES_PER_ELEMENT, GIB_BYTES
 
 __all__ = [
     "BytesPerParam",
@@ -64,7 +65,6 @@ __all__ = [
     "MemoryPlan",
     "hbm_plan",
     "oom_detail",
-    "MEMORY_TIMELINE_SCHEMA",
     "CATEGORIES",
     "OPTIMIZER_STATE_BYTES_PER_PARAM",
     "MASTER_WEIGHT_BYTES_PER_PARAM",
@@ -80,9 +80,7 @@ COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0}
 LOGIT_BYTES = 4.0
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "temporary")
-MEMORY_TIMELINE_SCHEMA = pa.schema(
-    [("point", pa.int32()), ("phase", pa.string()), ("category", pa.string()), ("bytes", pa.float64())]
-)
+MEMORY_TIMELINE = TABLES["extra_memory_timeline"]
 
 
 @dataclass(frozen=True)
@@ -116,7 +114,7 @@ def transformer_layer_activation_bytes(model, per_chip_batch: int, precision: st
     d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
     kv = model.kv_heads_eff
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
-    elem = WIRE_BYTES_PER_ELEMENT[precision]
+    elem = BYTES_PER_ELEMENT[precision]
     tokens = float(per_chip_batch) * s
     if remat == "full":
         per_token = d
@@ -139,7 +137,7 @@ class MemoryPlan:
     capacity_bytes: float
     usable_bytes: float
     model_state_bytes: float  # params + grads + optimizer once every gradient exists (whole step max)
-    timeline: pa.Table  # MEMORY_TIMELINE_SCHEMA
+    timeline: pa.Table  # TABLES["extra_memory_timeline"]
 
     @property
     def oom(self) -> bool:
@@ -159,7 +157,7 @@ def _unit_activations(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes)."""
     n = len(units)
-    elem = WIRE_BYTES_PER_ELEMENT[precision]
+    elem = BYTES_PER_ELEMENT[precision]
     saved = np.zeros(n)
     recompute = np.zeros(n)
     if cost.kind == "transformer":
@@ -257,7 +255,7 @@ def hbm_plan(
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
     grad_tmp = (
-        np.array([float(np.sort(t)[-2:].sum()) for t in tensors]) / tensor * WIRE_BYTES_PER_ELEMENT[precision]
+        np.array([float(np.sort(t)[-2:].sum()) for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
         if fsdp > 1
         else np.zeros(n)
     )
@@ -284,14 +282,13 @@ def hbm_plan(
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
-    timeline = pa.table(
+    timeline = MEMORY_TIMELINE.table(
         {
             "point": pa.array(np.repeat(np.arange(npts, dtype=np.int32), ncat)),
             "phase": pa.array(np.repeat(np.asarray(phases), ncat).tolist(), pa.string()),
             "category": pa.array(list(CATEGORIES) * npts, pa.string()),
             "bytes": pa.array(arr.reshape(-1), pa.float64()),
-        },
-        schema=MEMORY_TIMELINE_SCHEMA,
+        }
     )
     return MemoryPlan(
         breakdown_bytes=dict(zip(CATEGORIES, (float(v) for v in arr[k]))),
@@ -305,7 +302,7 @@ def hbm_plan(
 
 
 def _gib(x: float) -> str:
-    return f"{x / 2**30:.1f} GiB"
+    return f"{x / GIB_BYTES:.1f} GiB"
 
 
 def oom_detail(

@@ -32,7 +32,7 @@ import numpy as np
 
 from .scenario import MlpModel, ResNet50Model, TransformerModel
 
-__all__ = ["GemmOps", "ModelCost", "model_cost", "TRAIN_FLOPS_MULTIPLIER"]
+__all__ = ["GemmOps", "ModelCost", "model_cost", "TRAIN_FLOPS_MULTIPLIER", "LayerUnit", "layer_units"]
 
 #: forward + backward (backward = 2x forward), Kaplan et al. 2020 sec. 2.1
 TRAIN_FLOPS_MULTIPLIER = 3.0
@@ -190,3 +190,44 @@ def model_cost(model: MlpModel | ResNet50Model | TransformerModel) -> ModelCost:
     if isinstance(model, ResNet50Model):
         return _resnet50(model)
     return _transformer(model)
+
+
+@dataclass(frozen=True)
+class LayerUnit:
+    """A unit FSDP gathers at once (a transformer layer, or one GEMM of other models)."""
+
+    name: str
+    params: float  # parameters gathered (whole model replica, before any sharding)
+    flops_frac: float  # share of the forward FLOPs
+    act_out_elems: float  # elements per sample of the output a tensor-parallel all-reduce carries
+
+
+def layer_units(cost: ModelCost) -> list[LayerUnit]:
+    """Split the model into the units FSDP gathers and TP synchronises, in forward order.
+
+    Transformers: the embedding, ``layers`` identical layers, the unembedding.
+    Other models: one unit per GEMM row. Parameters not in any GEMM (embeddings,
+    norms, biases) go to the first unit.
+    """
+    ops = cost.ops
+    w = np.where(ops.w_is_activation, 0.0, ops.k * ops.n * ops.count)
+    flops = ops.flops_per_sample
+    total_flops = float(flops.sum()) or 1.0
+    if cost.kind == "transformer":
+        is_layer = np.array([n.startswith("layer.") for n in ops.names])
+        L = cost.layers
+        tokens, d_model = float(ops.m[0]), float(ops.k[0])  # the qkv row: m = tokens, k = d_model
+        layer_p = float(w[is_layer].sum()) / L
+        layer_f = float(flops[is_layer].sum()) / L / total_flops
+        head_p = float(w[~is_layer].sum())
+        units = [LayerUnit("embed", cost.params - layer_p * L - head_p, 0.0, 0.0)]
+        units += [LayerUnit(f"layer{i}", layer_p, layer_f, tokens * d_model) for i in range(L)]
+        units.append(LayerUnit("unembed", head_p, float(flops[~is_layer].sum()) / total_flops, 0.0))
+        return units
+    units = [
+        LayerUnit(n, float(p), float(f) / total_flops, float(o)) for n, p, f, o in zip(ops.names, w, flops, ops.out_elems_per_sample)
+    ]
+    extra = cost.params - float(w.sum())
+    first = units[0]
+    units[0] = LayerUnit(first.name, first.params + extra, first.flops_frac, first.act_out_elems)
+    return units

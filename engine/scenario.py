@@ -23,10 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .catalog import ChipSpec, load_catalog
 from .compilation import CompileSection
 from .errors import ScenarioError, TopologyError
-from .faults import FailureSection, StragglerSection
+from .failures import FailureSection
 from .input_pipeline import InputSection
-from .links import fault_problems
-from .topology import is_supported_shape, supported_shapes, wraparound_for
+from .mesh import resolve_mesh
+from .stragglers import StragglerSection
+from .topology import fault_problems, is_supported_shape, supported_shapes, wraparound_for
 from .validation_messages import problem_from_error
 
 __all__ = [
@@ -135,7 +136,7 @@ class ParallelismSection(_Section):
     tensor: PositiveInt = 1
     strategy: Literal["spmd", "parameter_server"] = "spmd"
     # mesh axis -> torus axes it spans, e.g. {tensor = ["z"], fsdp = ["x", "y"]}; "y:2" takes a
-    # 2-chip part of axis y. Empty: the default mapping of engine/parallelism.py (tensor innermost).
+    # 2-chip part of axis y. Empty: the default mapping of engine/mesh.py (tensor innermost).
     mapping: dict[Literal["data", "fsdp", "tensor"], list[str]] = Field(default_factory=dict)
     parameter_server: ParameterServerSection | None = None
 
@@ -167,7 +168,7 @@ class InterconnectSection(_Section):
 
     ``schedule = "simultaneous"`` (all torus axes busy at once on separate pieces) is
     the default because it is what the published TPU figures describe; see
-    engine/collectives.py. ``overlap`` lets the gradient all-reduce run in
+    engine/comm/collectives.py. ``overlap`` lets the gradient all-reduce run in
     ``buckets`` during the backward pass; only the exposed part is charged.
     ``unidirectional`` makes wraparound axes run one-way rings; a mesh axis' ring
     already uses each direction once (out and back), so it is unchanged.
@@ -192,7 +193,7 @@ class Scenario(_Section):
     parallelism: ParallelismSection = ParallelismSection()
     sim: SimSection = SimSection()
     interconnect: InterconnectSection = InterconnectSection()
-    # Idle-time mechanisms (engine/input_pipeline.py, compilation.py, faults.py); absent = off.
+    # Idle-time mechanisms (engine/input_pipeline.py, compilation.py, stragglers.py, failures.py); absent = off.
     input: InputSection | None = None
     compile: CompileSection | None = None
     stragglers: StragglerSection | None = None
@@ -302,8 +303,6 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
              f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set sim.trace = \"summary\")")
         )
     if not problems and chip is not None:
-        from .parallelism import resolve_mesh  # imported here: parallelism imports models, which imports this module
-
         sizes = {"data": s.data_parallel, "fsdp": p.fsdp, "tensor": p.tensor}
         try:
             resolve_mesh(shape, wraparound_for(chip, shape), sizes, p.mapping)

@@ -24,11 +24,15 @@ sides differ by at most 2x (2x2, 2x4, 4x4, ..., 16x16; v5e/v6e also 1x1); 3D chi
 that are multiples of 4 (whole 4x4x4 cubes). Shapes with fewer axes than the torus
 are padded with 1s. Twisted tori (v4's optional twisted 4x4x8-style slices) are
 not modelled: every slice is a regular torus or mesh.
+
+Link faults a scenario names are checked against the slice's graph here
+(:func:`fault_problems`); what they cost is :mod:`engine.comm.fabric`'s concern.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -38,7 +42,7 @@ import numpy as np
 from .catalog import ChipSpec
 from .errors import TopologyError
 
-__all__ = ["Slice", "Pod", "build_pod", "wraparound_for", "supported_shapes", "is_supported_shape"]
+__all__ = ["AXIS_NAMES", "Slice", "Pod", "build_pod", "wraparound_for", "supported_shapes", "is_supported_shape", "fault_problems"]
 
 AXIS_NAMES = ("x", "y", "z")
 
@@ -205,3 +209,31 @@ def build_pod(chip: ChipSpec, shape: tuple[int, ...], slices: int = 1) -> Pod:
             f"{chip.key} does not offer a {'x'.join(map(str, shape))} slice; supported shapes: {', '.join(supported_shapes(chip))}"
         )
     return Pod(chip=chip, slice=Slice(shape=tuple(shape), wrap=wraparound_for(chip, tuple(shape))), slices=slices)
+
+
+def fault_problems(
+    shape: Sequence[int], wrap: Sequence[bool], slices: int, degraded: Sequence, failed: Sequence, key: str = "interconnect"
+) -> list[tuple[str, str]]:
+    """Check scenario link faults against the slice; returns ``(dotted_key, message)`` problems."""
+    problems: list[tuple[str, str]] = []
+    if not degraded and not failed:
+        return problems
+    g = Slice(tuple(shape), tuple(wrap)).graph()
+    for name, items in (("degraded_links", degraded), ("failed_links", failed)):
+        for i, f in enumerate(items):
+            a, b = tuple(f.a), tuple(f.b)
+            where = f"{key}.{name}.{i}"  # pydantic's dotted form, as for every other key
+            if len(a) != len(shape) or len(b) != len(shape):
+                shape_txt = "x".join(map(str, shape))
+                problems.append((where, f"coordinates {list(a)}, {list(b)} need {len(shape)} entries for a {shape_txt} slice"))
+            elif not g.has_edge(a, b):
+                problems.append((where, f"{list(a)} and {list(b)} are not neighbours on the {'x'.join(map(str, shape))} slice"))
+            elif f.slice >= slices:
+                problems.append((where, f"slice {f.slice} does not exist; the pod has {slices} slice(s)"))
+    if not problems and failed:
+        for s in {f.slice for f in failed}:
+            cut = g.copy()
+            cut.remove_edges_from((tuple(f.a), tuple(f.b)) for f in failed if f.slice == s)
+            if not nx.is_connected(cut):
+                problems.append((f"{key}.failed_links", f"the failed links disconnect slice {s}; rings cannot route around them"))
+    return problems

@@ -8,27 +8,24 @@ Input files name their unit in the key and are converted once, at load.
 
 from __future__ import annotations
 
-from typing import TypeAlias
-
 import numpy as np
 
 from .errors import SimulationError
 
-Nanoseconds: TypeAlias = int
-Seconds: TypeAlias = float
-Bytes: TypeAlias = float
-ChipId: TypeAlias = int
+__all__ = ["NS_PER_S", "GIB_BYTES", "MIB_BYTES", "GB_BYTES", "TERA", "BYTES_PER_ELEMENT", "MAX_RUN_NS", "seconds_to_ns"]
 
 NS_PER_S = 1_000_000_000
 GIB_BYTES = 1024**3
 MIB_BYTES = 1024**2
 GB_BYTES = 1_000_000_000
 TERA = 1e12
-GIGA = 1e9
-BITS_PER_BYTE = 8
 
-#: Bytes per element by training precision (parameters / activations as stored).
-BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "int8": 1}
+#: Bytes per element of weights and activations in HBM and on the wire, by training precision:
+#: the one table every module reads. int8 is AQT-style quantised training: tensors stay bf16 in
+#: HBM and on the wire and are quantised on the fly inside the matmul (Lew et al., AQT), so int8
+#: moves bf16's 2 bytes. Gradients are reduced in fp32 whatever the precision
+#: (engine.comm.mesh_comm.GRADIENT_WIRE_BYTES_PER_ELEMENT).
+BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0, "int8": 2.0}
 
 #: largest run the int64 nanosecond clock holds, with headroom for sums inside a step (~146 years)
 MAX_RUN_NS = 2**62

@@ -1,6 +1,6 @@
 """A scripted what-if study with Podscope's Python API: load, override, simulate, store, query.
 
-    python examples/scripted_run.py [--db PATH]
+    python -m examples.scripted_run [--db PATH]
 
 Runs ResNet-50 on a v4-128 slice at three global batch sizes, stores each run, then asks
 the query layer for the headline numbers and the chip-time breakdown of the best one.
@@ -9,12 +9,9 @@ the query layer for the headline numbers and the chip-time breakdown of the best
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from profiler import api  # noqa: E402
+from profiler import api
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import Scenario, ScenarioError, SimulationError, load_scenario, simulate
+from engine.data_files import DATA_DIR
 
 import pandas as pd
 
@@ -42,10 +43,11 @@ __all__ = [
     "make_executor",
     "BUNDLED_SCENARIOS_DIR",
     "bundled_scenarios",
+    "scenario_path",
     "seed_examples",
 ]
 
-BUNDLED_SCENARIOS_DIR = Path(__file__).resolve().parent.parent / "data" / "scenarios"
+BUNDLED_SCENARIOS_DIR = DATA_DIR / "scenarios"
 
 
 def run_scenario(scenario: Scenario, db: Database, *, name: str | None = None) -> dict[str, Any]:
@@ -86,6 +88,19 @@ def breakdown(db: Database, ref: str | int) -> pd.DataFrame:
     """Chip time by kind of a run (kind, chip_s, frac), by id or name."""
     with db.read() as con:
         return queries.breakdown(con, resolve_run(con, ref))
+
+
+def scenario_path(text: str | Path) -> Path:
+    """The scenario file ``text`` names: a path, or else a bundled scenario by name (``resnet50-v3-32``).
+
+    An existing file always wins, so a bundled name only fills in where the path does not exist
+    (``podscope run resnet50-v3-32`` from any folder, ``oom/gpt3-175b-no-remat-v5p-128`` too).
+    """
+    path = Path(text)
+    if path.exists():
+        return path
+    bundled = BUNDLED_SCENARIOS_DIR / (path if path.suffix == ".toml" else path.with_name(path.name + ".toml"))
+    return bundled if bundled.is_file() else path
 
 
 def bundled_scenarios() -> list[Path]:

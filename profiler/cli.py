@@ -12,6 +12,7 @@ import json
 import sys
 import tomllib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
@@ -107,7 +108,7 @@ def _fmt_idle(s: dict[str, Any]) -> list[str]:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     db = Database(args.db)
-    summary = api.run_file(args.scenario, db, name=args.name, overrides=_parse_set(args.set))
+    summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=_parse_set(args.set))
     print(json.dumps(summary) if args.json else _fmt_summary(summary))
     return EXIT_OOM if summary.get("oom") else EXIT_OK
 
@@ -208,14 +209,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m profiler", description="Podscope: simulate and profile training on TPU pods.")
+    prog = "podscope" if Path(sys.argv[0]).name == "podscope" else "python -m profiler"  # the console script or -m
+    p = _Parser(prog=prog, description="Podscope: simulate and profile training on TPU pods.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def db_arg(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--db", help="DuckDB file (default: $PODSCOPE_DB or data/podscope.duckdb)")
+        sp.add_argument("--db", help="DuckDB file (default: $PODSCOPE_DB, else podscope.duckdb in data/ of a checkout or ~/.local/share/podscope)")
 
     r = sub.add_parser("run", help="simulate a scenario and store the run")
-    r.add_argument("scenario", help="scenario TOML file")
+    r.add_argument("scenario", help="scenario TOML file, or a bundled scenario's name (e.g. resnet50-v3-32)")
     db_arg(r)
     r.add_argument("--name", help="run name (default: the scenario's name)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (repeatable)")
@@ -258,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
-    v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst % error)")
+    v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst %% error)")
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     v.add_argument("--calibration", help="calibration TOML (default: data/calibration.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object: cases, summary, skipped")

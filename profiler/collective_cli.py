@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.calibration import load_calibration
 from engine.catalog import load_catalog
-from engine.collectives import OPS, SCHEDULES, CollectiveResult, collective_time, plan_collective
+from engine.comm import OPS, SCHEDULES, CollectiveResult, collective_time, ring_schedule
 from engine.errors import ScenarioError, TopologyError
 from engine.scenario import parse_topology
 from engine.topology import AXIS_NAMES, build_pod
@@ -105,7 +105,7 @@ def collective_json(args: argparse.Namespace) -> dict[str, Any]:
         if unknown or len(set(wanted)) != len(wanted) or not wanted:
             raise _bad("--axes", f"{args.axes!r}: name distinct axes among {', '.join(names)}")
         axes = tuple(names.index(a) for a in wanted)
-    plan = plan_collective(args.op, args.bytes, shape, wrap, axes, args.schedule, args.unidirectional)
+    plan = ring_schedule(args.op, args.bytes, shape, wrap, axes, args.schedule, args.unidirectional)
     res = collective_time(
         plan, link, hop_s, slices=args.slices, chips_per_host=cph or 1,
         dcn_host_bytes_per_s=dcn_bw or math.inf, dcn_latency_s=dcn_lat or 0.0,
@@ -122,7 +122,7 @@ def _to_json(res: CollectiveResult, args: argparse.Namespace, shape, wrap, link:
         "bytes": res.bytes_total,
         "topology": "x".join(map(str, shape)),
         "wraparound": {AXIS_NAMES[i]: w for i, w in enumerate(wrap)},
-        "axes": [AXIS_NAMES[a] for a in res.plan.axes],
+        "axes": [AXIS_NAMES[a] for a in res.rings.axes],
         "slices": args.slices,
         "schedule": args.schedule,
         "unidirectional": args.unidirectional,

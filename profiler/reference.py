@@ -267,7 +267,7 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
         return None  # MLPerf submissions run on MaxText too; _map_mlperf reads those
     text = str(inp.get("model", ""))
     if "moe" in text.lower() or "experts" in text.lower():
-        return Skipped(e["id"], e["kind"], "mixture-of-experts model: the engine has no expert layers or all-to-all yet")
+        return Skipped(e["id"], e["kind"], "mixture-of-experts model: Podscope does not model expert layers (routing, expert all-to-all)")
     chip = chip_key(str(inp.get("chip", "")))
     if chip is None:
         return Skipped(e["id"], e["kind"], f"chip {inp.get('chip')!r} is not in the catalog")
@@ -500,7 +500,7 @@ _SKIP_HINTS = (
     (lambda e: "note" in e["inputs"] and "vendor" in str(e["inputs"]["note"]).lower(),
      "a vendor aggregate bandwidth with no stated measurement method (message size, algorithm)"),
     (lambda e: "what" in e["inputs"] and "init" in str(e["inputs"]["what"]).lower(),
-     "initialisation (compile + checkpoint + pipeline setup) time; Podscope has no init model yet (issue 4: compiles)"),
+     "initialisation (compile + checkpoint + pipeline setup) time; Podscope does not predict a job's initialisation time"),
     (lambda e: set(e["inputs"]) <= {"system", "benchmarks", "models"}, "abstract-level figure without a configuration"),
 )  # fmt: skip
 

@@ -55,7 +55,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from engine.catalog import DATA_DIR
+from engine.data_files import DB_DIR
 from engine.errors import ProfilerError, RunNotFoundError
 from engine.trace import CHIPS_SCHEMA, STEPS_SCHEMA, RunFacts, RunResult
 
@@ -70,7 +70,7 @@ __all__ = [
     "resolve_run",
 ]
 
-DEFAULT_DB_PATH = DATA_DIR / "podscope.duckdb"
+DEFAULT_DB_PATH = DB_DIR / "podscope.duckdb"  # data/ in a checkout, a user data folder when installed
 #: how long an open waits for another process's lock before DatabaseBusyError
 LOCK_RETRY_S = 10.0
 #: lock polling interval bounds; short, so a reader slips in between a large write's chunks
@@ -79,7 +79,7 @@ _POLL_MIN_S, _POLL_MAX_S = 0.005, 0.05
 #: a waiting reader's worst delay. With nobody waiting a chunk boundary costs a COMMIT only (the
 #: connection is kept, see _HeldWriter); each commit still costs a little, so the size trades that
 #: delay against write rate: on a 32.7M-event run 500k rows wrote at ~61% of a bare DuckDB insert,
-#: 2M at 73-90%, 4M at 80-84%, one transaction 99% (README, Performance).
+#: 2M at 73-90%, 4M at 80-84%, one transaction 99% (docs/performance.md).
 EVENT_CHUNK_ROWS = 4_000_000
 #: pause after releasing the file, longer than a reader's poll interval so a waiting reader gets it
 WRITER_YIELD_S = 2 * _POLL_MAX_S
@@ -144,7 +144,7 @@ RUN_TABLES = ("events", "steps", "chips", "step_kind", "chip_kind")
 
 
 def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
-    """``--db`` beats ``$PODSCOPE_DB`` beats ``data/podscope.duckdb``."""
+    """``--db`` beats ``$PODSCOPE_DB`` beats ``DEFAULT_DB_PATH`` (see ``engine.data_files``)."""
     if path:
         return Path(path)
     env = os.environ.get("PODSCOPE_DB")

@@ -284,7 +284,7 @@ STORE_GATHER_S = 1.0
 
 
 def _read_point_table(path: Path) -> pa.Table:
-    if path.suffix == ".parquet":  # a point left on disk by an earlier version
+    if path.suffix == ".parquet":  # point files may also be Parquet
         return pq.read_table(path)
     with pa.OSFile(str(path)) as f:  # read into memory: the folder is removed once stored
         return pa.ipc.open_file(f).read_all()

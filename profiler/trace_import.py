@@ -56,7 +56,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.errors import TraceImportError
-from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, RunFacts, RunResult, Trace, events_batch
+from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace, events_batch
 
 from .store import Database, write_run
 
@@ -100,18 +100,7 @@ _STEP_MARKER = re.compile(r"^ProfilerStep#(\d+)$")
 _DEVICE_PROCESS = re.compile(r"/device:(TPU|GPU)[:_ ]?(\d+)|^(TPU|GPU)[:_ ]?(\d+)\b", re.I)
 _IDLE_CODE = KIND_CODE["other"]
 
-IMPORT_EVENTS_SCHEMA = pa.schema(
-    [
-        ("chip", pa.int32()),
-        ("pid", pa.string()),
-        ("tid", pa.string()),
-        ("name", pa.string()),
-        ("cat", pa.string()),
-        ("kind", pa.string()),
-        ("start_ns", pa.int64()),
-        ("dur_ns", pa.int64()),
-    ]
-)
+IMPORT_EVENTS_SCHEMA = TABLES["extra_import_events"].schema
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import pandas as pd
 
 from engine import Scenario, ScenarioError, scenario_from_dict, simulate
 from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration, load_calibration
-from engine.collectives import all_reduce_time_s, ring_phase
+from engine.comm import all_reduce_time_s, ring_phase
 from engine.models import model_cost
 from engine.scenario import parse_topology
 

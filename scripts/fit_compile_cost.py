@@ -3,7 +3,7 @@
 Reads ../shared/reference/published.json (or the path given), takes the v0.6 ResNet-50
 rows of `compile_init_overheads`, fits init_s = a + b x chips by least squares, and
 prints per_chip_s = b, per_op_s = a / (ResNet-50's distinct ops) and the residuals of
-every ResNet-50 row (all rounds) under the fitted model.
+every ResNet-50 row (all MLPerf rounds) under the fitted model.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from engine.models import model_cost  # noqa: E402
-from engine.scenario import ResNet50Model  # noqa: E402
+from engine.models import model_cost
+from engine.scenario import ResNet50Model
 
 
 def main(path: str = "/work/shared/reference/published.json") -> None:

@@ -1,8 +1,12 @@
-"""Render the README's predicted-vs-published plot: ``python scripts/plot_validation.py [OUT]``.
+"""The validation page's generated parts: its tables in docs/validation.md and docs/validation.svg.
 
-Uses matplotlib (a dev dependency, requirements-dev.txt) to write a static SVG that the
-repository commits (docs/validation.svg), so the README shows the current validation
-without a browser. The dashboard's Validation page draws the same data with Plotly.
+    python -m scripts.plot_validation [OUT.svg]
+
+runs ``validate`` once, writes the summary and per-case tables between their markers in
+docs/validation.md, and draws the predicted-vs-published plot with matplotlib (a dev dependency,
+requirements-dev.txt) as a static SVG the repository commits, so the page shows the current
+validation without a browser. The dashboard's Validation page draws the same data with Plotly.
+``tests/test_docs_generated.py`` checks that the tables match :func:`tables` of the current code.
 """
 
 from __future__ import annotations
@@ -10,20 +14,89 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from engine.calibration import load_calibration
+from profiler.validation import Validation, fit_record, results_frame, run_validation
+from scripts.docs_blocks import DOCS, write_block
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-
-from profiler.validation import results_frame  # noqa: E402
+PAGE = DOCS / "validation.md"
 
 
-def main(out: str = str(ROOT / "docs" / "validation.svg")) -> None:
-    df = results_frame()
+def _fmt(x: float) -> str:
+    return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+def _summary_row(label: str, s: dict) -> str:
+    return (
+        f"| {label} | {s['n']} | {s['median_abs_pct']:.1f}% | {s['p90_abs_pct']:.1f}% | "
+        f"{s['worst_abs_pct']:.1f}% (`{s['worst_id']}`) |"
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:+.1f}%"
+
+
+def _range(c) -> str:
+    if c.held_out_range is None:
+        return ""
+    lo, hi = c.held_out_range
+    return f"{_fmt(lo)} - {_fmt(hi)} ({'inside' if c.held_out_in_range else '**outside**'})"
+
+
+def tables(v: Validation) -> dict[str, str]:
+    """The Markdown blocks of docs/validation.md, by block name, from one validation run."""
+    record = fit_record(v.reference, v.calibration)
+    summary = ["| absolute % error | cases | median | p90 | worst |", "| --- | ---: | ---: | ---: | ---: |"]
+    summary.append(_summary_row("end-to-end, fitted (in-sample)", v.summary["end_to_end"]))
+    if v.summary["leave_one_generation_out"]["n"]:
+        summary.append(_summary_row("end-to-end, chip generation held out", v.summary["leave_one_generation_out"]))
+    if v.summary["leave_one_family_out"]["n"]:
+        summary.append(_summary_row("end-to-end, family held out", v.summary["leave_one_family_out"]))
+    summary.append(_summary_row("collective / formula checks (not fitted)", v.summary["checks"]))
+    rng = v.summary["step_time_range"]
+    if rng["n"]:
+        summary += [
+            "",
+            f"Held-out 80% step-time ranges: {rng['inside']} of {rng['n']} published results inside their range "
+            f"({100 * rng['coverage']:.0f}%), median width {rng['median_width_pct']:.1f}% of the prediction.",
+        ]
+    cases = [
+        "| case | chip | metric | predicted | published | in-sample | generation held out | family held out "
+        "| held-out 80% range |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    cases += [
+        f"| {c.id} | {c.chip} | {c.metric} | {_fmt(c.predicted)} | {_fmt(c.published)} | {c.error_pct:+.1f}% "
+        f"| {_pct(c.leave_one_generation_out_error_pct)} | {_pct(c.leave_one_family_out_error_pct)} | {_range(c)} |"
+        for c in v.cases
+    ]
+    cal = load_calibration(Path(v.calibration))
+    params = ["| parameter | fitted | prior |", "| --- | ---: | ---: |"]
+    for name in record.get("fitted", []):
+        scale, unit = (1e6, " us") if name.endswith("_s") else (1.0, "")
+        label = name.removesuffix("_s") if unit else name
+        params.append(f"| `{label}` | {getattr(cal, name) * scale:.3g}{unit} | {record['prior'][name] * scale:.3g}{unit} |")
+    ranges = ["| comparable cases | n | step-time range (x predicted) |", "| --- | ---: | --- |"]
+    for group, row in record.get("step_time_ranges", {}).items():
+        ranges.append(f"| `{group}` | {row['n']} | {row['low_factor']:.3f} - {row['high_factor']:.3f} |")
+    return {
+        "validation-parameters": "\n".join(params) + "\n",
+        "validation-summary": "\n".join(summary) + "\n",
+        "validation-ranges": "\n".join(ranges) + "\n",
+        "validation-cases": "\n".join(cases) + "\n",
+    }
+
+
+def plot(df: pd.DataFrame, out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
     families = sorted(df["family"].unique())
     colors = {f: plt.get_cmap("tab10")(i) for i, f in enumerate(families)}
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 7.2), gridspec_kw={"width_ratios": [1, 1.15]})
@@ -81,6 +154,13 @@ def main(out: str = str(ROOT / "docs" / "validation.svg")) -> None:
     matplotlib.rcParams["svg.hashsalt"] = "podscope"  # stable ids: the SVG only changes when the data does
     fig.savefig(out, metadata={"Date": None})
     print(f"wrote {out}")
+
+
+def main(out: str = str(DOCS / "validation.svg")) -> None:
+    v = run_validation()
+    for name, text in tables(v).items():
+        write_block(PAGE, name, text)
+    plot(results_frame(), out)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from engine import load_scenario, scenario_from_dict, simulate
+from engine.calibration import Calibration
+from profiler.store import Database
+from tests import real_runs
 
-from engine import load_scenario, scenario_from_dict, simulate  # noqa: E402
-from engine.calibration import Calibration  # noqa: E402
-from profiler.store import Database  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIOS = ROOT / "data" / "scenarios"
 
@@ -109,3 +108,28 @@ def ideal_calibration() -> Calibration:
         dcn_efficiency=1.0,
         dcn_latency_s=0.0,
     )
+
+
+@pytest.fixture(scope="session")
+def real_db(tmp_path_factory) -> real_runs.RealDb:
+    """Runs written by the real engine and importer (tests/real_runs.py), built once per pytest run.
+
+    Tests read it; a test that writes takes ``writable_db``. Teardown checks nobody wrote."""
+    real = real_runs.build(tmp_path_factory.mktemp("real_runs") / "runs.duckdb")
+    yield real
+    assert real_runs.run_count(real.path) == len(real.run_ids), "a test wrote to the shared database: use writable_db"
+
+
+@pytest.fixture
+def page_db(real_db, monkeypatch) -> real_runs.RealDb:
+    """The shared real database, as the dashboard's database (``PODSCOPE_DB``)."""
+    monkeypatch.setenv("PODSCOPE_DB", str(real_db.path))
+    return real_db
+
+
+@pytest.fixture
+def writable_db(real_db, tmp_path, monkeypatch) -> real_runs.RealDb:
+    """A copy of the real database of this test's own, as the dashboard's database."""
+    copy = real_db.copy(tmp_path / "runs.duckdb")
+    monkeypatch.setenv("PODSCOPE_DB", str(copy.path))
+    return copy

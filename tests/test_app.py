@@ -1,39 +1,37 @@
-"""The dashboard, through Streamlit's AppTest: every page on a stored run and on an empty database."""
+"""The dashboard, through Streamlit's AppTest: the Overview on a real run, the first start on an empty database."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import simulate
-from profiler import write_run
+from engine.scenario import parse_topology
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
-@pytest.fixture
-def app_db(tmp_path, monkeypatch, small_scenario):
-    from profiler.store import Database
-
-    path = tmp_path / "app.duckdb"
-    write_run(Database(path), simulate(small_scenario), name="stored-run")
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
-    return path
+def _app(run_id: int, timeout: int = 60) -> AppTest:
+    """The app's first page showing ``run_id``, after one script run."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    at.session_state["select_run_id"] = run_id
+    return at.run()
 
 
 def _no_exceptions(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
-def test_overview_shows_headline_numbers(app_db):
-    at = AppTest.from_file(APP, default_timeout=60).run()
+def test_overview_shows_headline_numbers(page_db):
+    summary = page_db.summary("full")
+    at = _app(page_db.run_ids["full"])
     _no_exceptions(at)
     labels = {m.label for m in at.metric}
     assert {"Step time", "Throughput (samples/s)", "MFU", "Chips"} <= labels
     chips = next(m.value for m in at.metric if m.label == "Chips")
-    assert chips.startswith("8 x tpu-v4")
+    assert chips == f"{summary['chips']:,} x {summary['chip']}"
+    assert next(m.value for m in at.metric if m.label == "MFU") == f"{summary['mfu'] * 100:.1f}%"
     # the calibrated 80% range of the predicted step time, from the run's summary
     assert any(c.value.startswith("Step time likely between") and "80%" in c.value for c in at.caption)
 
@@ -52,26 +50,30 @@ def test_empty_database_seeds_bundled_examples(tmp_path, monkeypatch):
     assert any(m.label == "MFU" for m in at.metric)
 
 
-def test_what_if_simulates_and_selects_the_new_run(app_db):
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.text_input[0].set_value("4x4x4")
-    at.number_input[0].set_value(2048)
+def test_what_if_simulates_and_selects_the_new_run(writable_db):
+    """ResNet-50 on a v3 4x4: the same global batch on a 4x8 slice of the same chip."""
+    base = writable_db.results["full"].scenario
+    at = _app(writable_db.run_ids["full"])
+    at.text_input[0].set_value("4x8")
+    at.number_input[0].set_value(base.training.global_batch)
     at.button[0].click().run()
     _no_exceptions(at)
     assert not at.error
     chips = next(m.value for m in at.metric if m.label == "Chips")
-    assert chips.startswith("64 x tpu-v4")
+    assert chips == f"{math.prod(parse_topology('4x8'))} x {base.pod.chip}"
 
 
-def test_what_if_bad_topology_shows_error_not_exception(app_db):
-    at = AppTest.from_file(APP, default_timeout=60).run()
-    at.text_input[0].set_value("3x3x3")  # 27 chips: global batch 256 does not divide
+def test_what_if_bad_topology_shows_error_not_exception(writable_db):
+    base = writable_db.results["full"].scenario
+    assert base.training.global_batch % 9  # 3x3 = 9 chips: the global batch does not divide
+    at = _app(writable_db.run_ids["full"])
+    at.text_input[0].set_value("3x3")
     at.button[0].click().run()
     _no_exceptions(at)
     assert at.error and "global_batch" in at.error[0].value
 
 
-def test_validation_page_shows_scatter_table_and_filters(app_db):
+def test_validation_page_shows_scatter_table_and_filters(page_db):
     at = AppTest.from_file(APP, default_timeout=120).run()
     at.switch_page("views/validation.py").run()
     _no_exceptions(at)

@@ -75,13 +75,11 @@ def _another_process_can_open(path: Path) -> bool:
     return subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=60).returncode == 0
 
 
-def test_released_closes_the_page_connection_and_reopens_it(tmp_path, monkeypatch, small_scenario):
+def test_released_closes_the_page_connection_and_reopens_it(writable_db):
     """Structurally: inside ``released()`` this process holds no connection; around it, the page's one."""
     from views import common
 
-    path = tmp_path / "held.duckdb"
-    write_run(Database(path), simulate(small_scenario))
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    path = writable_db.path  # a copy of the real runs: the other process opens it read-write
     with common.page_connection():
         assert not _another_process_can_open(path)
         with common.released():

@@ -1,6 +1,6 @@
 """Bad scenarios: each names the file, the dotted key and what would be valid; only Podscope errors escape.
 
-The parametrised cases are the issue's list (malformed TOML, unknown keys, wrong types,
+The parametrised cases cover the kinds of bad input (malformed TOML, unknown keys, wrong types,
 out-of-range values, mesh mismatch, unknown chip, unsupported slice shape). The
 hypothesis tests throw random TOML text, random tables and random edits of a valid
 scenario at the loader and the simulator and accept exactly two outcomes: a result,
@@ -126,9 +126,9 @@ def test_absurd_but_valid_sizes_are_a_simulation_error_not_garbage(small_scenari
 @pytest.mark.parametrize(
     "edit, fragment",
     [
-        ({"ici_link_gbps": -45.0}, "must be greater than 0"),
-        ({"ici_link_gbps": 0}, "must be greater than 0"),
-        ({"hbm_gbps": "fast"}, "expected a number"),
+        ({"ici_link_gbytes_per_s": -45.0}, "must be greater than 0"),
+        ({"ici_link_gbytes_per_s": 0}, "must be greater than 0"),
+        ({"hbm_gbytes_per_s": "fast"}, "expected a number"),
         ({"wraparound": "some"}, "valid: all, cube, axis16, none"),
         ({"host_shape": [2, 0]}, "list of positive integers"),
         ({"bogus_gbps": 1.0}, "unknown key; valid keys: display_name"),

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import simulate
-from profiler import write_run
-from profiler.store import Database
+from tests.real_runs import LABELS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -61,21 +59,11 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, request):
-    from tests.conftest import SMALL_TOML  # noqa: PLC0415
-    import textwrap
-
-    from engine import load_scenario
-
+def server(tmp_path_factory, real_db):
+    """The dashboard on a copy of the real runs (tests/real_runs.py); the newest, shown first, has
+    link load, a compile log, a memory timeline and advice."""
     tmp = tmp_path_factory.mktemp("browser")
-    toml = tmp / "small.toml"
-    toml.write_text(textwrap.dedent(SMALL_TOML))
-    db_path = tmp / "browser.duckdb"
-    from tests.dashboard_fixtures import extras_result
-
-    write_run(Database(db_path), simulate(load_scenario(toml)), name="browser-run")
-    # The newest run (shown first) carries link load, compiles, memory timeline and advice.
-    write_run(Database(db_path), extras_result(load_scenario(toml)), name="browser-extras")
+    db_path = real_db.copy(tmp / "browser.duckdb").path
     port = _free_port()
     env = {**os.environ, "PODSCOPE_DB": str(db_path), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
     log = open(tmp / "streamlit.log", "w")
@@ -146,7 +134,7 @@ def test_every_page_renders_without_exception(server, page, path, heading, selec
     page.screenshot(path=str(ARTIFACTS / f"page_{path or 'overview'}.png"), full_page=True)
 
 
-def test_what_if_simulation_end_to_end(server, page):
+def test_what_if_simulation_end_to_end(server, page, real_db):
     page.goto(f"{server}/compare")
     _settle(page, '[data-testid="stForm"]')
     topology = page.get_by_label("Topology")
@@ -154,7 +142,8 @@ def test_what_if_simulation_end_to_end(server, page):
     page.get_by_label("Global batch").fill("1024")
     page.get_by_role("button", name="Simulate").click()
     # The new 64-chip run becomes the comparison once it is simulated and stored.
-    page.get_by_text("(64 x tpu-v4) against base").wait_for(timeout=120_000)
+    chip = real_db.results[LABELS[-1]].facts.chip  # the newest run is the Compare page's base
+    page.get_by_text(f"(64 x {chip}) against base").wait_for(timeout=120_000)
     _settle(page, PLOT)
     _no_exception(page, "compare after what-if")
     assert page.locator('[data-testid="stMetric"]').count() >= 5

@@ -71,7 +71,7 @@ def test_tensor_parallelism_splits_attention_by_heads_not_head_dim(ideal_calibra
     """Megatron TP gives each chip whole heads: the attention core keeps its 128-wide GEMMs.
 
     Splitting head_dim 8 ways instead would pad every score/value GEMM from 16 to the MXU's
-    128 columns (8x the FLOPs), which used to make tensor-parallel runs ~10-20% too slow.
+    128 columns (8x the FLOPs) and make tensor-parallel runs ~10-20% too slow.
     """
     v5p = load_catalog()["tpu-v5p"]
     model = TransformerModel(kind="transformer", layers=2, d_model=8192, heads=64, head_dim=128, d_ff=28672,

@@ -1,22 +1,22 @@
-"""The dashboard's query layer and scaling arithmetic, on real DuckDB files and hand-worked numbers."""
+"""The dashboard's query layer on runs the real engine and importer wrote, and the scaling arithmetic by hand."""
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
-from engine import simulate
-from profiler import queries, write_run
+from profiler import queries
+from tests.real_runs import LABELS
 from views.scaling_model import ideal_table, scaling_table
 
 
 @pytest.fixture
-def stored(db, small_scenario):
-    result = simulate(small_scenario)
-    run_id = write_run(db, result)
-    return db, run_id, result
+def stored(real_db):
+    """The full-trace run of the shared real database, and what the engine returned for it."""
+    return real_db.db, real_db.run_ids["full"], real_db.results["full"]
 
 
 def test_kind_fractions_per_chip_sum_to_one(stored):
@@ -30,13 +30,15 @@ def test_kind_fractions_per_chip_sum_to_one(stored):
 
 def test_step_kind_seconds_sum_to_mean_step_time(stored):
     db, run_id, result = stored
+    steps = result.trace.steps.num_rows
+    assert steps >= 4 and steps % 2 == 0
     with db.read() as con:
         kinds = queries.step_kind_s(con, run_id)
-        by_step = queries.kind_by_step(con, run_id, max_points=5)
+        by_step = queries.kind_by_step(con, run_id, max_points=steps // 2)
     mean_step_s = result.trace.steps.column("step_ns").to_numpy().mean() / 1e9
     assert kinds["s_per_step"].sum() == pytest.approx(mean_step_s, rel=1e-9)
-    # 20 steps in at most 5 buckets of 4: bucket means still sum to the mean step time.
-    assert by_step["step"].nunique() == 5
+    # the steps in half as many buckets of 2: bucket means still sum to the mean step time.
+    assert by_step["step"].nunique() == steps // 2
     assert by_step.groupby("step")["chip_s_per_step"].sum().mean() == pytest.approx(mean_step_s, rel=1e-9)
 
 
@@ -45,7 +47,8 @@ def test_timeline_with_fine_buckets_matches_raw_events(stored):
     db, run_id, result = stored
     with db.read() as con:
         cells, steps = queries.timeline(con, run_id, (0, 3), 0, 0, buckets=1000)
-        raw = con.execute("SELECT chip, kind, start_ns, dur_ns FROM events WHERE run_id = $id AND step = 0 AND chip IN (0, 3)", {"id": run_id}).df()
+    events = result.trace.events.to_pandas()
+    raw = events[(events.step == 0) & events.chip.isin([0, 3])]
     assert len(steps) == 1 and set(cells["chip"]) == {0, 3}
     width = int(cells["width_ns"].iloc[0])
     step_end = int((raw.start_ns + raw.dur_ns).max())
@@ -58,48 +61,77 @@ def test_timeline_with_fine_buckets_matches_raw_events(stored):
 
 
 def test_timeline_caps_cells(stored):
-    db, run_id, _ = stored
+    db, run_id, result = stored
     with db.read() as con:
-        cells, _ = queries.timeline(con, run_id, tuple(range(8)), 0, 19, buckets=10**6)
+        cells, _ = queries.timeline(con, run_id, tuple(range(result.facts.chips)), 0, result.facts.steps - 1, buckets=10**6)
     assert len(cells) <= queries.TIMELINE_MAX_CELLS
 
 
-def test_extra_tables_absent_then_present(db, small_scenario):
-    simulated = simulate(small_scenario)
-    # a run without any extra table (as an imported trace, or a run stored before a mechanism existed)
-    bare = type(simulated.trace)(simulated.trace.events, simulated.trace.steps, simulated.trace.chips, {})
-    result = type(simulated)(simulated.scenario, bare, simulated.facts)
-    run_a = write_run(db, result)
-    with db.read() as con:
-        assert queries.link_load(con, run_a) is None
-        assert queries.compiles_by_step(con, run_a) is None
-        assert queries.memory_timeline(con, run_a) is None
-        assert "hbm_peak_bytes" not in queries.chip_metrics(con, run_a).columns
-    extra = {
-        "link_load": pa.table({
-            "src_chip": pa.array([0], pa.int32()), "dst_chip": pa.array([1], pa.int32()), "axis": ["x"],
-            "bytes_per_step": [1e6], "busy_ns_per_step": pa.array([1000], pa.int64()), "utilization": [0.5],
-        }),  # fmt: skip
-        "compiles": pa.table({
-            "step": pa.array([0, 0, 7], pa.int32()), "signature": ["a", "b", "c"], "cause": ["first", "first", "shape"],
-            "compile_ns": pa.array([2_000_000_000, 1_000_000_000, 500_000_000], pa.int64()),
-        }),  # fmt: skip
-        "chip_memory": pa.table({"chip": pa.array(range(8), pa.int32()), "peak_bytes": [float(i) for i in range(8)]}),
-    }
-    trace = type(result.trace)(result.trace.events, result.trace.steps, result.trace.chips, extra)
-    run_b = write_run(db, type(result)(result.scenario, trace, result.facts))
-    with db.read() as con:
-        links = queries.link_load(con, run_b)
-        chips = con.execute("SELECT chip, x, y, z FROM chips WHERE run_id = $id ORDER BY chip", {"id": run_b}).df()
-        by_step = queries.compiles_by_step(con, run_b)
-        by_cause = queries.compiles_by_cause(con, run_b)
-        metrics = queries.chip_metrics(con, run_b)
-        assert queries.compiles_by_step(con, run_a).empty  # the table exists now, run A has no rows
-    assert (links.loc[0, ["src_x", "dst_x"]].tolist()) == [chips.loc[0, "x"], chips.loc[1, "x"]]
-    assert by_step[["step", "compiles"]].values.tolist() == [[0, 2], [7, 1]]
-    assert by_step["compile_s"].tolist() == [3.0, 0.5]
-    assert by_cause.set_index("cause").loc["first", "compile_s"] == 3.0
-    assert metrics["hbm_peak_bytes"].tolist() == [float(i) for i in range(8)]
+def test_extra_tables_absent_on_an_import_and_present_on_simulated_runs(real_db):
+    """An imported trace stores none of the engine's extra tables; simulated runs' queries return what the engine built."""
+    imported = real_db.run_ids["imported"]
+    full, recompiles = real_db.run_ids["full"], real_db.run_ids["recompiles"]
+    engine_full, engine_recompiles = real_db.results["full"].trace.extra, real_db.results["recompiles"].trace.extra
+    assert "compiles" not in engine_full and "compiles" in engine_recompiles
+    with real_db.db.read() as con:
+        assert queries.link_load(con, imported) is None
+        assert queries.memory_timeline(con, imported) is None
+        assert queries.chip_memory(con, imported) is None
+        assert "hbm_peak_bytes" not in queries.chip_metrics(con, imported).columns
+        assert queries.compiles_by_step(con, imported).empty  # the table exists (other runs wrote it), no rows
+        assert queries.compiles_by_step(con, full).empty
+        links = queries.link_load(con, full)
+        chips = con.execute("SELECT chip, x, y, z FROM chips WHERE run_id = $id ORDER BY chip", {"id": full}).df()
+        by_step = queries.compiles_by_step(con, recompiles)
+        by_cause = queries.compiles_by_cause(con, recompiles)
+        metrics = queries.chip_metrics(con, full)
+        timeline = queries.memory_timeline(con, full)
+
+    # link load: the engine's rows, each end joined to its chip's coordinates
+    want_links = engine_full["link_load"].to_pandas().sort_values(["src_chip", "dst_chip"], kind="stable").reset_index(drop=True)
+    assert len(links) == len(want_links) > 0
+    for col in ("src_chip", "dst_chip", "axis", "busy_ns_per_step"):
+        assert links[col].tolist() == want_links[col].tolist(), col
+    for col in ("bytes_per_step", "utilization"):
+        assert links[col].tolist() == pytest.approx(want_links[col].tolist()), col
+    xyz = chips.set_index("chip")
+    for end in ("src", "dst"):
+        at = xyz.loc[links[f"{end}_chip"]]
+        assert (links[[f"{end}_x", f"{end}_y", f"{end}_z"]].to_numpy() == at[["x", "y", "z"]].to_numpy()).all()
+
+    # compiles: grouped by step and by cause from the engine's own compile log
+    log = engine_recompiles["compiles"].to_pandas()
+    want_step = log.groupby("step").agg(compiles=("cause", "size"), compile_ns=("compile_ns", "sum")).reset_index()
+    assert by_step[["step", "compiles"]].values.tolist() == want_step[["step", "compiles"]].values.tolist()
+    assert by_step["compile_s"].tolist() == pytest.approx((want_step["compile_ns"] / 1e9).tolist())
+    want_cause = log.groupby("cause")["compile_ns"].sum() / 1e9
+    assert by_cause.set_index("cause")["compile_s"].to_dict() == pytest.approx(want_cause.to_dict())
+    assert by_cause["compile_s"].is_monotonic_decreasing
+
+    # per-chip peaks and the in-step memory timeline: the engine's tables
+    assert metrics["hbm_peak_bytes"].tolist() == engine_full["chip_memory"].column("peak_bytes").to_pylist()
+    want_tl = engine_full["memory_timeline"].to_pandas().groupby(["point", "category"], as_index=False)["bytes"].sum()
+    assert timeline[["point", "category"]].values.tolist() == want_tl[["point", "category"]].values.tolist()
+    assert timeline["bytes"].tolist() == pytest.approx(want_tl["bytes"].tolist())
+
+
+@pytest.mark.parametrize("label", LABELS)
+def test_every_run_query_answers_on_every_real_run(real_db, label):
+    """Every public query taking (con, run_id): on each real run shape (an import, summary mode, OOM, ...)
+    it answers without error, and what it returns is of this run only."""
+    run_id = real_db.run_ids[label]
+    fns = [
+        getattr(queries, name) for name in queries.__all__
+        if callable(getattr(queries, name))
+        and [p.name for p in inspect.signature(getattr(queries, name)).parameters.values() if p.default is inspect.Parameter.empty][1:] == ["run_id"]
+    ]  # fmt: skip
+    assert {f.__name__ for f in fns} >= {"run_summary", "breakdown", "chip_metrics", "link_load", "memory_timeline", "compiles_by_step"}
+    with real_db.db.read() as con:
+        for fn in fns:
+            out = fn(con, run_id)
+            if isinstance(out, pd.DataFrame) and "run_id" in out.columns:
+                assert set(out["run_id"]) <= {run_id}, fn.__name__
+        assert queries.run_summary(con, run_id)["run_id"] == run_id
 
 
 def _runs(rows):

@@ -9,10 +9,6 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from engine import simulate
-from profiler import write_run
-from profiler.store import Database
-
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 
@@ -35,12 +31,11 @@ def test_config_keys_are_ones_streamlit_knows():
             assert f"{section}.{key}" in options, f"{section}.{key} is not a Streamlit option"
 
 
-def test_page_shows_busy_state_while_another_process_holds_the_database(tmp_path, monkeypatch, small_scenario):
+def test_page_shows_busy_state_while_another_process_holds_the_database(writable_db, monkeypatch):
+    """On a copy of the real runs (the holder opens it read-write)."""
     import profiler.store as store
 
-    path = tmp_path / "app.duckdb"
-    write_run(Database(path), simulate(small_scenario), name="stored-run")
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    path = writable_db.path
     monkeypatch.setattr(store, "LOCK_RETRY_S", 0.3)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(path)],

@@ -18,17 +18,16 @@ OVERRIDES = {"training.steps": 12}  # enough steps for noise and every mechanism
 
 _CHILD = """
 import sys
-sys.path.insert(0, sys.argv[1])
 from engine import load_scenario, simulate
 from engine.digest import run_digest
-print(run_digest(simulate(load_scenario(sys.argv[2], {"training.steps": 12}))))
+print(run_digest(simulate(load_scenario(sys.argv[1], {"training.steps": 12}))))
 """
 
 
 def _digest_in_fresh_process(path: Path) -> str:
     # A different hash seed per process would expose any dependence on set/dict ordering of str.
     env = {**os.environ, "PYTHONHASHSEED": "random"}
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(ROOT), str(path)], capture_output=True, text=True, timeout=120, env=env)
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 

@@ -197,22 +197,27 @@ def test_cli_export_import_exit_codes(tmp_path, capsys):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y.json").exists()
 
 
-def test_hbm_counters_follow_the_memory_timeline(db, small_scenario, tmp_path):
-    """With issue 5's ``memory_timeline`` contract table, its points become C events spread over each step."""
-    import dataclasses
-
-    import pyarrow as pa
-
-    result = simulate(small_scenario)
-    timeline = pa.table({"point": pa.array([0, 0, 1, 1], pa.int32()), "phase": ["fwd", "fwd", "bwd", "bwd"],
-                         "category": ["params", "activations", "params", "activations"],
-                         "bytes": [100.0, 50.0, 100.0, 10.0]})  # fmt: skip
-    trace = dataclasses.replace(result.trace, extra={"memory_timeline": timeline})
-    run_id = write_run(db, dataclasses.replace(result, trace=trace))
-    export_run(db, run_id, "perfetto", tmp_path / "m.json", steps="3:5", chips="2")
+def test_hbm_counters_follow_the_memory_timeline(real_db, tmp_path):
+    """The engine's ``memory_timeline`` points become C events placed at their share of each exported step
+    (thinned to at most MAX_COUNTER_POINTS per step, keeping the first, the last and the peak)."""
+    result = real_db.results["full"]
+    timeline = result.trace.extra["memory_timeline"].to_pandas()
+    points = {int(pt): dict(zip(g["category"], g["bytes"].astype(float))) for pt, g in timeline.groupby("point")}
+    order = sorted(points)
+    peak = max(order, key=lambda pt: sum(points[pt].values()))
+    export_run(real_db.db, real_db.run_ids["full"], "perfetto", tmp_path / "m.json", steps="3:5", chips="2")
     counters = [e for e in _load(tmp_path / "m.json")["traceEvents"] if e["ph"] == "C"]
-    steps = result.trace.steps.to_pylist()
-    assert [e["args"] for e in counters] == [{"activations": 50.0, "params": 100.0}, {"activations": 10.0, "params": 100.0}] * 2
-    assert counters[0]["ts"] == pytest.approx(steps[3]["start_ns"] / 1000)
-    assert counters[1]["ts"] == pytest.approx((steps[3]["start_ns"] + steps[3]["step_ns"] / 2) / 1000)
     assert {e["pid"] for e in counters} == {3}
+    steps = result.trace.steps.to_pylist()
+    per_step = min(MAX_COUNTER_POINTS, len(order))
+    assert len(counters) == 2 * per_step
+    for k, step in enumerate(steps[3:5]):
+        mine = counters[k * per_step : (k + 1) * per_step]
+        shown = []
+        for e in mine:
+            frac = (e["ts"] * 1000 - step["start_ns"]) / step["step_ns"]
+            i = round(frac * len(order))
+            assert frac == pytest.approx(i / len(order), abs=1e-6)
+            assert e["args"] == pytest.approx(points[order[i]])
+            shown.append(order[i])
+        assert shown == sorted(shown) and shown[0] == order[0] and shown[-1] == order[-1] and peak in shown

@@ -6,7 +6,7 @@ from engine import load_calibration, load_scenario, simulate
 from engine.compute import step_compute
 from engine.idle import plan_idle
 from engine.models import model_cost
-from engine.simulate import Segment, SimContext
+from engine.step import Segment, SimContext
 from engine.topology import build_pod
 from tests.conftest import SCENARIOS
 

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from engine import ScenarioError, TopologyError, scenario_from_dict, simulate
 from engine.catalog import load_catalog
-from engine.collectives import ring_phase
+from engine.comm import ring_phase
 from engine.compute import step_compute
 from engine.models import model_cost
-from engine.parallelism import mesh_collective_s, plan_collectives, resolve_mesh
+from engine.comm import mesh_collective_s, plan_step_comm
+from engine.mesh import resolve_mesh
 from engine.scenario import TransformerModel
 
 W = 100e9  # one link, bytes/s
@@ -127,7 +128,7 @@ def _plan(mesh, fwd_s, bwd_s, cost=None, **kw):
     args = dict(fwd_compute_s=fwd_s, bwd_compute_s=bwd_s, per_chip_batch=2, precision="bf16", slices=1, chips_per_host=4,
                 link_bytes_per_s=W, hop_latency_s=0.0, dcn_bytes_per_s_per_host=25e9, dcn_latency_s=0.0)  # fmt: skip
     args.update(kw)
-    return cost, plan_collectives(cost, mesh, **args)
+    return cost, plan_step_comm(cost, mesh, **args)
 
 
 class TestPlanCollectives:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import load_scenario, simulate
-from engine.simulate import Segment, assemble_steps
+from engine.step import Segment, assemble
 
 
 def _by_chip_step(events):
@@ -57,7 +57,8 @@ def test_assembler_invariants(steps, chips, seed, barrier):
         Segment("collective", rng.uniform(0, 1e-4, (steps, 1)), barrier=barrier),
         Segment("other", 5e-6),
     ]
-    events, steps_table = assemble_steps(segments, steps, chips)
+    laid = assemble(segments, steps, chips)
+    events, steps_table = laid.events, laid.steps
     _assert_tiles(events, steps_table)
     # phases sum to the step: chip time = chips x wall time
     assert events.column("dur_ns").to_numpy().sum() == chips * steps_table.column("step_ns").to_numpy().sum()
@@ -65,7 +66,8 @@ def test_assembler_invariants(steps, chips, seed, barrier):
 
 def test_barrier_makes_fast_chips_wait_for_the_slowest():
     compute = np.array([[1e-3, 2e-3, 4e-3]])
-    events, steps_table = assemble_steps([Segment("compute", compute), Segment("collective", 1e-3, barrier=True)], 1, 3)
+    laid = assemble([Segment("compute", compute), Segment("collective", 1e-3, barrier=True)], 1, 3)
+    events, steps_table = laid.events, laid.steps
     kinds = events.column("kind").to_pylist()
     waits = {c: d for c, k, d in zip(events.column("chip").to_pylist(), kinds, events.column("dur_ns").to_pylist()) if k == "sync_wait"}
     assert waits == {0: 3_000_000, 1: 2_000_000}

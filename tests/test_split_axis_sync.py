@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import build_pod, load_catalog
-from engine.interconnect import mesh_gradient_sync
-from engine.parallelism import mesh_collective_s, resolve_mesh
+from engine.comm import mesh_collective_s, mesh_gradient_sync
+from engine.mesh import resolve_mesh
 from engine.scenario import DegradedLink, InterconnectSection, LinkRef
 from tests.conftest import TORUS_MLP_TOML, simulate_toml
 

@@ -7,11 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine import load_scenario, simulate
-from profiler import write_run
 from profiler.store import Database
-from tests.conftest import SMALL_TOML
-
 
 
 def _page(run_id: int) -> None:  # runs as its own script inside AppTest
@@ -25,13 +21,11 @@ def _page(run_id: int) -> None:  # runs as its own script inside AppTest
 
 
 @pytest.fixture
-def runs(tmp_path, monkeypatch, write_toml):
-    path = tmp_path / "pages.duckdb"
-    db = Database(path)
-    full = write_run(db, simulate(load_scenario(write_toml(SMALL_TOML))), name="full")
-    summary = write_run(db, simulate(load_scenario(write_toml(SMALL_TOML + 'trace = "summary"\n'))), name="summ")
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
-    return path, full, summary
+def runs(writable_db):
+    """A copy of the real runs: a full-trace run and a summary-mode run among them."""
+    assert writable_db.results["summary"].scenario.sim.trace == "summary"
+    assert writable_db.results["full"].scenario.sim.trace == "full"
+    return writable_db.path, writable_db.run_ids["full"], writable_db.run_ids["summary"]
 
 
 def test_a_full_run_passes(runs):
@@ -57,9 +51,11 @@ def test_a_summary_run_says_why_and_re_simulates_with_a_full_trace(runs):
     assert at.session_state["select_run_id"] > summ  # the new run is picked on the next render
 
 
-def test_the_timeline_page_explains_a_summary_mode_run(runs):
-    """The real Timeline page on a summary-mode run (selected as the newest): the notice, no chart."""
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "views" / "timeline.py"), default_timeout=60).run()
+def test_the_timeline_page_explains_a_summary_mode_run(page_db):
+    """The real Timeline page on a summary-mode run: the notice, no chart."""
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "views" / "timeline.py"), default_timeout=60)
+    at.session_state["select_run_id"] = page_db.run_ids["summary"]
+    at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert any('trace = "summary"' in i.value and "timeline to draw" in i.value for i in at.info)
     assert not at.get("plotly_chart")

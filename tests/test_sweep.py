@@ -166,7 +166,7 @@ def test_bundled_strong_scaling_sweep_expands():
 
 def test_scripted_example_runs(tmp_path):
     p = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "scripted_run.py"), "--db", str(tmp_path / "ex.duckdb")],
+        [sys.executable, "-m", "examples.scripted_run", "--db", str(tmp_path / "ex.duckdb")], cwd=ROOT,
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
@@ -174,7 +174,7 @@ def test_scripted_example_runs(tmp_path):
 
 
 def test_cli_sweep_on_an_existing_dask_scheduler(tmp_path, sweep_file):
-    """The README's `--executor dask --address tcp://...` path, against a scheduler on loopback."""
+    """The documented `--executor dask --address tcp://...` path, against a scheduler on loopback."""
     import distributed  # a pinned dependency: missing is a failure, not a skip
     env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "cli.duckdb")}
     with distributed.LocalCluster(

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import TopologyError, build_pod, load_catalog
-from engine.collectives import all_reduce_time_s, dcn_all_reduce_time_s, ring_phase
+from engine.comm import all_reduce_time_s, dcn_all_reduce_time_s, ring_phase
 from engine.topology import wraparound_for
 
 CAT = load_catalog()

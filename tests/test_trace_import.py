@@ -173,12 +173,13 @@ def test_flattening_tiles_steps_and_picks_the_top_priority_kind(events, step_len
                 assert piece.sum() == 1 and k[piece][0] == want
 
 
-def test_imported_run_shows_on_the_overview_page(db, monkeypatch):
+def test_imported_run_shows_on_the_overview_page(page_db):
+    """The shared real database holds this trace imported (tests/real_runs.py)."""
     from streamlit.testing.v1 import AppTest
 
-    import_trace(db, TORCH, name="measured")
-    monkeypatch.setenv("PODSCOPE_DB", str(db.path))
-    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=60)
+    at.session_state["select_run_id"] = page_db.run_ids["imported"]
+    at.run()
     assert not at.exception, [e.value for e in at.exception]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["MFU"] == "n/a" and metrics["Chips"] == "1 x cpu" and metrics["Step time"].endswith("ms")

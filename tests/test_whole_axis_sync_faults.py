@@ -1,7 +1,7 @@
 """Whole-torus-axis gradient sync: a failed link costs its detour only where the data rings cross it.
 
 The scenario: a v4 4x4x4 slice with ``tensor = 4``. Tensor takes the z ring, so ``data = 16``
-runs over the whole y and x rings (the interconnect model's path, engine/interconnect.py
+runs over the whole y and x rings (the interconnect model's path, engine/comm/gradient_sync.py
 ``gradient_sync``). Every link of a wraparound ring is used by that ring, so the only links the
 data rings never use are those of an axis they do not span: here z.
 

@@ -28,13 +28,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from engine import PodscopeError, load_scenario, simulate
+from profiler import queries, store
+from profiler.store import Database, write_run
 
-from engine import PodscopeError, load_scenario, simulate  # noqa: E402
-from profiler import queries, store  # noqa: E402
-from profiler.store import Database, write_run  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIO = ROOT / "data" / "scenarios" / "resnet50-v4-128.toml"
 

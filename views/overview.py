@@ -77,7 +77,7 @@ _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
 def _advice(summary: dict) -> None:
-    """The advisor's findings (summary key ``advice``), most severe first; absent on older runs."""
+    """The advisor's findings (summary key ``advice``), most severe first; absent when a run has none."""
     advice = summary.get("advice")
     if advice is None:
         return

@@ -1,9 +1,4 @@
-"""Stragglers and failures: why healthy chips wait, and why wall time exceeds step time.
-
-Stragglers are persistent per-chip slowdown factors on compute (a listed chip or
-host at a fixed ``slowdown``, and/or a random fraction of chips with a factor
-drawn uniformly in ``[1, random_slowdown_max]``). At the step's barriers the
-other chips wait for them (``sync_wait``); the run names them.
+"""Chip and host failures and checkpoints: why wall time exceeds step time.
 
 Failures arrive as a Poisson process whose rate is ``chips / chip_mtbf +
 hosts / host_mtbf`` (exponential inter-failure times, the usual MTBF model),
@@ -32,14 +27,11 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ScenarioError
-
 __all__ = [
-    "StragglerSection",
     "FailureSection",
     "FailurePlan",
-    "straggler_factors",
     "checkpoint_steps",
+    "checkpoint_write_s",
     "plan_failures",
     "failure_rate_per_s",
     "young_interval_s",
@@ -47,18 +39,6 @@ __all__ = [
 ]
 
 _HOUR_S = 3600.0
-
-
-class StragglerSection(BaseModel):
-    """``[stragglers]``: chips or hosts slower than the rest."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
-
-    chips: list[Annotated[int, Field(ge=0)]] = []
-    hosts: list[Annotated[int, Field(ge=0)]] = []
-    slowdown: Annotated[float, Field(ge=1.0)] = 1.5  # compute time factor of listed chips/hosts
-    random_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
-    random_slowdown_max: Annotated[float, Field(ge=1.0)] = 1.5
 
 
 class FailureSection(BaseModel):
@@ -74,30 +54,6 @@ class FailureSection(BaseModel):
     storage_write_bytes_per_s_per_host: Annotated[float, Field(gt=0)] = 1e9
     storage_read_bytes_per_s_per_host: Annotated[float, Field(gt=0)] = 2e9
     restart_s: Annotated[float, Field(ge=0)] = 120.0  # re-provision and re-initialise (prior)
-
-
-def straggler_factors(section: StragglerSection | None, host_of_chip: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(chips,) compute-time factor of every chip (1.0 = healthy).
-
-    Raises
-    ------
-    ScenarioError
-        If a listed chip or host does not exist.
-    """
-    chips = len(host_of_chip)
-    factor = np.ones(chips)
-    if section is None:
-        return factor
-    hosts = int(host_of_chip.max()) + 1
-    problems = [("stragglers.chips", f"chip {c} does not exist (0..{chips - 1})") for c in section.chips if c >= chips]
-    problems += [("stragglers.hosts", f"host {h} does not exist (0..{hosts - 1})") for h in section.hosts if h >= hosts]
-    if problems:
-        raise ScenarioError("scenario", problems)
-    if section.random_fraction > 0:
-        picked = rng.random(chips) < section.random_fraction
-        factor = np.where(picked, rng.uniform(1.0, section.random_slowdown_max, chips), factor)
-    listed = np.isin(np.arange(chips), section.chips) | np.isin(host_of_chip, section.hosts)
-    return np.where(listed, np.maximum(factor, section.slowdown), factor)
 
 
 def checkpoint_steps(section: FailureSection | None, steps: int) -> np.ndarray:

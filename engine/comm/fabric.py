@@ -1,4 +1,4 @@
-"""Every directed ICI link of a slice, the bytes a collective's ring schedule puts on it, and faults.
+"""The torus fabric: every directed ICI link of a slice, the bytes a collective puts on it, and faults.
 
 Links are enumerated in closed form with numpy (chip x axis x direction), so a
 4,096-chip torus (24,576 directed links) is built and loaded in milliseconds. The
@@ -10,6 +10,8 @@ nothing, and the ring traffic it would have carried is routed around it along th
 shortest detour in the slice graph (networkx, on :meth:`engine.topology.Slice.graph`
 minus the failed links). A stage then lasts ``max(bytes on link / link bandwidth)``
 over all links, which is how a detour or a slow link slows the whole collective.
+:func:`collective_on_pod` prices one collective on a pod's fabrics this way (the
+slowest slice sets the time).
 """
 
 from __future__ import annotations
@@ -22,30 +24,23 @@ import networkx as nx
 import numpy as np
 import pyarrow as pa
 
-from .collectives import CollectivePlan
-from .errors import TopologyError
-from .topology import AXIS_NAMES, Slice
+from ..calibration import Calibration
+from ..errors import TopologyError
+from ..mesh import Segment1D
+from ..topology import AXIS_NAMES, Pod, Slice
+from ..trace import TABLES
+from .collectives import CollectiveResult, RingSchedule, collective_time, ring_schedule
 
-__all__ = ["LINK_LOAD_SCHEMA", "RingPhase", "Fabric", "fault_problems"]
+__all__ = ["RingPhase", "Fabric", "dcn_link_table", "slice_fabrics", "mesh_ring_phases", "collective_on_pod"]
 
-LINK_LOAD_SCHEMA = pa.schema(
-    [
-        ("src_chip", pa.int32()),
-        ("dst_chip", pa.int32()),
-        ("axis", pa.string()),
-        ("bytes_per_step", pa.float64()),
-        ("busy_ns_per_step", pa.int64()),
-        ("utilization", pa.float64()),
-        ("bandwidth_frac", pa.float64()),  # 1 healthy, (0, 1) degraded, 0 failed
-    ]
-)
+LINK_LOAD = TABLES["extra_link_load"]
 
 Coord = tuple[int, ...]
 
 
 @dataclass(frozen=True)
 class RingPhase:
-    """One ring phase of a mesh axis on one torus axis, as :mod:`engine.parallelism` prices it.
+    """One ring phase of a mesh axis on one torus axis, as :mod:`engine.comm.mesh_comm` prices it.
 
     The mesh axis' groups are ``chips`` chips ``stride`` apart along torus axis
     ``axis`` (stride 1: contiguous). ``shape`` is how their ring uses the links:
@@ -178,16 +173,8 @@ class Fabric:
             out = np.where(loads[:, link_id] > 0, np.maximum(out, len(path) - 1), out)
         return out
 
-    def extra_hops(self, axis: int) -> int:
-        """Hops a ring on ``axis`` gains from its longest detour (0 without failures)."""
-        extra = 0
-        for link_id, path in self.detours:
-            if self.links["axis"][link_id] == axis:
-                extra = max(extra, len(path) - 1)
-        return extra
-
     # -- loads ------------------------------------------------------------------------
-    def stage_loads(self, plan: CollectivePlan, reroute: bool = True) -> np.ndarray:
+    def stage_loads(self, plan: RingSchedule, reroute: bool = True) -> np.ndarray:
         """(stages, links) bytes each directed link carries in each stage, detours applied.
 
         ``reroute=False`` leaves a failed link's bytes on it (to see whether the rings use it).
@@ -244,7 +231,7 @@ class Fabric:
             loads[:, link_id] = 0.0
         return loads
 
-    def stage_bw_time_s(self, plan: CollectivePlan | None, loads: np.ndarray | None = None) -> list[float]:
+    def stage_bw_time_s(self, plan: RingSchedule | None, loads: np.ndarray | None = None) -> list[float]:
         """Bandwidth time of each stage: its busiest link's bytes over that link's bandwidth.
 
         ``plan`` may be None when ``loads`` is given (e.g. from :meth:`ring_loads`).
@@ -256,9 +243,9 @@ class Fabric:
         return [float(x) for x in np.nanmax(t, axis=1)] if t.size else [0.0] * len(loads)
 
     def link_load_table(
-        self, plan: CollectivePlan | None, per_step: float, step_s: float, slice_index: int = 0, loads: np.ndarray | None = None
+        self, plan: RingSchedule | None, per_step: float, step_s: float, slice_index: int = 0, loads: np.ndarray | None = None
     ) -> pa.Table:
-        """``link_load`` rows (see LINK_LOAD_SCHEMA) for ``per_step`` runs of ``plan`` per step.
+        """``link_load`` rows (see TABLES["extra_link_load"]) for ``per_step`` runs of ``plan`` per step.
 
         Chip ids are global: ``slice_index * chips_per_slice + local``. ``plan`` may be
         None when ``loads`` is given.
@@ -268,7 +255,7 @@ class Fabric:
         bw = self.link_bytes_per_s * self.bandwidth_frac
         busy_s = np.divide(bytes_step, bw, out=np.zeros_like(bytes_step), where=bw > 0)
         offset = slice_index * self.slice.chips
-        return pa.table(
+        return LINK_LOAD.table(
             {
                 "src_chip": (self.links["src"] + offset).astype(np.int32),
                 "dst_chip": (self.links["dst"] + offset).astype(np.int32),
@@ -277,8 +264,7 @@ class Fabric:
                 "busy_ns_per_step": np.rint(busy_s * 1e9).astype(np.int64),
                 "utilization": busy_s / step_s if step_s > 0 else np.zeros_like(busy_s),
                 "bandwidth_frac": self.bandwidth_frac,
-            },
-            schema=LINK_LOAD_SCHEMA,
+            }
         )
 
 
@@ -295,7 +281,7 @@ def dcn_link_table(
     busy_s = host_bytes / host_bytes_per_s if host_bytes_per_s > 0 else 0.0
     n = len(hosts)
     assert per_slice * slices == n
-    return pa.table(
+    return LINK_LOAD.table(
         {
             "src_chip": first.astype(np.int32),
             "dst_chip": dst.astype(np.int32),
@@ -304,35 +290,86 @@ def dcn_link_table(
             "busy_ns_per_step": np.full(n, int(round(busy_s * 1e9)), np.int64),
             "utilization": np.full(n, busy_s / step_s if step_s > 0 else 0.0),
             "bandwidth_frac": np.ones(n),
-        },
-        schema=LINK_LOAD_SCHEMA,
+        }
     )
 
 
-def fault_problems(
-    shape: Sequence[int], wrap: Sequence[bool], slices: int, degraded: Sequence, failed: Sequence, key: str = "interconnect"
-) -> list[tuple[str, str]]:
-    """Check scenario link faults against the slice; returns ``(dotted_key, message)`` problems."""
-    problems: list[tuple[str, str]] = []
-    if not degraded and not failed:
-        return problems
-    g = Slice(tuple(shape), tuple(wrap)).graph()
-    for name, items in (("degraded_links", degraded), ("failed_links", failed)):
-        for i, f in enumerate(items):
-            a, b = tuple(f.a), tuple(f.b)
-            where = f"{key}.{name}.{i}"  # pydantic's dotted form, as for every other key
-            if len(a) != len(shape) or len(b) != len(shape):
-                shape_txt = "x".join(map(str, shape))
-                problems.append((where, f"coordinates {list(a)}, {list(b)} need {len(shape)} entries for a {shape_txt} slice"))
-            elif not g.has_edge(a, b):
-                problems.append((where, f"{list(a)} and {list(b)} are not neighbours on the {'x'.join(map(str, shape))} slice"))
-            elif f.slice >= slices:
-                problems.append((where, f"slice {f.slice} does not exist; the pod has {slices} slice(s)"))
-    if not problems and failed:
-        for s in {f.slice for f in failed}:
-            cut = g.copy()
-            cut.remove_edges_from((tuple(f.a), tuple(f.b)) for f in failed if f.slice == s)
-            if not nx.is_connected(cut):
-                problems.append((f"{key}.failed_links", f"the failed links disconnect slice {s}; rings cannot route around them"))
-    return problems
+def slice_fabrics(pod: Pod, link_bytes_per_s: float, degraded: Sequence = (), failed: Sequence = ()) -> dict[int, Fabric]:
+    """One fabric per slice that has faults (key: slice index), plus the healthy one at key -1."""
+    out = {-1: Fabric(pod.slice, link_bytes_per_s)}
+    for s in sorted({f.slice for f in (*degraded, *failed)}):
+        out[s] = Fabric(
+            pod.slice,
+            link_bytes_per_s,
+            degraded={(tuple(f.a), tuple(f.b)): f.bandwidth_frac for f in degraded if f.slice == s},
+            failed=tuple((tuple(f.a), tuple(f.b)) for f in failed if f.slice == s),
+        )
+    return out
 
+
+def mesh_ring_phases(segments: Sequence[Segment1D], bytes_total: float, unidirectional: bool) -> list[RingPhase]:
+    """The reduce-scatter ring phases of :func:`engine.comm.mesh_comm.mesh_collective_s` on the links.
+
+    A whole wraparound segment is a bidirectional ring (half of each shard each way) or,
+    with one-way links, a one-way ring; any other segment is a line, out and back.
+    """
+    phases = []
+    shard = float(bytes_total)
+    for seg in segments:
+        move = (seg.chips - 1) / seg.chips * shard
+        if seg.wrap and not unidirectional:
+            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "ring", move / 2))
+        elif seg.wrap:
+            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "one-way", move))
+        else:
+            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "line", move))
+        shard /= seg.chips
+    return phases
+
+
+def collective_on_pod(
+    op: str,
+    bytes_total: float,
+    pod: Pod,
+    cal: Calibration,
+    *,
+    axes: Sequence[int] | None = None,
+    schedule: str = "simultaneous",
+    unidirectional: bool = False,
+    degraded: Sequence = (),
+    failed: Sequence = (),
+    across_slices: bool = True,
+    fabrics: dict[int, Fabric] | None = None,
+) -> tuple[CollectiveResult, dict[int, Fabric], dict[int, np.ndarray]]:
+    """Cost of one collective on a pod's ICI (and DCN across slices), faults included.
+
+    Returns the result (the slowest slice sets the time), the fabric of every slice
+    with faults (key -1: the healthy slices) and their per-stage link loads
+    ``{slice: (stages, links) bytes}``. Pass ``fabrics`` back in to reuse their
+    detours (routing on a 4,096-chip graph takes a fraction of a second).
+    """
+    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
+    rings = ring_schedule(op, bytes_total, pod.slice.shape, pod.slice.wrap, axes, schedule, unidirectional)
+    fabrics = fabrics if fabrics is not None else slice_fabrics(pod, link, degraded, failed)
+    loads = {k: f.stage_loads(rings) for k, f in fabrics.items()}
+    # The slowest slice bounds a synchronous collective: per stage, the worst fabric.
+    stage_bw = np.max([fabrics[k].stage_bw_time_s(rings, loads[k]) for k in fabrics], axis=0) if rings.stages else []
+    # A detour lengthens the rings of the stages that cross the failed link, by its extra hops; a failed
+    # link no ring of a stage uses (on an axis the collective does not span) costs that stage nothing.
+    broken = [f.detour_hops(f.stage_loads(rings, reroute=False)) for f in fabrics.values() if f.failed]
+    extra = int(np.max(broken, axis=0).sum()) if broken and rings.stages else 0
+    res = collective_time(
+        rings,
+        link,
+        cal.ici_hop_latency_s,
+        stage_bw_time_s=list(stage_bw),
+        slices=pod.slices if across_slices else 1,
+        chips_per_host=min(pod.chip.chips_per_host, pod.chips_per_slice),
+        dcn_host_bytes_per_s=pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
+        dcn_latency_s=cal.dcn_latency_s,
+    )
+    if extra:
+        add = extra * cal.ici_hop_latency_s
+        res = CollectiveResult(res.op, res.bytes_total, res.participants, res.time_s + add, res.ici_time_s + add,
+                               res.dcn_time_s, res.phases, res.rings)
+    return res, fabrics, loads

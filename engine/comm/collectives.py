@@ -33,13 +33,13 @@ Multi-axis schedules (``schedule``):
   sequential schedule with its axis order rotated by i, so in every stage each axis
   carries exactly one piece and all links are busy. Its bandwidth term is
   ``V / (W_bidi * n_axes)``, the [book]'s multi-axis formula, and it reproduces the
-  vendor's "all-reduce bandwidth per Pod" (see README). It is Podscope's default
+  vendor's "all-reduce bandwidth per Pod" (see docs/validation.md). It is Podscope's default
   for scenarios and the CLI because it is what the published TPU figures describe;
   ``sequential`` stays available (and is what :func:`all_reduce_time_s` computes).
 
 Stages run one after another; phases within a stage run at once on disjoint axes,
-so a stage lasts as long as its slowest phase. :mod:`engine.links` maps the same
-plan onto every directed link of the torus (per-link bytes, faults).
+so a stage lasts as long as its slowest phase. :mod:`engine.comm.fabric` maps the same
+schedule onto every directed link of the torus (per-link bytes, faults).
 """
 
 from __future__ import annotations
@@ -47,29 +47,25 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-from .errors import TopologyError
+from ..errors import TopologyError
 
 __all__ = [
     "OPS",
     "SCHEDULES",
     "AxisPhase",
-    "CollectivePlan",
+    "RingSchedule",
     "CollectiveResult",
     "ring_phase",
     "all_reduce_time_s",
     "dcn_all_reduce_time_s",
     "dcn_time_s",
-    "plan_collective",
+    "ring_schedule",
     "collective_time",
     "busbw_factor",
-    "p2p_time_s",
     "stage_times_s",
 ]
 
-Op = Literal["all-reduce", "reduce-scatter", "all-gather", "all-to-all"]
-Schedule = Literal["sequential", "simultaneous"]
 OPS: tuple[str, ...] = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all")
 SCHEDULES: tuple[str, ...] = ("sequential", "simultaneous")
 
@@ -115,7 +111,7 @@ def ring_phase(bytes_total: float, n: int, wrap: bool, link_bytes_per_s: float, 
 
 
 @dataclass(frozen=True)
-class CollectivePlan:
+class RingSchedule:
     """The ring schedule of one collective over the ICI axes of one slice (no timing)."""
 
     op: str
@@ -147,7 +143,7 @@ class CollectiveResult:
     ici_time_s: float
     dcn_time_s: float
     phases: tuple[AxisPhase, ...]
-    plan: CollectivePlan = field(repr=False)
+    rings: RingSchedule = field(repr=False)
 
     @property
     def algbw_bytes_per_s(self) -> float:
@@ -229,7 +225,7 @@ def _all_to_all_phases(
     return phases
 
 
-def plan_collective(
+def ring_schedule(
     op: str,
     bytes_total: float,
     axis_sizes: Sequence[int],
@@ -237,7 +233,7 @@ def plan_collective(
     axes: Sequence[int] | None = None,
     schedule: str = "simultaneous",
     unidirectional: bool = False,
-) -> CollectivePlan:
+) -> RingSchedule:
     """Plan a collective's ring phases over some axes of a torus.
 
     Parameters
@@ -283,7 +279,7 @@ def plan_collective(
             for i in range(k):
                 order = active[i:] + active[:i]
                 phases += _rs_ag_phases(op, bytes_total / k, order, sizes, wraps, unidirectional, i, 0)
-    return CollectivePlan(op, float(bytes_total), sizes, wraps, axes, schedule, unidirectional, tuple(phases))
+    return RingSchedule(op, float(bytes_total), sizes, wraps, axes, schedule, unidirectional, tuple(phases))
 
 
 def _timed(p: AxisPhase, bw_time_s: float, hop_latency_s: float) -> AxisPhase:
@@ -297,21 +293,6 @@ def stage_times_s(phases: Sequence[AxisPhase], stages: int) -> list[float]:
     for p in phases:
         out[p.stage] = max(out[p.stage], p.time_s)
     return out
-
-
-def p2p_time_s(bytes_total: float, hops_per_axis: Sequence[int], link_bytes_per_s: float, hop_latency_s: float) -> float:
-    """Point-to-point transfer of ``bytes_total`` between two chips of a slice, in seconds.
-
-    The message is split over one dimension-ordered route per axis it must move
-    along (each starts on a different port of the source), so it streams at
-    ``ports * W``; the first byte arrives after ``sum(hops)`` hop latencies and the
-    rest pipelines behind it ([book] tpus.md, point-to-point question).
-    """
-    hops = sum(abs(int(h)) for h in hops_per_axis)
-    ports = sum(1 for h in hops_per_axis if h)
-    if hops == 0 or bytes_total <= 0:
-        return 0.0
-    return bytes_total / (ports * link_bytes_per_s) + hops * hop_latency_s
 
 
 def dcn_time_s(
@@ -336,7 +317,7 @@ def dcn_time_s(
 
 
 def collective_time(
-    plan: CollectivePlan,
+    rings: RingSchedule,
     link_bytes_per_s: float,
     hop_latency_s: float,
     *,
@@ -350,15 +331,15 @@ def collective_time(
 
     Parameters
     ----------
-    plan
-        From :func:`plan_collective`.
+    rings
+        From :func:`ring_schedule`.
     link_bytes_per_s
         One ICI link's one-way bandwidth (already times any efficiency).
     hop_latency_s
         Per-hop latency (the alpha term).
     stage_bw_time_s
         Optional bandwidth time of each stage computed on the actual links
-        (:meth:`engine.links.Fabric.stage_bw_time_s`, faults included); default
+        (:meth:`engine.comm.fabric.Fabric.stage_bw_time_s`, faults included); default
         is the closed form ``link_bytes / link_bytes_per_s`` per phase.
     slices, chips_per_host, dcn_host_bytes_per_s, dcn_latency_s
         Multi-slice: the slice-local result is combined across ``slices`` over the
@@ -369,9 +350,9 @@ def collective_time(
     CollectiveResult
         ``time_s`` in seconds; phases carry their own ``time_s``.
     """
-    n_stages = plan.stages
+    n_stages = rings.stages
     timed = []
-    for p in plan.phases:
+    for p in rings.phases:
         bw = p.link_bytes / link_bytes_per_s
         if stage_bw_time_s is not None:
             # The fabric knows the stage's bottleneck link; every phase of the stage ends with it.
@@ -380,14 +361,14 @@ def collective_time(
     ici_s = sum(stage_times_s(timed, n_stages))
     dcn_s = 0.0
     if slices > 1:
-        n_slice = plan.participants
-        dcn_op = plan.op
-        shard = plan.bytes_total / n_slice if dcn_op != "all-to-all" else plan.bytes_total / (n_slice * slices)
+        n_slice = rings.participants
+        dcn_op = rings.op
+        shard = rings.bytes_total / n_slice if dcn_op != "all-to-all" else rings.bytes_total / (n_slice * slices)
         dcn_s = dcn_time_s(dcn_op, shard, slices, chips_per_host, dcn_host_bytes_per_s, dcn_latency_s)
         # The DCN step sits between the in-slice reduce-scatter and all-gather stages.
         timed.append(AxisPhase(f"dcn-{dcn_op}", -1, slices, shard * chips_per_host, dcn_s, n_stages, 0.0, slices - 1, 1, 0))
-    participants = plan.participants * max(slices, 1)
-    return CollectiveResult(plan.op, plan.bytes_total, participants, ici_s + dcn_s, ici_s, dcn_s, tuple(timed), plan)
+    participants = rings.participants * max(slices, 1)
+    return CollectiveResult(rings.op, rings.bytes_total, participants, ici_s + dcn_s, ici_s, dcn_s, tuple(timed), rings)
 
 
 def all_reduce_time_s(
@@ -401,12 +382,12 @@ def all_reduce_time_s(
 ) -> tuple[float, list[AxisPhase]]:
     """Multi-axis ring all-reduce over every axis; returns total time (s) and its phases.
 
-    Kept for callers of the original API; the default schedule here stays
-    ``sequential`` so their numbers do not move. New code should use
-    :func:`plan_collective` and :func:`collective_time`.
+    The schedule defaults to ``sequential`` ([astra]'s per-dimension rings); on one
+    axis both schedules agree. :func:`ring_schedule` and :func:`collective_time`
+    give the phases' stages and the DCN part as well.
     """
-    plan = plan_collective("all-reduce", bytes_total, axis_sizes, wrap, None, schedule, unidirectional)
-    res = collective_time(plan, link_bytes_per_s, hop_latency_s)
+    rings = ring_schedule("all-reduce", bytes_total, axis_sizes, wrap, None, schedule, unidirectional)
+    res = collective_time(rings, link_bytes_per_s, hop_latency_s)
     return res.time_s, list(res.phases)
 
 

@@ -1,7 +1,7 @@
-"""The interconnect as a run sees it: one collective's cost on a pod, and the gradient sync.
+"""The data-parallel gradient sync of a step: its cost on the links, its overlap, its link load.
 
-Ties together the ring schedule (:mod:`engine.collectives`), the links it loads
-(:mod:`engine.links`) and the scenario's ``[interconnect]`` section. The gradient
+Ties together the ring schedule (:mod:`engine.comm.collectives`), the links it loads
+(:mod:`engine.comm.fabric`) and the scenario's ``[interconnect]`` section. The gradient
 all-reduce can overlap the backward pass in buckets (PyTorch DDP / XLA async
 collectives style): bucket i of B is ready at ``i/B`` of the backward pass and
 each bucket pays the collective's bandwidth time / B plus its full latency. The
@@ -11,7 +11,7 @@ the step, the rest is recorded as overlapped.
 
 A data mesh axis that splits a torus axis (``data = 4`` strided over a z ring of 8
 that ``tensor = 2`` shares) is priced by the mesh model's per-segment rings
-(:func:`engine.parallelism.mesh_collective_s`); :func:`mesh_gradient_sync` lays those
+(:func:`engine.comm.mesh_comm.mesh_collective_s`); :func:`mesh_gradient_sync` lays those
 same rings onto the slice's links, so faults, one-way links, overlap and link load
 apply to it as well: the mesh estimate plus what the actual links add to it.
 """
@@ -25,33 +25,24 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from .calibration import Calibration
-from .collectives import CollectiveResult, collective_time, plan_collective
-from .links import Fabric, RingPhase, dcn_link_table
-from .parallelism import LinkPenalty, Mesh
-from .topology import Pod
+from ..calibration import Calibration
+from ..mesh import Segment1D
+from ..scenario import InterconnectSection
+from ..topology import Pod
+from ..trace import TABLES
+from .collectives import CollectiveResult
+from .fabric import Fabric, collective_on_pod, dcn_link_table, mesh_ring_phases, slice_fabrics
 
 __all__ = [
-    "collective_on_pod",
     "GradientSync",
     "gradient_sync",
     "MeshGradientSync",
     "mesh_gradient_sync",
-    "mesh_link_penalties",
     "overlap_exposed_s",
     "overlap_table",
-    "OVERLAP_SCHEMA",
 ]
 
-OVERLAP_SCHEMA = pa.schema(
-    [
-        ("step", pa.int32()),
-        ("start_ns", pa.int64()),  # when the first bucket's all-reduce starts (absolute)
-        ("overlapped_ns", pa.int64()),  # collective time hidden under the backward pass
-        ("exposed_ns", pa.int64()),  # collective time charged to the step (the `collective` event)
-        ("buckets", pa.int32()),
-    ]
-)
+COLLECTIVE_OVERLAP = TABLES["extra_collective_overlap"]
 
 
 def overlap_exposed_s(bw_time_s: float, latency_s: float, backward_s: float, buckets: int) -> tuple[float, float]:
@@ -77,67 +68,6 @@ def overlap_exposed_s(bw_time_s: float, latency_s: float, backward_s: float, buc
     return exposed, max(b * c - exposed, 0.0)
 
 
-def _fabrics(pod: Pod, link_bytes_per_s: float, degraded: Sequence = (), failed: Sequence = ()) -> dict[int, Fabric]:
-    """One fabric per slice that has faults (key: slice index), plus the healthy one at key -1."""
-    out = {-1: Fabric(pod.slice, link_bytes_per_s)}
-    for s in sorted({f.slice for f in (*degraded, *failed)}):
-        out[s] = Fabric(
-            pod.slice,
-            link_bytes_per_s,
-            degraded={(tuple(f.a), tuple(f.b)): f.bandwidth_frac for f in degraded if f.slice == s},
-            failed=tuple((tuple(f.a), tuple(f.b)) for f in failed if f.slice == s),
-        )
-    return out
-
-
-def collective_on_pod(
-    op: str,
-    bytes_total: float,
-    pod: Pod,
-    cal: Calibration,
-    *,
-    axes: Sequence[int] | None = None,
-    schedule: str = "simultaneous",
-    unidirectional: bool = False,
-    degraded: Sequence = (),
-    failed: Sequence = (),
-    across_slices: bool = True,
-    fabrics: dict[int, Fabric] | None = None,
-) -> tuple[CollectiveResult, dict[int, Fabric], dict[int, np.ndarray]]:
-    """Cost of one collective on a pod's ICI (and DCN across slices), faults included.
-
-    Returns the result (the slowest slice sets the time), the fabric of every slice
-    with faults (key -1: the healthy slices) and their per-stage link loads
-    ``{slice: (stages, links) bytes}``. Pass ``fabrics`` back in to reuse their
-    detours (routing on a 4,096-chip graph takes a fraction of a second).
-    """
-    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
-    plan = plan_collective(op, bytes_total, pod.slice.shape, pod.slice.wrap, axes, schedule, unidirectional)
-    fabrics = fabrics if fabrics is not None else _fabrics(pod, link, degraded, failed)
-    loads = {k: f.stage_loads(plan) for k, f in fabrics.items()}
-    # The slowest slice bounds a synchronous collective: per stage, the worst fabric.
-    stage_bw = np.max([fabrics[k].stage_bw_time_s(plan, loads[k]) for k in fabrics], axis=0) if plan.stages else []
-    # A detour lengthens the rings of the stages that cross the failed link, by its extra hops; a failed
-    # link no ring of a stage uses (on an axis the collective does not span) costs that stage nothing.
-    broken = [f.detour_hops(f.stage_loads(plan, reroute=False)) for f in fabrics.values() if f.failed]
-    extra = int(np.max(broken, axis=0).sum()) if broken and plan.stages else 0
-    res = collective_time(
-        plan,
-        link,
-        cal.ici_hop_latency_s,
-        stage_bw_time_s=list(stage_bw),
-        slices=pod.slices if across_slices else 1,
-        chips_per_host=min(pod.chip.chips_per_host, pod.chips_per_slice),
-        dcn_host_bytes_per_s=pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
-        dcn_latency_s=cal.dcn_latency_s,
-    )
-    if extra:
-        add = extra * cal.ici_hop_latency_s
-        res = CollectiveResult(res.op, res.bytes_total, res.participants, res.time_s + add, res.ici_time_s + add,
-                               res.dcn_time_s, res.phases, res.plan)
-    return res, fabrics, loads
-
-
 @dataclass(frozen=True)
 class GradientSync:
     """The per-step gradient all-reduce: its cost, what is exposed, and its link load."""
@@ -152,13 +82,13 @@ class GradientSync:
 
     def link_load(self, pod: Pod, cal: Calibration, step_s: float) -> pa.Table:
         """The ``link_load`` table (one row per directed ICI link and per host NIC)."""
-        plan = self.result.plan
+        rings = self.result.rings
         tables = []
         for s in range(pod.slices):
             key = s if s in self.fabrics else -1
-            tables.append(self.fabrics[key].link_load_table(plan, 1.0, step_s, s, self.loads[key]))
+            tables.append(self.fabrics[key].link_load_table(rings, 1.0, step_s, s, self.loads[key]))
         if pod.slices > 1:
-            tables.append(_dcn_all_reduce_rows(pod, cal, plan.bytes_total / plan.participants, step_s))
+            tables.append(_dcn_all_reduce_rows(pod, cal, rings.bytes_total / rings.participants, step_s))
         return pa.concat_tables(tables)
 
 
@@ -171,7 +101,12 @@ def _dcn_all_reduce_rows(pod: Pod, cal: Calibration, shard_bytes: float, step_s:
 
 
 def gradient_sync(
-    pod: Pod, grad_bytes_per_chip: float, cal: Calibration, section, backward_s: float, axes: Sequence[int] | None = None
+    pod: Pod,
+    grad_bytes_per_chip: float,
+    cal: Calibration,
+    section: InterconnectSection,
+    backward_s: float,
+    axes: Sequence[int] | None = None,
 ) -> GradientSync:
     """The gradient all-reduce of a data-parallel step under the scenario's ``[interconnect]``.
 
@@ -223,33 +158,13 @@ class MeshGradientSync:
         return pa.concat_tables(tables)
 
 
-def _ring_phases(segments: Sequence, bytes_total: float, unidirectional: bool) -> list[RingPhase]:
-    """The reduce-scatter ring phases of :func:`engine.parallelism.mesh_collective_s` on the links.
-
-    A whole wraparound segment is a bidirectional ring (half of each shard each way) or,
-    with one-way links, a one-way ring; any other segment is a line, out and back.
-    """
-    phases = []
-    shard = float(bytes_total)
-    for seg in segments:
-        move = (seg.chips - 1) / seg.chips * shard
-        if seg.wrap and not unidirectional:
-            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "ring", move / 2))
-        elif seg.wrap:
-            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "one-way", move))
-        else:
-            phases.append(RingPhase(seg.torus_axis, seg.chips, seg.stride, "line", move))
-        shard /= seg.chips
-    return phases
-
-
 def mesh_gradient_sync(
     pod: Pod,
     grad_bytes_per_chip: float,
     cal: Calibration,
-    section,
+    section: InterconnectSection,
     backward_s: float,
-    segments: Sequence,
+    segments: Sequence[Segment1D],
     estimate_s: float,
     data_size: int,
 ) -> MeshGradientSync:
@@ -273,7 +188,7 @@ def mesh_gradient_sync(
     backward_s
         Backward-pass duration (s), for overlap.
     segments
-        The data mesh axis' :class:`~engine.parallelism.Segment1D` parts, inner first.
+        The data mesh axis' :class:`~engine.mesh.Segment1D` parts, inner first.
     estimate_s
         The mesh model's time of this all-reduce, DCN included (s).
     data_size
@@ -281,11 +196,11 @@ def mesh_gradient_sync(
     """
     link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
     lat = cal.ici_hop_latency_s
-    rs_ref = _ring_phases(segments, grad_bytes_per_chip, unidirectional=False)
-    rs = _ring_phases(segments, grad_bytes_per_chip, section.unidirectional)
+    rs_ref = mesh_ring_phases(segments, grad_bytes_per_chip, unidirectional=False)
+    rs = mesh_ring_phases(segments, grad_bytes_per_chip, section.unidirectional)
     ref = rs_ref + rs_ref[::-1]  # all-reduce: reduce-scatter, then all-gather back in reverse
     act = rs + rs[::-1]
-    fabrics = _fabrics(pod, link, section.degraded_links, section.failed_links)
+    fabrics = slice_fabrics(pod, link, section.degraded_links, section.failed_links)
     loads = {k: f.ring_loads(act) for k, f in fabrics.items()}
     healthy = np.asarray(fabrics[-1].stage_bw_time_s(None, fabrics[-1].ring_loads(ref)))
     worst = np.max([fabrics[k].stage_bw_time_s(None, loads[k]) for k in fabrics], axis=0) if act else healthy
@@ -302,46 +217,12 @@ def mesh_gradient_sync(
         latency_s = lat * (sum(2 * (s.chips - 1 if not s.wrap or section.unidirectional else math.ceil((s.chips - 1) / 2))
                                    for s in segments) + detour_hops)
         if pod.slices > 1:
-            latency_s += 2 * (pod.slices - 1) * cal.dcn_latency_s  # engine.collectives.dcn_all_reduce_time_s
+            latency_s += 2 * (pod.slices - 1) * cal.dcn_latency_s  # engine.comm.collectives.dcn_all_reduce_time_s
         exposed, overlapped = overlap_exposed_s(total - latency_s, latency_s, backward_s, buckets)
     else:
         exposed, overlapped = total, 0.0
     return MeshGradientSync(exposed + overlapped, exposed, overlapped, buckets, fabrics, loads,
                             grad_bytes_per_chip / data_size)
-
-
-def mesh_link_penalties(pod: Pod, cal: Calibration, section, mesh: Mesh) -> dict[str, LinkPenalty]:
-    """What the scenario's degraded/failed links add to the per-layer FSDP and TP collectives.
-
-    Each mesh axis' rings (:func:`_ring_phases`, as the mesh model prices them) are laid
-    on every slice's links for a 1-byte array: per phase, the slowest ring of the worst
-    slice sets the pace of a synchronous SPMD collective, and its bandwidth time minus
-    the healthy one is the extra seconds per byte (bandwidth time is linear in the
-    array). A failed link a phase's rings cross adds its detour's extra hops to that
-    phase. ``unidirectional`` is not applied here (the mesh model prices these
-    collectives on two-way links), so the reference and the faulty rings are both two-way.
-
-    Returns
-    -------
-    dict
-        ``{"fsdp" | "tensor": LinkPenalty}`` for mesh axes larger than 1; empty without faults,
-        so a healthy run's per-layer collectives are untouched.
-    """
-    if not section.degraded_links and not section.failed_links:
-        return {}
-    link = pod.chip.ici_link_bytes_per_s * cal.ici_efficiency
-    fabrics = _fabrics(pod, link, section.degraded_links, section.failed_links)
-    out = {}
-    for name in ("fsdp", "tensor"):
-        axis = mesh[name]
-        phases = _ring_phases(axis.segments, 1.0, unidirectional=False)
-        if axis.size <= 1 or not phases:
-            continue
-        healthy = np.asarray(fabrics[-1].stage_bw_time_s(None, fabrics[-1].ring_loads(phases)))
-        worst = np.max([f.stage_bw_time_s(None, f.ring_loads(phases)) for f in fabrics.values()], axis=0)
-        hops = np.max([f.detour_hops(f.ring_loads(phases, reroute=False)) for f in fabrics.values()], axis=0)
-        out[name] = LinkPenalty(float(np.sum(worst - healthy)), float(hops.sum()) * cal.ici_hop_latency_s)
-    return out
 
 
 def overlap_table(sync: GradientSync | MeshGradientSync, steps: pa.Table, backward_start_s: float, backward_s: float) -> pa.Table:
@@ -352,15 +233,14 @@ def overlap_table(sync: GradientSync | MeshGradientSync, steps: pa.Table, backwa
     n = steps.num_rows if sync.overlapped_s > 0 else 0
     start = steps.column("start_ns").to_numpy()[:n]
     first_bucket_s = backward_start_s + backward_s / max(sync.buckets, 1)
-    return pa.table(
+    return COLLECTIVE_OVERLAP.table(
         {
             "step": np.arange(n, dtype=np.int32),
             "start_ns": start + int(round(first_bucket_s * 1e9)),
             "overlapped_ns": np.full(n, int(round(sync.overlapped_s * 1e9)), np.int64),
             "exposed_ns": np.full(n, int(round(sync.exposed_s * 1e9)), np.int64),
             "buckets": np.full(n, sync.buckets, np.int32),
-        },
-        schema=OVERLAP_SCHEMA,
+        }
     )
 
 

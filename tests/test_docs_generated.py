@@ -1,0 +1,75 @@
+"""The docs' generated tables match what their scripts produce from the current code.
+
+Each table sits between marker comments in a docs page (``scripts/docs_blocks.py``) and is
+written by the script that measures it. When the engine, the calibration or the reference file
+changes the numbers, these tests fail until the script is run again with ``--write`` (or, for
+validation, ``python -m scripts.plot_validation``). Performance tables are not checked: they
+record a machine and a date.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.validation import run_validation
+from scripts import idle_table, plot_validation
+from scripts.docs_blocks import read_block
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_validation_tables_match_the_current_validation():
+    for name, text in plot_validation.tables(run_validation()).items():
+        assert read_block(plot_validation.PAGE, name) == text, (
+            f"docs/validation.md block {name!r} is stale: run `python -m scripts.plot_validation`"
+        )
+
+
+@pytest.mark.slow
+def test_idle_table_matches_the_bundled_scenarios_and_the_fixes_act():
+    out = subprocess.run([sys.executable, "-m", "scripts.idle_table"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert read_block(idle_table.PAGE, idle_table.BLOCK) == out.stdout, (
+        "docs/model.md idle table is stale: run `python -m scripts.idle_table --write`"
+    )
+    rows = out.stdout.strip().splitlines()[len(idle_table.HEADER):]
+    assert len(rows) == 10 and all(r.startswith("| ") and r.endswith(" |") for r in rows)
+    # the mechanisms still act: the fix for each cause removes (most of) it
+    assert "input wait" in rows[6] and "-> 0.0%" in rows[6]
+    assert "279 -> 3 -> 0 recompiles" in rows[7]
+
+
+def test_a_block_that_is_missing_is_an_error(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("no markers here\n")
+    with pytest.raises(KeyError, match="no generated block 'x'"):
+        read_block(page, "x")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_links_between_the_readme_and_the_docs_resolve():
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path_part, _, anchor = target.partition("#")
+            dest = (page.parent / path_part).resolve() if path_part else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", dest.read_text(), re.M)
+                if anchor not in {_slug(h) for h in headings}:
+                    broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
