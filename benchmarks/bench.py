@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 import duckdb
 
 from engine import scenario_from_dict, simulate
-from profiler import store
+from profiler import chunked_write
 from profiler.store import Database, write_run, write_runs
 
 #: the [input] section of data/scenarios/resnet50-v4-gcs-input-bound.toml, read so the bench
@@ -107,19 +107,19 @@ def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) ->
         "bare_insert_runs_s": [bare1, bare2],
         "bare_rows_per_s": events.num_rows / bare_s,
         "store_vs_bare_rate": bare_s / store_s,
-        "event_chunk_rows": store.EVENT_CHUNK_ROWS,
+        "event_chunk_rows": chunked_write.EVENT_CHUNK_ROWS,
         "peak_rss_bytes_after_simulate_and_store": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "peak_rss_bytes_after_simulate": peak_sim,
         "db_bytes": db.path.stat().st_size,
         "db_path": str(db.path),
     }
     if chunk_variants:
-        # the chunk size trades write rate against a waiting reader's worst delay (profiler/store.py)
+        # the chunk size trades write rate against a waiting reader's worst delay (profiler/chunked_write.py)
         variants = {}
-        default = store.EVENT_CHUNK_ROWS
+        default = chunked_write.EVENT_CHUNK_ROWS
         try:
             for rows in (500_000, 2_000_000, 4_000_000, events.num_rows):
-                store.EVENT_CHUNK_ROWS = rows
+                chunked_write.EVENT_CHUNK_ROWS = rows
                 path = tmp / f"chunk-{rows}.duckdb"
                 bare = _bare_insert_s(tmp / "bare-v.duckdb", events)  # each variant beside its own bare insert
                 _, s = _timed(write_run, Database(path), result)
@@ -127,7 +127,7 @@ def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) ->
                 path.unlink()
                 (tmp / "bare-v.duckdb").unlink()
         finally:
-            store.EVENT_CHUNK_ROWS = default
+            chunked_write.EVENT_CHUNK_ROWS = default
         out["chunk_rows_variants"] = variants
     for p in ("bare1.duckdb", "bare2.duckdb"):
         (tmp / p).unlink(missing_ok=True)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
-from typing import Any
-
 import pyarrow as pa
 
+from .jsonable import json_default
 from .trace import RunResult
 
 __all__ = ["run_digest"]
@@ -26,12 +25,6 @@ def _ipc_bytes(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
-
-
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def run_digest(result: RunResult) -> str:
@@ -45,5 +38,5 @@ def run_digest(result: RunResult) -> str:
         data = _ipc_bytes(table)
         h.update(f"{name}:{len(data)}:".encode())
         h.update(data)
-    h.update(json.dumps(asdict(result.facts), sort_keys=True, default=_json_default).encode())
+    h.update(json.dumps(asdict(result.facts), sort_keys=True, default=json_default).encode())
     return h.hexdigest()

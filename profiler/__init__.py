@@ -1,7 +1,7 @@
 """Podscope profiler: DuckDB storage, the query layer, export/import and the CLI."""
 
 from . import api, queries
-from .store import Database, DatabaseBusyError, delete_run, resolve_db_path, resolve_run, write_run
+from .store import Database, DatabaseBusyError, delete_run, resolve_db_path, resolve_run, write_run, write_runs
 from .summary import SUMMARY_KEYS, build_summary
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "resolve_db_path",
     "resolve_run",
     "write_run",
+    "write_runs",
 ]

@@ -31,6 +31,7 @@ import numpy as np
 
 from engine.errors import InputError, ProfilerError
 
+from .schema import quote_ident
 from .store import Database, resolve_run
 
 __all__ = [
@@ -331,8 +332,7 @@ def _write_tables(con: Any, run_id: int, out_dir: Path, fmt: str, window: tuple[
     events = 0
     queries = dict(_TABLE_QUERIES)
     for (table,) in con.execute(_EXTRA_TABLES_SQL).fetchall():
-        # extra_* names are created by the store from a checked identifier pattern
-        queries[table] = f"SELECT * FROM {table} WHERE run_id = $id"
+        queries[table] = f"SELECT * FROM {quote_ident(table)} WHERE run_id = $id"
     for table, sql in queries.items():
         used = {k: v for k, v in params.items() if f"${k}" in sql}
         rel = con.cursor().sql(sql, params=used)  # a cursor: relations refuse a connection with a pending result

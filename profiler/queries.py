@@ -20,7 +20,7 @@ from engine.errors import RunNotFoundError
 from engine.trace import EVENT_KINDS
 
 from .level_of_detail import CellGrid
-from .store import _ident
+from .schema import quote_ident
 
 __all__ = ["list_runs", "run_summary", "run_scenario", "breakdown", "step_times", "list_sweeps", "sweep_runs", "MAX_POINTS"]
 
@@ -163,8 +163,8 @@ def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 
 
 def _extra_rows(con: duckdb.DuckDBPyConnection, table: str, run_id: int) -> bool:
-    # Table names cannot be bound; ``table`` only ever comes from the constants in this module.
-    return has_table(con, table) and con.execute(f"SELECT count(*) FROM {table} WHERE run_id = $id", {"id": run_id}).fetchone()[0] > 0
+    sql = f"SELECT count(*) FROM {quote_ident(table)} WHERE run_id = $id"  # table names cannot be bound
+    return has_table(con, table) and con.execute(sql, {"id": run_id}).fetchone()[0] > 0
 
 
 _KIND_BY_STEP_SQL = """
@@ -465,6 +465,5 @@ def run_tables(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]:
         cols = [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = $t", {"t": table}).fetchall()]
         if "run_id" not in cols:
             continue
-        # The name comes from information_schema, not from a user; checked and quoted as an identifier.
-        out[table] = con.execute(f"SELECT count(*) FROM {_ident(table)} WHERE run_id = $id", {"id": run_id}).fetchone()[0]
+        out[table] = con.execute(f"SELECT count(*) FROM {quote_ident(table)} WHERE run_id = $id", {"id": run_id}).fetchone()[0]
     return out

@@ -47,13 +47,14 @@ from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
 from engine.errors import PodscopeError, ProfilerError, ScenarioError
+from engine.jsonable import json_default
 from engine.validation_messages import UNKNOWN_KEY
 
+from .schema import CREATE_TABLE_SQL
 from .store import Database, write_run, write_runs
 
 __all__ = [
@@ -68,11 +69,6 @@ __all__ = [
     "default_out_dir",
 ]
 
-_FAILURES_SQL = """
-CREATE TABLE IF NOT EXISTS sweep_failures (
-    sweep VARCHAR NOT NULL, point VARCHAR NOT NULL, overrides JSON, error VARCHAR, created_at TIMESTAMP WITH TIME ZONE
-)
-"""
 _STORED_POINT_IDS_SQL = (
     "SELECT json_extract_string(summary, '$.sweep.point'), run_id FROM runs "
     "WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
@@ -262,18 +258,12 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
             with pa.ipc.new_file(tmp / f"{name}{_POINT_TABLE_SUFFIX}", table.schema) as writer:
                 writer.write_table(table)
         meta = {"scenario": point.scenario, "facts": asdict(result.facts), "point": point.point, "overrides": point.overrides}
-        (tmp / "meta.json").write_text(json.dumps(meta, default=_json_default))
+        (tmp / "meta.json").write_text(json.dumps(meta, default=json_default))
         os.replace(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return str(final), None
-
-
-def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 # --- writer side ---------------------------------------------------------------------------
@@ -284,15 +274,13 @@ STORE_GATHER_S = 1.0
 
 
 def _read_point_table(path: Path) -> pa.Table:
-    if path.suffix == ".parquet":  # point files may also be Parquet
-        return pq.read_table(path)
     with pa.OSFile(str(path)) as f:  # read into memory: the folder is removed once stored
         return pa.ipc.open_file(f).read_all()
 
 
 def _load_point(folder: Path, sweep: str) -> RunResult:
     meta = json.loads((folder / "meta.json").read_text())
-    tables = {p.stem: _read_point_table(p) for p in [*folder.glob("*.parquet"), *folder.glob(f"*{_POINT_TABLE_SUFFIX}")]}
+    tables = {p.stem: _read_point_table(p) for p in folder.glob(f"*{_POINT_TABLE_SUFFIX}")}
     extra = {k.removeprefix("extra_"): v for k, v in tables.items() if k.startswith("extra_")}
     facts = meta["facts"]
     facts["extra"] = {**facts.get("extra", {}), "sweep": {"name": sweep, "point": meta["point"], "overrides": meta["overrides"]}}
@@ -306,7 +294,7 @@ def _load_point(folder: Path, sweep: str) -> RunResult:
 
 def _record_failure(db: Database, sweep: str, point: SweepPoint, error: str) -> None:
     with db.write() as con:
-        con.execute(_FAILURES_SQL)
+        con.execute(CREATE_TABLE_SQL["sweep_failures"])
         con.execute(
             "INSERT INTO sweep_failures VALUES ($sweep, $point, $overrides, $error, $at)",
             {"sweep": sweep, "point": point.point, "overrides": json.dumps(point.overrides), "error": error,
@@ -363,7 +351,7 @@ def run_sweep(
     *,
     out_dir: str | Path | None = None,
     progress: Callable[[int, int, str], None] | None = None,
-    keep_parquet: bool = False,
+    keep_points: bool = False,
 ) -> SweepResult:
     """Run (or resume) a sweep: simulate points on ``executor``, store each finished point.
 
@@ -376,10 +364,10 @@ def run_sweep(
         ``distributed.Client(address).get_executor()``. Workers must see ``out_dir``
         (a shared folder on a cluster) and import this repository.
     out_dir
-        Folder for the per-point Parquet files (default: beside the database).
+        Folder for the per-point Arrow files (default: beside the database).
     progress
         Called as ``progress(done, total, message)`` after each point.
-    keep_parquet
+    keep_points
         Keep point folders after they are stored (default: removed once in DuckDB).
 
     Raises
@@ -431,7 +419,7 @@ def run_sweep(
         for (point, folder), run_id, error in _store_points(db, spec.name, ready):
             if error is None:
                 stored.append(run_id)
-                if not keep_parquet:
+                if not keep_points:
                     shutil.rmtree(folder, ignore_errors=True)
             else:
                 failed.append((point.point, error))

@@ -1,12 +1,9 @@
-"""Import real traces (Chrome Trace Event JSON) as Podscope runs.
+"""Import real traces (Chrome Trace Event JSON) as Podscope runs: what the events mean.
 
-Reads ``.json`` or ``.json.gz`` in the Chrome Trace Event Format as written by
-``torch.profiler`` (``export_chrome_trace``), the JAX/TensorBoard profiler
-(``*.trace.json.gz``) and Podscope's own Perfetto export. The file is parsed as
-a stream (ijson) through a reader that counts bytes, so memory stays bounded
-whatever the file holds: the file size, the decompressed size (a gzip bomb
-stops at the limit) and the number of events are all capped. Any problem raises
-:class:`~engine.errors.TraceImportError` before anything is written.
+Reading the file, with its size, decompression and event-count limits, is
+:mod:`profiler.trace_file`'s; this module turns the events it read into Podscope's
+trace tables. Formats: ``torch.profiler`` (``export_chrome_trace``), the JAX/TensorBoard
+profiler (``*.trace.json.gz``) and Podscope's own Perfetto export.
 
 Devices and processes become chips
     Processes named like a device (``/device:TPU:0``, ``GPU 1``) become chips when
@@ -41,17 +38,11 @@ Exclusive time
 
 from __future__ import annotations
 
-import gzip
-import io
-import math
 import re
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
 
-import ijson
 import numpy as np
 import pyarrow as pa
 
@@ -59,6 +50,7 @@ from engine.errors import TraceImportError
 from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace, events_batch
 
 from .store import Database, write_run
+from .trace_file import DEFAULT_MAX_EVENTS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_JSON_BYTES, MAX_SPAN_US, ImportLimits, RawTrace, read_raw_trace
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -70,15 +62,6 @@ __all__ = [
     "read_trace",
     "import_trace",
 ]
-
-DEFAULT_MAX_FILE_BYTES = 512 * 2**20  # on disk, compressed or not
-DEFAULT_MAX_JSON_BYTES = 2 * 2**30  # decompressed JSON text
-DEFAULT_MAX_EVENTS = 5_000_000  # trace events of any phase
-#: longest believable single event and trace span: a week, in microseconds
-MAX_SPAN_US = 7 * 24 * 3600 * 1e6
-#: |ts| beyond this (microseconds; ~3,000 years since the epoch) is not a timestamp
-MAX_ABS_TS_US = 1e17
-_READ_CHUNK_BYTES = 1 << 16
 
 #: ordered (kind, name regex) rules; the first match wins (case-insensitive)
 KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -99,64 +82,7 @@ _COMPUTE_THREADS = re.compile(r"^(xla ops|xla modules|tensorflow ops|tf ops)$", 
 _STEP_MARKER = re.compile(r"^ProfilerStep#(\d+)$")
 _DEVICE_PROCESS = re.compile(r"/device:(TPU|GPU)[:_ ]?(\d+)|^(TPU|GPU)[:_ ]?(\d+)\b", re.I)
 _IDLE_CODE = KIND_CODE["other"]
-
-IMPORT_EVENTS_SCHEMA = TABLES["extra_import_events"].schema
-
-
-@dataclass(frozen=True)
-class ImportLimits:
-    """Caps that keep an import's memory and time bounded (bytes and event counts)."""
-
-    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
-    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
-    max_events: int = DEFAULT_MAX_EVENTS
-
-
-class _BoundedReader(io.RawIOBase):
-    """A binary reader that fails once more than ``limit`` bytes have come through."""
-
-    def __init__(self, inner: BinaryIO, limit: int, source: str, owned: tuple[BinaryIO, ...] = ()):
-        self._inner = inner
-        self._owned = owned  # closed with this reader (GzipFile leaves the file it wraps open)
-        self._limit = limit
-        self._seen = 0
-        self._source = source
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buf: Any) -> int:
-        want = min(len(buf), _READ_CHUNK_BYTES)
-        data = self._inner.read(want)
-        self._seen += len(data)
-        if self._seen > self._limit:
-            raise TraceImportError(
-                f"{self._source}: more than {self._limit:,} bytes of JSON after decompression "
-                "(a gzip bomb or a trace too large to import); raise max_json_bytes to allow it"
-            )
-        buf[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        self._inner.close()
-        for f in self._owned:
-            f.close()
-        super().close()
-
-
-def _open(path: Path, limits: ImportLimits) -> io.BufferedReader:
-    raw = open(path, "rb")
-    magic = raw.read(2)
-    raw.seek(0)
-    inner: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
-    reader = _BoundedReader(inner, limits.max_json_bytes, str(path), owned=(raw,))
-    return io.BufferedReader(reader, buffer_size=_READ_CHUNK_BYTES)
-
-
-def _first_char(path: Path, limits: ImportLimits) -> str:
-    with _open(path, limits) as f:
-        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head[:1].decode("latin-1")
+_DEFAULT_LIMITS = ImportLimits()  # frozen: one shared default
 
 
 def classify(name: str, cat: str = "", thread: str = "") -> str:
@@ -171,116 +97,6 @@ def classify(name: str, cat: str = "", thread: str = "") -> str:
     if cat.lower() in _COMPUTE_CATS or _COMPUTE_NAME.match(name) or _COMPUTE_THREADS.match(thread):
         return "compute"
     return "other"
-
-
-def _num(ev: dict, key: str, index: int, source: str) -> float:
-    v = ev.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise TraceImportError(f"{source}: event #{index} ({ev.get('name')!r}, ph {ev.get('ph')!r}) has no numeric {key!r}: {v!r}")
-    return float(v)
-
-
-@dataclass
-class _Parsed:
-    pid: list[str]
-    tid: list[str]
-    name: list[str]
-    cat: list[str]
-    ts_us: list[float]
-    dur_us: list[float]
-    process_names: dict[str, str]
-    process_meta: dict[str, dict]
-    thread_names: dict[tuple[str, str], str]
-    skipped: Counter
-    total: int
-    other_data: dict
-
-
-def _parse(path: Path, limits: ImportLimits) -> _Parsed:
-    source = str(path)
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise TraceImportError(f"{source}: cannot read file: {e.strerror or e}") from None
-    if size > limits.max_file_bytes:
-        raise TraceImportError(f"{source}: {size:,} bytes is over the import limit of {limits.max_file_bytes:,} bytes")
-    if size == 0:
-        raise TraceImportError(f"{source}: empty file")
-    out = _Parsed([], [], [], [], [], [], {}, {}, {}, Counter(), 0, {})
-    open_b: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
-    try:
-        first = _first_char(path, limits)
-        if first not in ("{", "["):
-            raise TraceImportError(f"{source}: not Chrome Trace Event JSON (expected '{{' or '[' first, found {first!r})")
-        prefix = "traceEvents.item" if first == "{" else "item"
-        with _open(path, limits) as f:
-            for index, ev in enumerate(ijson.items(f, prefix, use_float=True)):
-                out.total = index + 1
-                if out.total > limits.max_events:
-                    raise TraceImportError(f"{source}: more than {limits.max_events:,} events; raise max_events to import it")
-                if not isinstance(ev, dict):
-                    raise TraceImportError(f"{source}: event #{index} is a {type(ev).__name__}, not an object")
-                ph = ev.get("ph")
-                pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
-                if ph == "M":
-                    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-                    if ev.get("name") == "process_name":
-                        out.process_names[pid] = str(args.get("name", ""))
-                        if isinstance(args.get("podscope"), dict):
-                            out.process_meta[pid] = args["podscope"]
-                    elif ev.get("name") == "thread_name":
-                        out.thread_names[(pid, tid)] = str(args.get("name", ""))
-                    continue
-                if ph not in ("X", "B", "E"):
-                    out.skipped[str(ph)] += 1
-                    continue
-                if "pid" not in ev:
-                    raise TraceImportError(f"{source}: event #{index} ({ev.get('name')!r}) has no 'pid'")
-                ts = _num(ev, "ts", index, source)
-                if abs(ts) > MAX_ABS_TS_US:
-                    raise TraceImportError(f"{source}: event #{index} has an absurd timestamp ts={ts!r} us")
-                if ph == "B":
-                    open_b.setdefault((pid, tid), []).append((str(ev.get("name", "")), str(ev.get("cat", "")), ts))
-                    continue
-                if ph == "E":
-                    stack = open_b.get((pid, tid))
-                    if not stack:
-                        out.skipped["E without B"] += 1
-                        continue
-                    name, cat, t0 = stack.pop()
-                    dur = ts - t0
-                    ts = t0
-                else:
-                    name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
-                    dur = _num(ev, "dur", index, source)
-                if dur < 0 or dur > MAX_SPAN_US:
-                    raise TraceImportError(f"{source}: event #{index} ({name!r}) has an absurd duration dur={dur!r} us")
-                out.pid.append(pid)
-                out.tid.append(tid)
-                out.name.append(name)
-                out.cat.append(cat)
-                out.ts_us.append(ts)
-                out.dur_us.append(dur)
-        if first == "{" and out.process_meta:  # only Podscope's export has otherData we read (written first)
-            with _open(path, limits) as f:
-                for key, value in ijson.kvitems(f, "", use_float=True):
-                    if key == "otherData" and isinstance(value, dict):
-                        out.other_data = value
-                        break
-    except TraceImportError:
-        raise
-    except ijson.JSONError as e:
-        raise TraceImportError(f"{source}: malformed or truncated JSON: {e}") from None
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise TraceImportError(f"{source}: corrupt or truncated gzip data: {e}") from None
-    except OSError as e:
-        raise TraceImportError(f"{source}: cannot read file: {e.strerror or e}") from None
-    unclosed = sum(len(v) for v in open_b.values())
-    if unclosed:
-        out.skipped["B without E"] += unclosed
-    if not out.ts_us:
-        raise TraceImportError(f"{source}: no complete ('X') or begin/end ('B'/'E') events found")
-    return out
 
 
 def _flatten(
@@ -335,65 +151,68 @@ def _flatten(
     return piece_chip[first].astype(np.int32), step[first].astype(np.int32), kind[first], local[first], merged_dur
 
 
-def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tuple[Trace, RunFacts]:
-    """Parse and convert a trace file into Podscope's trace tables and run facts (writes nothing).
+@dataclass(frozen=True)
+class _Chips:
+    """Which trace processes are chips, and the chip id of each."""
 
-    Raises
-    ------
-    TraceImportError
-        Unreadable, malformed, truncated, oversize or implausible input.
-    """
-    path = Path(path)
-    p = _parse(path, limits)
-    source = str(path)
-    pid = np.array(p.pid, dtype=object)
-    ts_ns = np.rint(np.array(p.ts_us) * 1000.0).astype(np.int64)
-    dur_ns = np.rint(np.array(p.dur_us) * 1000.0).astype(np.int64)
-    thread = [p.thread_names.get(key, "") for key in zip(p.pid, p.tid)]
+    fmt: str  # "podscope" | "device trace" | "torch.profiler" | "chrome trace"
+    pids: list[str]  # chip processes, in chip order
+    chip_of: dict[str, int]  # pid -> chip id
+    ids: np.ndarray  # chip ids as found, sorted (an export of chips 1,3-4 keeps those ids)
 
-    # Which processes are chips.
-    x_pids = list(dict.fromkeys(p.pid))
-    if p.process_meta:
+
+def _find_chips(raw: RawTrace, thread: list[str], source: str) -> _Chips:
+    """Podscope's export names its chips; else device processes; else every process that did real work."""
+    x_pids = list(dict.fromkeys(raw.pid))
+    if raw.process_meta:
         fmt = "podscope"
-        chip_pids = [q for q in x_pids if q in p.process_meta]
-        bad = [q for q in chip_pids if not isinstance(p.process_meta[q].get("chip"), int) or p.process_meta[q]["chip"] < 0]
+        chip_pids = [q for q in x_pids if q in raw.process_meta]
+        bad = [q for q in chip_pids if not isinstance(raw.process_meta[q].get("chip"), int) or raw.process_meta[q]["chip"] < 0]
         if bad:
             raise TraceImportError(f"{source}: process {bad[0]} has podscope metadata without a valid 'chip' id")
-        chip_of = {q: p.process_meta[q]["chip"] for q in chip_pids}
+        chip_of = {q: raw.process_meta[q]["chip"] for q in chip_pids}
         if len(set(chip_of.values())) != len(chip_of):
             raise TraceImportError(f"{source}: two processes claim the same podscope chip id")
     else:
-        devices = {q: _DEVICE_PROCESS.search(p.process_names.get(q, "")) for q in x_pids}
+        devices = {q: _DEVICE_PROCESS.search(raw.process_names.get(q, "")) for q in x_pids}
         devices = {q: m for q, m in devices.items() if m}
         if devices:
             fmt = "device trace"
             chip_pids = sorted(devices, key=lambda q: (int(devices[q].group(2) or devices[q].group(4)), q))
         else:
-            fmt = "torch.profiler" if any(_STEP_MARKER.match(n) for n in p.name) else "chrome trace"
+            fmt = "torch.profiler" if any(_STEP_MARKER.match(n) for n in raw.name) else "chrome trace"
             # A process with only unclassified events (torch's "Spans"/"Traces" profiler
             # bookkeeping) is not a chip when another process did real work.
-            working = {q for q, n, c, t in zip(p.pid, p.name, p.cat, thread) if classify(n, c, t) != "other"}
+            working = {q for q, n, c, t in zip(raw.pid, raw.name, raw.cat, thread) if classify(n, c, t) != "other"}
             chip_pids = [q for q in x_pids if q in working] or x_pids
         chip_of = {q: i for i, q in enumerate(chip_pids)}
-    # Chip ids as found (an export of chips 1,3-4 keeps those ids); flattened on dense indices.
     ids = np.array(sorted(set(chip_of.values())), dtype=np.int64)
-    n_chips = len(ids)
     if ids[-1] >= 2**31:
         raise TraceImportError(f"{source}: chip id {ids[-1]} is implausible")
+    return _Chips(fmt, chip_pids, chip_of, ids)
 
-    # Step markers, from any process.
-    marker_step = np.full(len(pid), -1, dtype=np.int64)
-    for i, (name, cat, th, q) in enumerate(zip(p.name, p.cat, thread, p.pid)):
+
+def _step_markers(raw: RawTrace, thread: list[str]) -> np.ndarray:
+    """Per event, the step number it marks, or -1 (not a step marker)."""
+    marker_step = np.full(len(raw.pid), -1, dtype=np.int64)
+    for i, (name, cat, th, q) in enumerate(zip(raw.name, raw.cat, thread, raw.pid)):
         m = _STEP_MARKER.match(name)
         if m:
             marker_step[i] = int(m.group(1))
-        elif (cat == "step" and q in p.process_meta and name.startswith("step ")) or (th == "Steps" and name.strip().isdigit()):
+        elif (cat == "step" and q in raw.process_meta and name.startswith("step ")) or (th == "Steps" and name.strip().isdigit()):
             marker_step[i] = int(name.split()[-1])
+    return marker_step
+
+
+def _step_bounds(
+    ts_ns: np.ndarray, dur_ns: np.ndarray, marker_step: np.ndarray, on_chip: np.ndarray, source: str
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Step starts and ends in ns from the first step's start (zero-length steps dropped), and that start.
+
+    Step *k* spans its markers' earliest start to latest end, clipped to the next step's start;
+    without markers the chips' whole span is one step.
+    """
     is_marker = marker_step >= 0
-    chip_col = np.array([chip_of.get(q, -1) for q in p.pid], dtype=np.int64)
-    on_chip = (chip_col >= 0) & ~is_marker
-    if not on_chip.any():
-        raise TraceImportError(f"{source}: no events on any device or process to attribute")
     if is_marker.any():
         labels = np.unique(marker_step[is_marker])
         idx = np.searchsorted(labels, marker_step[is_marker])
@@ -414,14 +233,20 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
     s_start, s_end = s_start[keep_step] - t0, s_end[keep_step] - t0
     if len(s_start) == 0:
         raise TraceImportError(f"{source}: every step marker has zero length")
+    return s_start, s_end, t0
 
-    # Classify (cache per distinct name/cat/thread: real traces repeat a few hundred names).
+
+def _kinds(raw: RawTrace, thread: list[str], is_marker: np.ndarray) -> list[str]:
+    """Each event's kind: ``step`` for markers, the export's own ``cat``, else :func:`classify`.
+
+    Cached per distinct (name, cat, thread): real traces repeat a few hundred names.
+    """
     cache: dict[tuple[str, str, str], str] = {}
     kinds = []
-    for i, (name, cat, th, q) in enumerate(zip(p.name, p.cat, thread, p.pid)):
+    for i, (name, cat, th, q) in enumerate(zip(raw.name, raw.cat, thread, raw.pid)):
         if is_marker[i]:
             kinds.append("step")
-        elif q in p.process_meta and cat in KIND_CODE:
+        elif q in raw.process_meta and cat in KIND_CODE:
             kinds.append(cat)
         else:
             key = (name, cat, th)
@@ -429,61 +254,41 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
             if k is None:
                 k = cache[key] = classify(name, cat, th)
             kinds.append(k)
-    kind_arr = np.array(kinds, dtype=object)
-    code = np.array([KIND_CODE.get(k, _IDLE_CODE) for k in kinds], dtype=np.int8)
+    return kinds
 
-    # Clip chip events to the stepped range and flatten.
-    lo_ns, hi_ns = ts_ns - t0, ts_ns + dur_ns - t0
-    c0, c1 = np.clip(lo_ns, 0, s_end[-1]), np.clip(hi_ns, 0, s_end[-1])
-    use = on_chip & (c1 > c0)
-    bounds = np.empty(2 * len(s_start), dtype=np.int64)
-    bounds[0::2], bounds[1::2] = s_start, s_end
-    dense = np.searchsorted(ids, chip_col[use])
-    e_dense, e_step, e_code, e_start, e_dur = _flatten(dense, c0[use], c1[use], code[use], n_chips, bounds)
-    e_chip = ids[e_dense]
-    events = pa.Table.from_batches([events_batch(e_chip, e_step, e_code, e_start, e_dur)])
-    steps_table = pa.table(
-        {"step": np.arange(len(s_start), dtype=np.int32), "start_ns": s_start, "step_ns": s_end - s_start}, schema=STEPS_SCHEMA
-    )
 
-    # Chips and their places: Podscope's export carries them; otherwise laid along x.
+def _chips_table(raw: RawTrace, chips: _Chips) -> pa.Table:
+    """Chips and their places: Podscope's export carries them; otherwise laid along x."""
+    ids, n_chips = chips.ids, len(chips.ids)
     cols = {"chip": ids.astype(np.int32), "host": np.zeros(n_chips, np.int32), "slice": np.zeros(n_chips, np.int32),
             "x": ids.astype(np.int32), "y": np.zeros(n_chips, np.int32), "z": np.zeros(n_chips, np.int32)}  # fmt: skip
-    for q, meta in p.process_meta.items():
-        c = chip_of.get(q)
+    for q, meta in raw.process_meta.items():
+        c = chips.chip_of.get(q)
         if c is not None:
             row = int(np.searchsorted(ids, c))
             for col in ("host", "slice", "x", "y", "z"):
                 if isinstance(meta.get(col), int):
                     cols[col][row] = meta[col]
-    chips_table = pa.table(cols, schema=CHIPS_SCHEMA)
+    return pa.table(cols, schema=CHIPS_SCHEMA)
 
-    raw = pa.table(
-        {
-            "chip": pa.array(np.where(chip_col >= 0, chip_col, 0).astype(np.int32), mask=chip_col < 0),
-            "pid": pa.array(p.pid, pa.string()),
-            "tid": pa.array(p.tid, pa.string()),
-            "name": pa.array(p.name, pa.string()),
-            "cat": pa.array(p.cat, pa.string()),
-            "kind": pa.array(kind_arr.tolist(), pa.string()),
-            "start_ns": pa.array(lo_ns, pa.int64()),
-            "dur_ns": pa.array(dur_ns, pa.int64()),
-        },
-        schema=IMPORT_EVENTS_SCHEMA,
-    )
-    other_kind = Counter(n for n, k, m in zip(p.name, kinds, is_marker) if k == "other" and not m)
-    pod_meta = p.other_data.get("podscope") if isinstance(p.other_data.get("podscope"), dict) else {}
-    device_kind = {"podscope": str(pod_meta.get("chip") or "imported"), "device trace": "device"}.get(fmt, "cpu")
-    if fmt == "device trace":
-        m = _DEVICE_PROCESS.search(p.process_names.get(chip_pids[0], ""))
+
+def _facts(path: Path, raw: RawTrace, chips: _Chips, chips_table: pa.Table, steps: int, kinds: list[str],
+           is_marker: np.ndarray, chip_col: np.ndarray) -> RunFacts:  # fmt: skip
+    """What an import knows of the run: its shape and what was read; every model figure unknown."""
+    n_chips = len(chips.ids)
+    other_kind = Counter(n for n, k, m in zip(raw.name, kinds, is_marker) if k == "other" and not m)
+    pod_meta = raw.other_data.get("podscope") if isinstance(raw.other_data.get("podscope"), dict) else {}
+    device_kind = {"podscope": str(pod_meta.get("chip") or "imported"), "device trace": "device"}.get(chips.fmt, "cpu")
+    if chips.fmt == "device trace":
+        m = _DEVICE_PROCESS.search(raw.process_names.get(chips.pids[0], ""))
         device_kind = (m.group(1) or m.group(3)).lower()
-    facts = RunFacts(
+    return RunFacts(
         chip=device_kind,
         chips=n_chips,
-        hosts=int(len(np.unique(cols["host"]))),
-        slices=int(len(np.unique(cols["slice"]))),
+        hosts=int(len(np.unique(chips_table["host"].to_numpy()))),
+        slices=int(len(np.unique(chips_table["slice"].to_numpy()))),
         topology=str(pod_meta.get("topology") or f"{n_chips} imported"),
-        steps=len(s_start),
+        steps=steps,
         params=None,
         samples_per_step=None,
         tokens_per_step=None,
@@ -497,21 +302,75 @@ def read_trace(path: str | Path, *, limits: ImportLimits = ImportLimits()) -> tu
         extra={
             "import": {
                 "file": path.name,
-                "format": fmt,
-                "trace_events": p.total,
-                "complete_events": len(p.name),
+                "format": chips.fmt,
+                "trace_events": raw.total,
+                "complete_events": len(raw.name),
                 "step_markers": int(is_marker.sum()),
                 "host_events": int((chip_col < 0).sum()),
-                "skipped_by_phase": dict(p.skipped),
+                "skipped_by_phase": dict(raw.skipped),
                 "events_by_kind": dict(Counter(k for k in kinds if k != "step")),
                 "top_unclassified": [n for n, _ in other_kind.most_common(10)],
             }
         },
     )
-    return Trace(events=events, steps=steps_table, chips=chips_table, extra={"import_events": raw}), facts
 
 
-def import_trace(db: Database, path: str | Path, *, name: str | None = None, limits: ImportLimits = ImportLimits()) -> int:
+def read_trace(path: str | Path, *, limits: ImportLimits = _DEFAULT_LIMITS) -> tuple[Trace, RunFacts]:
+    """Parse and convert a trace file into Podscope's trace tables and run facts (writes nothing).
+
+    Raises
+    ------
+    TraceImportError
+        Unreadable, malformed, truncated, oversize or implausible input.
+    """
+    path = Path(path)
+    source = str(path)
+    raw = read_raw_trace(path, limits)
+    ts_ns = np.rint(np.array(raw.ts_us) * 1000.0).astype(np.int64)
+    dur_ns = np.rint(np.array(raw.dur_us) * 1000.0).astype(np.int64)
+    thread = [raw.thread_names.get(key, "") for key in zip(raw.pid, raw.tid)]
+
+    chips = _find_chips(raw, thread, source)
+    marker_step = _step_markers(raw, thread)
+    is_marker = marker_step >= 0
+    chip_col = np.array([chips.chip_of.get(q, -1) for q in raw.pid], dtype=np.int64)
+    on_chip = (chip_col >= 0) & ~is_marker
+    if not on_chip.any():
+        raise TraceImportError(f"{source}: no events on any device or process to attribute")
+    s_start, s_end, t0 = _step_bounds(ts_ns, dur_ns, marker_step, on_chip, source)
+    kinds = _kinds(raw, thread, is_marker)
+    code = np.array([KIND_CODE.get(k, _IDLE_CODE) for k in kinds], dtype=np.int8)
+
+    # Chip events clipped to the stepped range, flattened into exclusive pieces.
+    lo_ns, hi_ns = ts_ns - t0, ts_ns + dur_ns - t0
+    c0, c1 = np.clip(lo_ns, 0, s_end[-1]), np.clip(hi_ns, 0, s_end[-1])
+    use = on_chip & (c1 > c0)
+    bounds = np.empty(2 * len(s_start), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = s_start, s_end
+    dense = np.searchsorted(chips.ids, chip_col[use])
+    e_dense, e_step, e_code, e_start, e_dur = _flatten(dense, c0[use], c1[use], code[use], len(chips.ids), bounds)
+    events = pa.Table.from_batches([events_batch(chips.ids[e_dense], e_step, e_code, e_start, e_dur)])
+    steps_table = pa.table(
+        {"step": np.arange(len(s_start), dtype=np.int32), "start_ns": s_start, "step_ns": s_end - s_start}, schema=STEPS_SCHEMA
+    )
+    chips_table = _chips_table(raw, chips)
+    as_read = TABLES["extra_import_events"].table(
+        {
+            "chip": pa.array(np.where(chip_col >= 0, chip_col, 0).astype(np.int32), mask=chip_col < 0),
+            "pid": pa.array(raw.pid, pa.string()),
+            "tid": pa.array(raw.tid, pa.string()),
+            "name": pa.array(raw.name, pa.string()),
+            "cat": pa.array(raw.cat, pa.string()),
+            "kind": pa.array(kinds, pa.string()),
+            "start_ns": pa.array(lo_ns, pa.int64()),
+            "dur_ns": pa.array(dur_ns, pa.int64()),
+        }
+    )
+    facts = _facts(path, raw, chips, chips_table, len(s_start), kinds, is_marker, chip_col)
+    return Trace(events=events, steps=steps_table, chips=chips_table, extra={"import_events": as_read}), facts
+
+
+def import_trace(db: Database, path: str | Path, *, name: str | None = None, limits: ImportLimits = _DEFAULT_LIMITS) -> int:
     """Import a trace file into the database as a run with ``source='imported'``; returns its run_id.
 
     The file is fully parsed and checked before the database is opened, so a bad

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import duckdb
-import pyarrow as pa
 import pytest
 
-import profiler.store as store
+import profiler.chunked_write as chunked_write
+import profiler.connection as connection
 from engine import ProfilerError, simulate
-from engine.trace import Trace
-from profiler import queries, write_run
-from profiler.store import Database, _run_tables
+from engine.trace import TABLES, Trace
+from profiler import queries, write_run, write_runs
+from profiler.connection import Database, DatabaseBusyError
+from profiler.schema import per_run_tables
 
 
 def _stored(db: Database, run_id: int) -> tuple:
@@ -30,8 +31,8 @@ def test_chunked_write_stores_the_same_run_as_one_transaction(tmp_path, monkeypa
     result = simulate(small_scenario)
     one = Database(tmp_path / "one.duckdb")
     one_id = write_run(one, result)
-    monkeypatch.setattr(store, "EVENT_CHUNK_ROWS", 37)  # ~20 chunks for the small run
-    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
+    monkeypatch.setattr(chunked_write, "EVENT_CHUNK_ROWS", 37)  # ~20 chunks for the small run
+    monkeypatch.setattr(chunked_write, "WRITER_YIELD_S", 0.0)
     chunked = Database(tmp_path / "chunked.duckdb")
     chunked_id = write_run(chunked, result)
     assert _stored(chunked, chunked_id) == _stored(one, one_id)
@@ -43,21 +44,21 @@ def test_failure_after_some_chunks_leaves_no_rows(tmp_path, monkeypatch, small_s
     db = Database(tmp_path / "runs.duckdb")
     good = simulate(small_scenario)
     keep = write_run(db, good, name="keep")
-    monkeypatch.setattr(store, "EVENT_CHUNK_ROWS", 37)
-    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
-    bad = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, {"ok": pa.table({"x": [1]})}), good.facts)
-    real_publish = store._publish
+    monkeypatch.setattr(chunked_write, "EVENT_CHUNK_ROWS", 37)
+    monkeypatch.setattr(chunked_write, "WRITER_YIELD_S", 0.0)
+    bad = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, {"chip_memory": TABLES["extra_chip_memory"].table({"chip": [0], "peak_bytes": [1.0]})}), good.facts)
+    real_publish = chunked_write.publish
 
-    def failing_publish(con, staged, result, run_id):
-        real_publish(con, staged, result, run_id)
+    def failing_publish(con, staged, run_id):
+        real_publish(con, staged, run_id)
         raise ProfilerError("disk full (simulated)")
 
-    monkeypatch.setattr(store, "_publish", failing_publish)
+    monkeypatch.setattr(chunked_write, "publish", failing_publish)
     with pytest.raises(ProfilerError, match="disk full"):
         write_run(db, bad, name="bad")
     with db.read() as con:
         assert [int(i) for i in queries.list_runs(con)["run_id"]] == [keep]
-        for table in _run_tables(con):
+        for table in per_run_tables(con):
             assert con.execute(f'SELECT count(*) FROM "{table}" WHERE run_id <> ?', [keep]).fetchone()[0] == 0, table
         assert con.execute("SELECT count(*) FROM pending_runs").fetchone()[0] == 0
 
@@ -67,11 +68,11 @@ def test_write_runs_mixes_whole_and_chunked_runs(tmp_path, monkeypatch, small_sc
     from engine import load_scenario
 
     small = simulate(small_scenario)
-    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
-    monkeypatch.setattr(store, "EVENT_CHUNK_ROWS", small.trace.events.num_rows)  # small fits exactly; longer runs chunk
+    monkeypatch.setattr(chunked_write, "WRITER_YIELD_S", 0.0)
+    monkeypatch.setattr(chunked_write, "EVENT_CHUNK_ROWS", small.trace.events.num_rows)  # small fits exactly; longer runs chunk
     longer = simulate(load_scenario(small_scenario_path, {"training.steps": 40}))
     db = Database(tmp_path / "runs.duckdb")
-    ids = store.write_runs(db, [small, longer, small])
+    ids = write_runs(db, [small, longer, small])
     assert len(set(ids)) == 3
     with db.read() as con:
         for run_id, result in zip(ids, [small, longer, small]):
@@ -82,9 +83,9 @@ def test_write_runs_mixes_whole_and_chunked_runs(tmp_path, monkeypatch, small_sc
 
 def test_a_chunked_writer_keeps_the_file_unless_a_reader_waits(tmp_path, monkeypatch):
     """Between chunks the writer reuses its connection; a fresh wait marker makes it let go and pause."""
-    monkeypatch.setattr(store, "WRITER_YIELD_S", 0.0)
+    monkeypatch.setattr(chunked_write, "WRITER_YIELD_S", 0.0)
     db = Database(tmp_path / "runs.duckdb")
-    with store._HeldWriter(db) as held:
+    with chunked_write.HeldWriter(db) as held:
         with held.connection() as first:
             pass
         with held.connection() as again:
@@ -111,8 +112,8 @@ def test_a_reader_that_finds_the_file_locked_leaves_a_fresh_wait_marker(tmp_path
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(store, "LOCK_RETRY_S", 0.2)
-        with pytest.raises(store.DatabaseBusyError):
+        monkeypatch.setattr(connection, "LOCK_RETRY_S", 0.2)
+        with pytest.raises(DatabaseBusyError):
             with db.read():
                 pass
         assert db.reader_waiting()

@@ -55,7 +55,7 @@ def test_reader_and_writer_processes_never_fail_and_reader_sees_new_runs(tmp_pat
 
 def test_busy_database_gives_a_clear_error_after_the_retry_bound(tmp_path, monkeypatch, small_scenario):
     """While another process holds the file, an open waits LOCK_RETRY_S and then names the problem."""
-    import profiler.store as store
+    import profiler.connection as connection
 
     db = Database(tmp_path / "runs.duckdb")
     write_run(db, simulate(small_scenario))
@@ -66,7 +66,7 @@ def test_busy_database_gives_a_clear_error_after_the_retry_bound(tmp_path, monke
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        monkeypatch.setattr(store, "LOCK_RETRY_S", 0.3)
+        monkeypatch.setattr(connection, "LOCK_RETRY_S", 0.3)
         with pytest.raises(DatabaseBusyError, match="database busy"):
             with db.read():
                 pass

@@ -17,7 +17,8 @@ import pytest
 
 from engine import simulate
 from profiler import queries, write_run
-from profiler.store import RUN_TABLES, Database, _run_tables
+from profiler.connection import Database
+from profiler.schema import RUN_TABLES, per_run_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +30,7 @@ def _snapshot(db: Database) -> dict[int, tuple]:
         for run_id in queries.list_runs(con)["run_id"]:
             run_id = int(run_id)
             counts = tuple(
-                con.execute(f'SELECT count(*) FROM "{t}" WHERE run_id = ?', [run_id]).fetchone()[0] for t in _run_tables(con)
+                con.execute(f'SELECT count(*) FROM "{t}" WHERE run_id = ?', [run_id]).fetchone()[0] for t in per_run_tables(con)
             )
             out[run_id] = (queries.run_summary(con, run_id), counts)
     return out
@@ -40,7 +41,7 @@ def _orphans(db: Database) -> dict[str, int]:
     with db.read() as con:
         return {
             t: n
-            for t in _run_tables(con)
+            for t in per_run_tables(con)
             if (n := con.execute(f'SELECT count(*) FROM "{t}" WHERE run_id NOT IN (SELECT run_id FROM runs)').fetchone()[0])
         }
 

@@ -33,10 +33,10 @@ def test_config_keys_are_ones_streamlit_knows():
 
 def test_page_shows_busy_state_while_another_process_holds_the_database(writable_db, monkeypatch):
     """On a copy of the real runs (the holder opens it read-write)."""
-    import profiler.store as store
+    import profiler.connection as connection
 
     path = writable_db.path
-    monkeypatch.setattr(store, "LOCK_RETRY_S", 0.3)
+    monkeypatch.setattr(connection, "LOCK_RETRY_S", 0.3)
     holder = subprocess.Popen(
         [sys.executable, "-c", "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(60)", str(path)],
         stdout=subprocess.PIPE,

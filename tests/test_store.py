@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from engine import ProfilerError, RunNotFoundError, simulate
-from engine.trace import Trace
+from engine.trace import TABLES, Trace
 from profiler import SUMMARY_KEYS, delete_run, queries, write_run
 from profiler.store import resolve_db_path
 
@@ -91,12 +91,58 @@ def test_failed_write_leaves_no_partial_run(db, small_scenario):
 
 def test_extra_tables_are_stored_by_name(db, small_scenario):
     good = simulate(small_scenario)
-    extra = {"link_load": pa.table({"link": [0, 1], "bytes": [10.0, 20.0]})}
+    extra = {"chip_memory": TABLES["extra_chip_memory"].table({"chip": [1, 0], "peak_bytes": [20.0, 10.0]})}
     result = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
     run_id = write_run(db, result)
     with db.read() as con:
-        rows = con.execute("SELECT link, bytes FROM extra_link_load WHERE run_id = ? ORDER BY link", [run_id]).fetchall()
+        rows = con.execute("SELECT chip, peak_bytes FROM extra_chip_memory WHERE run_id = ? ORDER BY chip", [run_id]).fetchall()
     assert rows == [(0, 10.0), (1, 20.0)]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"made_up": pa.table({"x": [1]})}, "'made_up' is not declared in engine.trace.TABLES; declared: chip_memory"),
+        ({"chip_memory": pa.table({"chip": pa.array([0], pa.int32())})}, "'chip_memory' has columns ['chip']; declared: ['chip', 'peak_bytes']"),
+        ({"chip_memory": pa.table({"chip": ["zero"], "peak_bytes": [1.0]})}, "'chip_memory' does not fit its declared types"),
+    ],
+)
+def test_an_extra_table_off_its_declaration_is_refused_and_nothing_written(db, small_scenario, extra, message):
+    good = simulate(small_scenario)
+    bad = type(good)(good.scenario, Trace(good.trace.events, good.trace.steps, good.trace.chips, extra), good.facts)
+    with pytest.raises(ProfilerError) as info:
+        write_run(db, bad)
+    assert message in str(info.value)
+    with db.read() as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM events").fetchone()[0] == 0
+
+
+def test_every_stored_table_has_its_declared_columns_and_types(db, small_scenario_path):
+    """The store creates each table from engine.trace.TABLES (profiler.schema for its own): what DuckDB holds is
+    run_id then the declared columns, in the declared types, whichever run wrote first."""
+    from engine import RunResult, load_scenario
+    from profiler.schema import PROFILER_TABLES, duckdb_type
+    from profiler.trace_import import read_trace
+
+    scenarios = ROOT / "data" / "scenarios"
+    write_run(db, simulate(load_scenario(scenarios / "llm-1b-v5p-64-failures.toml", {"training.steps": 12})))
+    write_run(db, simulate(load_scenario(small_scenario_path)))
+    trace, facts = read_trace(ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz")
+    write_run(db, RunResult(None, trace, facts))
+    with db.read() as con:
+        stored = {
+            t: con.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $t ORDER BY ordinal_position",
+                {"t": t},
+            ).fetchall()
+            for (t,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+        }
+    assert {"extra_import_events", "extra_memory_timeline", "extra_compiles"} <= set(stored)
+    for name, columns in stored.items():
+        spec = TABLES.get(name) or PROFILER_TABLES[name]
+        lead = [("run_id", "INTEGER")] if name in TABLES else []
+        assert columns == lead + [(c.name, duckdb_type(c.type)) for c in spec.columns], name
 
 
 def test_names_with_sql_metacharacters_are_stored_verbatim(db, small_scenario):
@@ -134,7 +180,7 @@ def test_scenario_is_stored_as_json(db, small_scenario):
 def test_engine_aggregates_equal_sql_aggregates_from_events(db, small_scenario_path):
     """The engine's exact step/chip aggregates must match what SQL derives from the stored events."""
     from engine import load_scenario
-    from profiler.store import _SUMMARY_SQL
+    from profiler.staging import CHIP_KIND_FROM_EVENTS_SQL, STEP_KIND_FROM_EVENTS_SQL
 
     # jitter makes every chip's compute differ, and each chip has two compute events per step
     result = simulate(load_scenario(small_scenario_path, overrides={"sim.jitter_frac": 0.2}))
@@ -142,8 +188,8 @@ def test_engine_aggregates_equal_sql_aggregates_from_events(db, small_scenario_p
     with db.write() as con:
         con.execute("CREATE TEMP TABLE step_kind_sql AS SELECT * FROM step_kind LIMIT 0")
         con.execute("CREATE TEMP TABLE chip_kind_sql AS SELECT * FROM chip_kind LIMIT 0")
-        for sql in _SUMMARY_SQL:
-            con.execute(sql.replace("INSERT INTO step_kind", "INSERT INTO step_kind_sql").replace("INSERT INTO chip_kind", "INSERT INTO chip_kind_sql"), {"run_id": run_id})
+        for table, sql in (("step_kind_sql", STEP_KIND_FROM_EVENTS_SQL), ("chip_kind_sql", CHIP_KIND_FROM_EVENTS_SQL)):
+            con.execute(f"INSERT INTO {table} SELECT $run_id, * FROM ({sql})", {"run_id": run_id})
         diff_step = con.execute(
             "SELECT count(*) FROM (SELECT * FROM step_kind WHERE run_id = ? EXCEPT SELECT * FROM step_kind_sql)", [run_id]
         ).fetchone()[0]
@@ -190,12 +236,12 @@ def test_write_runs_batches_with_one_transaction_per_run(db, small_scenario):
 
 def _stored_rows(db, run_id: int) -> dict[str, list]:
     """Every per-run table's rows of one run (run_id column dropped), sorted, plus the summary without run_id."""
-    from profiler.store import _run_tables
+    from profiler.schema import per_run_tables
 
     with db.read() as con:
         out = {
             t: sorted(map(repr, con.execute(f'SELECT * EXCLUDE (run_id) FROM "{t}" WHERE run_id = ?', [run_id]).fetchall()))
-            for t in _run_tables(con)
+            for t in per_run_tables(con)
         }
         summary = queries.run_summary(con, run_id)
     summary.pop("run_id")

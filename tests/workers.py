@@ -5,8 +5,8 @@
     times. Prints one line per milestone (``chunk N``, ``runs-row``, ``wrote ID``) and
     flushes, so a parent can SIGKILL it at a known point. ``--pause-at MARK`` sleeps
     ten seconds right after printing that milestone, inside the open transaction.
-    ``--chunk-rows N`` overrides ``store.EVENT_CHUNK_ROWS`` (a huge N writes each run in
-    one transaction, the behaviour before chunking). ``--unclosed`` commits without
+    ``--chunk-rows N`` overrides ``chunked_write.EVENT_CHUNK_ROWS`` (a huge N writes each
+    run in one transaction). ``--unclosed`` commits without
     closing the connection (so without DuckDB's checkpoint) and announces ``committed-unclosed``.
 
 ``python -m tests.workers trickle DB``
@@ -29,8 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine import PodscopeError, load_scenario, simulate
-from profiler import queries, store
-from profiler.store import Database, write_run
+from profiler import chunked_write, queries, run_rows, schema, store
+from profiler.connection import Database, DatabaseBusyError
+from profiler.store import write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,8 +53,12 @@ def big_scenario(topology: str, steps: int):
 
 
 def _instrument(pause_at: str | None) -> None:
-    """Announce milestones of store.write_run (and optionally stall at one) for the parent."""
-    real_insert, real_row = store._insert_arrow, store._insert_runs_row
+    """Announce milestones of store.write_run (and optionally stall at one) for the parent.
+
+    Events are inserted by store (a run in one transaction) and chunked_write (a large run's
+    chunks); the runs row, last, by run_rows.publish.
+    """
+    real_insert, real_row = run_rows.insert_events, run_rows.insert_runs_row
     chunk = {"n": 0}
 
     def milestone(mark: str) -> None:
@@ -61,19 +66,17 @@ def _instrument(pause_at: str | None) -> None:
         if mark == pause_at:
             time.sleep(10.0)
 
-    def insert_arrow(con, table_name, data, run_id, columns):
-        if table_name == "events" and run_id != 0:  # run_id 0 is the in-memory staging copy
-            milestone(f"chunk {chunk['n']}")
-            chunk["n"] += 1
-        return real_insert(con, table_name, data, run_id, columns)
+    def insert_events(con, events, run_id):
+        milestone(f"chunk {chunk['n']}")
+        chunk["n"] += 1
+        return real_insert(con, events, run_id)
 
     def insert_runs_row(con, run_id, row, summary):
-        if run_id != 0:
-            milestone("runs-row")
+        milestone("runs-row")
         return real_row(con, run_id, row, summary)
 
-    store._insert_arrow = insert_arrow
-    store._insert_runs_row = insert_runs_row
+    store.insert_events = chunked_write.insert_events = insert_events
+    run_rows.insert_runs_row = insert_runs_row
 
 
 class _UnclosedDatabase(Database):
@@ -82,7 +85,7 @@ class _UnclosedDatabase(Database):
     @contextmanager
     def write(self):
         con = self._open(read_only=False)
-        con.execute(store.SCHEMA_SQL)
+        con.execute(schema.SCHEMA_SQL)
         yield con  # the caller commits; the connection stays open, so DuckDB does not checkpoint
         _say("committed-unclosed")
         time.sleep(10.0)
@@ -107,7 +110,7 @@ def trickle(db_path: str) -> None:
         try:
             run_id = write_run(db, result, name="trickle")
             _say(f"wrote {run_id} {time.time()}")
-        except store.DatabaseBusyError:
+        except DatabaseBusyError:
             _say(f"busy {time.time()}")
         time.sleep(0.02)
 
@@ -154,7 +157,7 @@ def main(argv: list[str]) -> None:
     if argv[0] == "write":
         pause_at = argv[argv.index("--pause-at") + 1] if "--pause-at" in argv else None
         if "--chunk-rows" in argv:
-            store.EVENT_CHUNK_ROWS = int(argv[argv.index("--chunk-rows") + 1])
+            chunked_write.EVENT_CHUNK_ROWS = int(argv[argv.index("--chunk-rows") + 1])
         write(argv[1], argv[2], int(argv[3]), int(argv[4]), pause_at, unclosed="--unclosed" in argv)
     elif argv[0] == "trickle":
         trickle(argv[1])

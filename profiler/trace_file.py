@@ -1,0 +1,238 @@
+"""Reading a Chrome Trace Event file with bounded memory and time, before anything is understood.
+
+Reads ``.json`` or ``.json.gz`` (detected by its magic bytes, not its name) as a stream
+(ijson) through a reader that counts bytes, so memory stays bounded whatever the file
+holds: the file size, the decompressed size (a gzip bomb stops at the limit) and the
+number of events are all capped (:class:`ImportLimits`). Timestamps and durations are
+checked to be finite numbers of believable size. ``B``/``E`` pairs become complete
+events; metadata (``M``) events give process and thread names and Podscope's own
+per-process metadata. What the events mean is :mod:`profiler.trace_import`'s business.
+
+Any problem raises :class:`~engine.errors.TraceImportError` naming the file and, where
+there is one, the event.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import math
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ijson
+
+from engine.errors import TraceImportError
+
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_JSON_BYTES",
+    "MAX_SPAN_US",
+    "ImportLimits",
+    "RawTrace",
+    "read_raw_trace",
+]
+
+DEFAULT_MAX_FILE_BYTES = 512 * 2**20  # on disk, compressed or not
+DEFAULT_MAX_JSON_BYTES = 2 * 2**30  # decompressed JSON text
+DEFAULT_MAX_EVENTS = 5_000_000  # trace events of any phase
+#: longest believable single event and trace span: a week, in microseconds
+MAX_SPAN_US = 7 * 24 * 3600 * 1e6
+#: |ts| beyond this (microseconds; ~3,000 years since the epoch) is not a timestamp
+MAX_ABS_TS_US = 1e17
+_READ_CHUNK_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """Caps that keep an import's memory and time bounded (bytes and event counts)."""
+
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
+    max_events: int = DEFAULT_MAX_EVENTS
+
+
+@dataclass
+class RawTrace:
+    """A trace file's complete events as columns (one entry per event), and its metadata, as read."""
+
+    pid: list[str] = field(default_factory=list)
+    tid: list[str] = field(default_factory=list)
+    name: list[str] = field(default_factory=list)
+    cat: list[str] = field(default_factory=list)
+    ts_us: list[float] = field(default_factory=list)
+    dur_us: list[float] = field(default_factory=list)
+    process_names: dict[str, str] = field(default_factory=dict)
+    process_meta: dict[str, dict] = field(default_factory=dict)  # pid -> Podscope export's per-chip metadata
+    thread_names: dict[tuple[str, str], str] = field(default_factory=dict)
+    skipped: Counter = field(default_factory=Counter)  # events not kept, by phase (or "E without B", ...)
+    total: int = 0  # trace events of any phase
+    other_data: dict = field(default_factory=dict)  # the top-level otherData of a Podscope export
+
+
+class _BoundedReader(io.RawIOBase):
+    """A binary reader that fails once more than ``limit`` bytes have come through."""
+
+    def __init__(self, inner: BinaryIO, limit: int, source: str, owned: tuple[BinaryIO, ...] = ()):
+        self._inner = inner
+        self._owned = owned  # closed with this reader (GzipFile leaves the file it wraps open)
+        self._limit = limit
+        self._seen = 0
+        self._source = source
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        want = min(len(buf), _READ_CHUNK_BYTES)
+        data = self._inner.read(want)
+        self._seen += len(data)
+        if self._seen > self._limit:
+            raise TraceImportError(
+                f"{self._source}: more than {self._limit:,} bytes of JSON after decompression "
+                "(a gzip bomb or a trace too large to import); raise max_json_bytes to allow it"
+            )
+        buf[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._inner.close()
+        for f in self._owned:
+            f.close()
+        super().close()
+
+
+def _open(path: Path, limits: ImportLimits) -> io.BufferedReader:
+    raw = open(path, "rb")
+    magic = raw.read(2)
+    raw.seek(0)
+    inner: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
+    reader = _BoundedReader(inner, limits.max_json_bytes, str(path), owned=(raw,))
+    return io.BufferedReader(reader, buffer_size=_READ_CHUNK_BYTES)
+
+
+def _first_char(path: Path, limits: ImportLimits) -> str:
+    with _open(path, limits) as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head[:1].decode("latin-1")
+
+
+def _num(ev: dict, key: str, index: int, source: str) -> float:
+    v = ev.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise TraceImportError(f"{source}: event #{index} ({ev.get('name')!r}, ph {ev.get('ph')!r}) has no numeric {key!r}: {v!r}")
+    return float(v)
+
+
+def _check_size(path: Path, limits: ImportLimits) -> None:
+    source = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise TraceImportError(f"{source}: cannot read file: {e.strerror or e}") from None
+    if size > limits.max_file_bytes:
+        raise TraceImportError(f"{source}: {size:,} bytes is over the import limit of {limits.max_file_bytes:,} bytes")
+    if size == 0:
+        raise TraceImportError(f"{source}: empty file")
+
+
+def _read_metadata(out: RawTrace, ev: dict, pid: str, tid: str) -> None:
+    """A metadata (``M``) event: process and thread names, Podscope's per-process metadata."""
+    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    if ev.get("name") == "process_name":
+        out.process_names[pid] = str(args.get("name", ""))
+        if isinstance(args.get("podscope"), dict):
+            out.process_meta[pid] = args["podscope"]
+    elif ev.get("name") == "thread_name":
+        out.thread_names[(pid, tid)] = str(args.get("name", ""))
+
+
+def _read_event(out: RawTrace, open_b: dict[tuple[str, str], list[tuple[str, str, float]]], ev: Any, index: int, source: str) -> None:
+    """One trace event into ``out``: ``X`` kept, ``B`` opened, ``E`` closing the latest open ``B``, others counted."""
+    if not isinstance(ev, dict):
+        raise TraceImportError(f"{source}: event #{index} is a {type(ev).__name__}, not an object")
+    ph = ev.get("ph")
+    pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
+    if ph == "M":
+        _read_metadata(out, ev, pid, tid)
+        return
+    if ph not in ("X", "B", "E"):
+        out.skipped[str(ph)] += 1
+        return
+    if "pid" not in ev:
+        raise TraceImportError(f"{source}: event #{index} ({ev.get('name')!r}) has no 'pid'")
+    ts = _num(ev, "ts", index, source)
+    if abs(ts) > MAX_ABS_TS_US:
+        raise TraceImportError(f"{source}: event #{index} has an absurd timestamp ts={ts!r} us")
+    if ph == "B":
+        open_b.setdefault((pid, tid), []).append((str(ev.get("name", "")), str(ev.get("cat", "")), ts))
+        return
+    if ph == "E":
+        stack = open_b.get((pid, tid))
+        if not stack:
+            out.skipped["E without B"] += 1
+            return
+        name, cat, t0 = stack.pop()
+        dur = ts - t0
+        ts = t0
+    else:
+        name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
+        dur = _num(ev, "dur", index, source)
+    if dur < 0 or dur > MAX_SPAN_US:
+        raise TraceImportError(f"{source}: event #{index} ({name!r}) has an absurd duration dur={dur!r} us")
+    out.pid.append(pid)
+    out.tid.append(tid)
+    out.name.append(name)
+    out.cat.append(cat)
+    out.ts_us.append(ts)
+    out.dur_us.append(dur)
+
+
+def read_raw_trace(path: Path, limits: ImportLimits) -> RawTrace:
+    """Every complete event of a Chrome Trace Event file (object or array form), within ``limits``.
+
+    Raises
+    ------
+    TraceImportError
+        Unreadable, empty, oversize, not JSON, malformed or truncated JSON or gzip, an
+        implausible timestamp or duration, or no complete event at all.
+    """
+    source = str(path)
+    _check_size(path, limits)
+    out = RawTrace()
+    open_b: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
+    try:
+        first = _first_char(path, limits)
+        if first not in ("{", "["):
+            raise TraceImportError(f"{source}: not Chrome Trace Event JSON (expected '{{' or '[' first, found {first!r})")
+        prefix = "traceEvents.item" if first == "{" else "item"
+        with _open(path, limits) as f:
+            for index, ev in enumerate(ijson.items(f, prefix, use_float=True)):
+                out.total = index + 1
+                if out.total > limits.max_events:
+                    raise TraceImportError(f"{source}: more than {limits.max_events:,} events; raise max_events to import it")
+                _read_event(out, open_b, ev, index, source)
+        if first == "{" and out.process_meta:  # only Podscope's export has otherData we read (written first)
+            with _open(path, limits) as f:
+                for key, value in ijson.kvitems(f, "", use_float=True):
+                    if key == "otherData" and isinstance(value, dict):
+                        out.other_data = value
+                        break
+    except TraceImportError:
+        raise
+    except ijson.JSONError as e:
+        raise TraceImportError(f"{source}: malformed or truncated JSON: {e}") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise TraceImportError(f"{source}: corrupt or truncated gzip data: {e}") from None
+    except OSError as e:
+        raise TraceImportError(f"{source}: cannot read file: {e.strerror or e}") from None
+    unclosed = sum(len(v) for v in open_b.values())
+    if unclosed:
+        out.skipped["B without E"] += unclosed
+    if not out.ts_us:
+        raise TraceImportError(f"{source}: no complete ('X') or begin/end ('B'/'E') events found")
+    return out
