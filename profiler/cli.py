@@ -164,7 +164,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     report = export_run(
         Database(args.db), args.run, args.format, args.output, steps=args.steps, chips=args.chips,
-        max_events=args.max_events or DEFAULT_MAX_EVENTS,
+        max_events=args.max_events or DEFAULT_MAX_EVENTS, force=args.force,
     )  # fmt: skip
     print(report.message(), file=sys.stderr)
     return EXIT_OK
@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--steps", help="half-open step window A:B (default for perfetto: as many as fit --max-events)")
     ex.add_argument("--chips", help="chips, e.g. 0-7,12 (default for perfetto: all that fit)")
     ex.add_argument("--max-events", type=_positive_int, help="perfetto: cap on events when the window is not given")
+    ex.add_argument("--force", action="store_true", help="perfetto: replace an existing regular file (never a device or folder)")
     db_arg(ex)
     ex.set_defaults(func=_cmd_export)
 
