@@ -149,6 +149,14 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .check import check_database
+
+    report = check_database(Database(args.db))
+    print(report.message())
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -233,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("run", help="run id, or name (the newest run of that name)")
     db_arg(d)
     d.set_defaults(func=_cmd_delete)
+
+    ck = sub.add_parser("check", help="read every table of the database in full; say which runs still read if damaged")
+    db_arg(ck)
+    ck.set_defaults(func=_cmd_check)
     ex = sub.add_parser("export", help="export a run: Perfetto/chrome://tracing JSON, or its tables as Parquet/CSV")
     ex.add_argument("run", help="run id or name")
     ex.add_argument("--format", required=True, choices=["perfetto", "parquet", "csv"])
