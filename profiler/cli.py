@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
+from engine.names import printable
+from engine.scenario import parse_toml
 
 from . import api, collective_cli, queries
 from .store import Database, delete_run
@@ -40,9 +41,13 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ScenarioError("--set", [(item, "expected KEY=VALUE, e.g. training.global_batch=1024")])
         try:
-            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            out[key.strip()] = value
+            out[key.strip()] = parse_toml(f"v = {value}", f"--set {key.strip()}")["v"]
+        except ScenarioError as e:
+            if e.problems[0][1].startswith("malformed TOML"):
+                out[key.strip()] = value  # not a TOML literal: a plain string
+            else:
+                raise
+
     return out
 
 
@@ -51,7 +56,7 @@ def _fmt_summary(s: dict[str, Any]) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
     lines = [
-        f"run {s['run_id']} '{s['name']}': {s['chips']} x {s['chip']} ({s['topology']}, {s['slices']} slice(s)), {s['steps']} steps",
+        printable(f"run {s['run_id']} '{s['name']}': {s['chips']} x {s['chip']} ({s['topology']}, {s['slices']} slice(s)), {s['steps']} steps"),
         f"  step time     {s['step_time_s'] * 1e3:.3f} ms (median, steady state)" if s.get("step_time_s") else "  step time     n/a",
         f"  throughput    {s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "  throughput    n/a",
     ]
@@ -122,7 +127,10 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     elif df.empty:
         print(f"no runs in {db.path}")
     else:
-        print(df.drop(columns=["created_at"]).to_string(index=False))
+        table = df.drop(columns=["created_at"])
+        for col in table.columns:  # names and imported device kinds: no raw control bytes
+            table[col] = table[col].map(lambda v: printable(v) if isinstance(v, str) else v)
+        print(table.to_string(index=False))
     return EXIT_OK
 
 
@@ -212,7 +220,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     for point, error in result.failed:
-        print(f"  failed {point}: {error.splitlines()[0]}", file=sys.stderr)
+        print(f"  failed {point}: {printable(error.splitlines()[0])}", file=sys.stderr)
     return EXIT_ERROR if result.failed else EXIT_OK
 
 
@@ -294,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ScenarioError, ReferenceFileError, TraceImportError, InputError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e, keep_newlines=True)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PodscopeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e, keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR

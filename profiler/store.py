@@ -24,7 +24,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from engine.errors import RunNotFoundError
+from engine.errors import InputError, RunNotFoundError
+from engine.names import name_problem, printable
 from engine.trace import RunResult
 
 from .chunked_write import collect_abandoned, is_large, write_chunked
@@ -57,8 +58,29 @@ _BATCH_EVENTS_VIEW = "_podscope_in_events"
 _INSERT_EVENTS_BATCH_SQL = f"INSERT INTO events SELECT run_id, {EVENTS_SELECT} FROM {quote_ident(_BATCH_EVENTS_VIEW)}"
 
 
+def check_run_name(name: str) -> None:
+    """Refuse a given run name that breaks :func:`engine.names.name_problem` (before any work is done).
+
+    Raises
+    ------
+    InputError
+    """
+    if (problem := name_problem(name)) is not None:
+        raise InputError(f"run name '{printable(name[:80])}{'...' if len(name) > 80 else ''}': {problem}")
+
+
 def _run_name(result: RunResult, name: str | None) -> str:
-    return name or (result.scenario.name if result.scenario is not None else "run")
+    """The name a run is stored under: ``name`` if given (checked by the one rule), else its scenario's.
+
+    Raises
+    ------
+    InputError
+        ``name`` breaks the rule of :func:`engine.names.name_problem`.
+    """
+    if name is None:
+        return result.scenario.name if result.scenario is not None else "run"
+    check_run_name(name)
+    return name
 
 
 def write_run(db: Database, result: RunResult, *, name: str | None = None, source: str = "simulated") -> int:

@@ -34,10 +34,10 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
-import tomllib
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -52,6 +52,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
 from engine.errors import PodscopeError, ProfilerError, ScenarioError
 from engine.jsonable import json_default
+from engine.scenario import MAX_SCENARIO_BYTES, parse_toml
+from engine.names import derived_name, name_problem
 from engine.validation_messages import UNKNOWN_KEY
 
 from .schema import CREATE_TABLE_SQL
@@ -109,12 +111,18 @@ class RandomSection(_Model):
 class SweepSpec(_Model):
     """A validated sweep file (see the module docstring)."""
 
-    name: Annotated[str, Field(min_length=1, max_length=100)]
+    name: str  # checked by the one run-name rule (engine.names)
     base: str
     set: dict[str, Any] = {}
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
     zip: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
     random: RandomSection = RandomSection()
+
+    @model_validator(mode="after")
+    def _name_rule(self) -> "SweepSpec":
+        if (problem := name_problem(self.name)) is not None:
+            raise ValueError(f"name: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _zip_lengths(self) -> "SweepSpec":
@@ -144,6 +152,14 @@ class SweepResult:
     failed: list[tuple[str, str]]
 
 
+def _read_bounded(path: Path) -> str:
+    with path.open("rb") as f:  # a device or a huge file must not exhaust memory
+        data = f.read(MAX_SCENARIO_BYTES + 1)
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(str(path), [("", f"larger than {MAX_SCENARIO_BYTES // 1024} KiB; a sweep file is a few dozen lines")])
+    return data.decode("utf-8")
+
+
 def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     """Load a sweep file and its base scenario (raw dict, name set); validate both.
 
@@ -154,10 +170,10 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = parse_toml(_read_bounded(path), str(path))
     except OSError as e:
         raise ScenarioError(str(path), [("", f"cannot read file: {e.strerror or e}")]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise ScenarioError(str(path), [("", f"malformed TOML: {e}")]) from None
     try:
         spec = SweepSpec.model_validate(raw)
@@ -165,11 +181,11 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
         raise ScenarioError(str(path), [(".".join(str(p) for p in err["loc"]), err["msg"]) for err in e.errors()]) from None
     base_path = (path.parent / spec.base).resolve()
     try:
-        base = tomllib.loads(base_path.read_text())
+        base = parse_toml(_read_bounded(base_path), str(base_path))
     except OSError as e:
         raise ScenarioError(str(path), [("base", f"cannot read base scenario {base_path}: {e.strerror or e}")]) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(str(base_path), [("", f"malformed TOML: {e}")]) from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(str(base_path), [("", f"not UTF-8 text: {e}")]) from None
     base.setdefault("name", base_path.stem)
     return spec, base
 
@@ -206,7 +222,7 @@ def expand_points(spec: SweepSpec, base: Mapping[str, Any], source: str = "<swee
         full = {**spec.set, **overrides}
         raw = apply_overrides(base, full)
         label = " ".join(f"{k}={v}" for k, v in overrides.items())
-        raw["name"] = f"{spec.name} {label}".strip() if label else spec.name
+        raw["name"] = derived_name(f"{spec.name} {label}".strip() if label else spec.name)
         if i == 0:
             _check_keys(raw, source)
         point = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -341,7 +357,10 @@ def _store_points(db: Database, sweep: str, ready: list[tuple[SweepPoint, str]])
 
 def default_out_dir(db: Database, sweep: str) -> Path:
     """Where workers write points: beside the database, one folder per sweep."""
-    return db.path.parent / f"{db.path.stem}.sweeps" / sweep
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", sweep).strip("._")[:64] or "sweep"
+    if safe != sweep:  # a name that is not a plain file name: keep folders of different sweeps apart
+        safe += "-" + hashlib.sha256(sweep.encode()).hexdigest()[:8]
+    return db.path.parent / f"{db.path.stem}.sweeps" / safe
 
 
 def run_sweep(
