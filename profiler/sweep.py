@@ -30,6 +30,7 @@ simulation fails is recorded in ``sweep_failures`` with its error while the swee
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import hashlib
 import itertools
 import json
@@ -57,7 +58,7 @@ from engine.names import derived_name, name_problem
 from engine.validation_messages import UNKNOWN_KEY
 
 from .schema import CREATE_TABLE_SQL
-from .store import Database, write_run, write_runs
+from .store import Database, write_runs
 
 __all__ = [
     "SweepSpec",
@@ -275,7 +276,13 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
                 writer.write_table(table)
         meta = {"scenario": point.scenario, "facts": asdict(result.facts), "point": point.point, "overrides": point.overrides}
         (tmp / "meta.json").write_text(json.dumps(meta, default=json_default))
-        os.replace(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError as e:
+            # another sweep sharing this folder finished the same point first (same hash: the
+            # same scenario, so the same result); use its folder, or the stored run if it is gone
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -328,17 +335,23 @@ def _stored_points(db: Database, sweep: str) -> set[str]:
         return {r[0] for r in con.execute(_STORED_POINTS_SQL, {"sweep": sweep}).fetchall()}
 
 
-def _store_points(db: Database, sweep: str, ready: list[tuple[SweepPoint, str]]) -> list[tuple[tuple[SweepPoint, str], int, str | None]]:
+def _store_points(
+    db: Database, sweep: str, ready: list[tuple[SweepPoint, str]]
+) -> list[tuple[tuple[SweepPoint, str], int, str | None, bool]]:
     """Store finished points together; on a failure, one by one so only the bad point fails.
 
-    Returns ((point, folder), run_id, error) per point, error None when stored.
+    Returns ((point, folder), run_id, error, stored_now) per point, error None when the
+    point is in the database. A point another sweep into the same file stored first is
+    not stored again (``stored_now`` False): the store decides in the transaction that
+    would store it, and a folder that other sweep already removed means just that.
     """
     if not ready:
         return []
     try:
         results = [_load_point(Path(folder), sweep) for _, folder in ready]
-        ids = write_runs(db, results)
-        return [(item, run_id, None) for item, run_id in zip(ready, ids)]
+        others: set[int] = set()
+        ids = write_runs(db, results, already_stored=others)
+        return [(item, run_id, None, run_id not in others) for item, run_id in zip(ready, ids)]
     except (PodscopeError, OSError, ValueError):
         pass  # fall through: each point reports its own error below
     already = _stored_point_ids(db, sweep)  # write_runs keeps the runs before a failure
@@ -346,12 +359,18 @@ def _store_points(db: Database, sweep: str, ready: list[tuple[SweepPoint, str]])
     for item in ready:
         point, folder = item
         if point.point in already:
-            out.append((item, already[point.point], None))
+            out.append((item, already[point.point], None, False))
             continue
         try:
-            out.append((item, write_run(db, _load_point(Path(folder), sweep), name=point.scenario["name"]), None))
+            others = set()
+            ids = write_runs(db, [_load_point(Path(folder), sweep)], already_stored=others)
+            out.append((item, ids[0], None, ids[0] not in others))
         except (PodscopeError, OSError, ValueError) as e:
-            out.append((item, -1, f"{type(e).__name__}: {e}"))
+            stored_by_other = _stored_point_ids(db, sweep).get(point.point)
+            if stored_by_other is not None:  # its folder went with the other sweep's store
+                out.append((item, stored_by_other, None, False))
+            else:
+                out.append((item, -1, f"{type(e).__name__}: {e}", False))
     return out
 
 
@@ -435,9 +454,9 @@ def run_sweep(
                 done += 1
                 if progress is not None:
                     progress(done, len(points), point.scenario["name"] + " FAILED")
-        for (point, folder), run_id, error in _store_points(db, spec.name, ready):
+        for (point, folder), run_id, error, stored_now in _store_points(db, spec.name, ready):
             if error is None:
-                stored.append(run_id)
+                (stored if stored_now else skipped).append(run_id if stored_now else point.point)
                 if not keep_points:
                     shutil.rmtree(folder, ignore_errors=True)
             else:
@@ -447,6 +466,27 @@ def run_sweep(
             if progress is not None:
                 progress(done, len(points), point.scenario["name"] + (" FAILED" if error else ""))
     return SweepResult(name=spec.name, points=len(points), stored=stored, skipped=skipped, failed=failed)
+
+
+#: how often a pool worker checks that the sweep that started it is still alive
+PARENT_POLL_S = 0.25
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Pool worker initializer: exit as soon as the sweep process that started it is gone.
+
+    A SIGKILLed sweep cannot shut its pool down, and the workers would otherwise finish
+    their points (seconds to minutes, with a simulation's memory) for nobody. The worker
+    is re-parented when its parent dies, so a daemon thread watching ``os.getppid()`` sees it.
+    """
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="podscope-parent-watch", daemon=True).start()
 
 
 def make_executor(kind: str, *, address: str | None = None, workers: int | None = None) -> tuple[cf.Executor, Callable[[], None]]:
@@ -463,7 +503,10 @@ def make_executor(kind: str, *, address: str | None = None, workers: int | None 
         import multiprocessing
 
         # spawn: workers start clean rather than forking a process that may hold DuckDB handles
-        pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count(), mp_context=multiprocessing.get_context("spawn"))
+        pool = cf.ProcessPoolExecutor(
+            max_workers=workers or os.cpu_count(), mp_context=multiprocessing.get_context("spawn"),
+            initializer=exit_with_parent, initargs=(os.getpid(),),
+        )  # fmt: skip
         return pool, lambda: pool.shutdown(wait=True)
     if kind == "dask":
         from distributed import Client, LocalCluster
