@@ -62,9 +62,21 @@ def main() -> None:
         st.info("No cases match the filter.")
         return
     _summary(view)
-    st.plotly_chart(figures.validation_scatter(view), width="stretch")
-    cols = ["id", "chip", "model", "metric", "predicted", "published", "error_pct", "held_out_error_pct", "note"]
-    st.dataframe(view[cols].sort_values("error_pct", key=abs, ascending=False), hide_index=True, width="stretch")
+    st.plotly_chart(figures.validation_errors(view), width="stretch")
+    with st.expander("Predicted against published, one panel per unit"):
+        st.plotly_chart(figures.validation_scatter(view), width="stretch")
+    cols = ["id", "chip", "model", "metric", "unit", "predicted", "published", "error_pct", "held_out_error_pct", "note"]
+    st.dataframe(view[cols].sort_values("error_pct", key=abs, ascending=False), hide_index=True, width="stretch", column_config={
+        "id": st.column_config.TextColumn("Case"), "chip": st.column_config.TextColumn("Chip"),
+        "model": st.column_config.TextColumn("Model"), "metric": st.column_config.TextColumn("Metric"),
+        "unit": st.column_config.TextColumn("Unit"),
+        "predicted": st.column_config.NumberColumn("Predicted", format="%.4g"),
+        "published": st.column_config.NumberColumn("Published", format="%.4g"),
+        "error_pct": st.column_config.NumberColumn("Error", format="%+.1f%%", help="(predicted - published) / published"),
+        "held_out_error_pct": st.column_config.NumberColumn("Held-out error", format="%+.1f%%",
+                                                            help="predicted by a calibration fitted without this case"),
+        "note": st.column_config.TextColumn("Note"),
+    })  # fmt: skip
 
 
 main()
