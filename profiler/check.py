@@ -55,11 +55,15 @@ class CheckReport:
         return "\n".join(lines)
 
 
+_READ_ALL_SQL = "SELECT count(*), max(hash(COLUMNS(*))) FROM {table}"
+_READ_RUN_SQL = "SELECT count(*), max(hash(COLUMNS(*))) FROM {table} WHERE run_id = $id"
+
+
 def _read_all(con: duckdb.DuckDBPyConnection, table: str, run_id: int | None = None) -> int:
     """Rows of ``table`` (of one run), every column decoded (hashing each one forces the read)."""
-    where = "" if run_id is None else " WHERE run_id = $id"
-    sql = f"SELECT count(*), max(hash(COLUMNS(*))) FROM {quote_ident(table)}{where}"
-    return int(con.execute(sql, {"id": run_id} if run_id is not None else {}).fetchone()[0])
+    if run_id is None:
+        return int(con.execute(_READ_ALL_SQL.format(table=quote_ident(table))).fetchone()[0])
+    return int(con.execute(_READ_RUN_SQL.format(table=quote_ident(table)), {"id": run_id}).fetchone()[0])
 
 
 def check_database(db: Database) -> CheckReport:
