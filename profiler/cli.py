@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
+from engine.errors import InputError, PlanError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
 from engine.names import printable
-from rich.markup import escape as markup_escape
 from engine.scenario import parse_toml
+from rich.markup import escape as markup_escape
 
-from . import api, cli_output, collective_cli, hlo_cli, queries
+from . import api, cli_output, collective_cli, hlo_cli, plan_cli, queries
 from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -123,8 +123,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibrate
 
-    with cli_output.status("Fitting and cross-validating the calibration (a minute or so) ..."):
-        report = calibrate.calibrate(args.reference, args.out, folds=args.folds, family_folds=not args.no_family_folds)
+    with cli_output.status("Fitting the calibration and refitting it without each chip generation and family (a few minutes) ..."):
+        report = calibrate.calibrate(args.reference, args.out, family_folds=not args.no_family_folds)
     print(json.dumps(report) if args.json else calibrate.format_fit(report))
     return EXIT_OK
 
@@ -267,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
+    plan_cli.add_parser(sub)
     hlo_cli.add_parser(sub)
     v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst %% error)")
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
@@ -275,10 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--verbose", action="store_true", help="also list every reference entry that cannot be expressed, and why")
     v.set_defaults(func=_cmd_validate)
 
-    c = sub.add_parser("calibrate", help="fit the general engine parameters to published results, cross-validated")
+    c = sub.add_parser(
+        "calibrate",
+        help="fit the general engine parameters to published results; record leave-one-generation-out and "
+        "leave-one-family-out errors and the step-time range table",
+    )
     c.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     c.add_argument("--out", help="calibration TOML to write (default: data/calibration.toml)")
-    c.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
     c.add_argument("--no-family-folds", action="store_true", help="skip leave-one-family-out validation (faster)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_calibrate)
@@ -289,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, ReferenceFileError, TraceImportError, InputError) as e:
+    except (ScenarioError, PlanError, ReferenceFileError, TraceImportError, InputError) as e:
         print(f"error: {printable(e, keep_newlines=True)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PodscopeError as e:

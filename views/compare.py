@@ -89,6 +89,9 @@ def _side_by_side(a: dict, b: dict) -> None:
         base_text = show(va) if va is not None else "n/a"
         unit = "percentage points" if fraction else "relative change"
         col.metric(label, show(vb), delta, delta_color=color, delta_arrow="off" if zero else "auto", help=f"base: {base_text} ({unit})")
+    for label, summary in (("Base step time", a), ("Other step time", b)):
+        if (band := common.step_time_range_text(summary, label)) is not None:
+            st.caption(band)
     if b.get("oom") and not a.get("oom"):
         st.error("The other run does not fit in HBM (see its Memory page).")
 
