@@ -26,6 +26,7 @@ import streamlit as st
 from engine.errors import PodscopeError
 from profiler import api, queries
 from profiler import format as fmt
+from profiler.connection import DatabaseDamagedError
 from profiler.store import Database, DatabaseBusyError, resolve_db_path, write_run
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "download_csv",
     "export_button",
     "run_context",
+    "step_time_range_text",
     "require_events",
     "simulate_variant",
     "simulate_and_store",
@@ -95,6 +97,14 @@ def query(fn: Callable[..., Any], *args: Any) -> Any:
         return _cached(path, _recent_version(path), f"{fn.__module__}.{fn.__name__}", args)
     except DatabaseBusyError:
         _busy(Path(path))
+    except DatabaseDamagedError as e:
+        _damaged(e)
+
+
+def _damaged(e: DatabaseDamagedError) -> None:
+    """Say which file is damaged (or not a database) and what to do, and stop this render; nothing is written."""
+    st.error(f"**The database file cannot be used.** {e}")
+    st.stop()
 
 
 def _busy(path: Path) -> None:
@@ -172,6 +182,8 @@ def seed_if_empty() -> None:
         invalidate()
     except DatabaseBusyError:
         return  # another process is writing runs, so there will be something to show; pages say "busy"
+    except DatabaseDamagedError as e:
+        _damaged(e)  # never seed (write) into a damaged file
     except PodscopeError as e:
         st.error(f"Could not simulate the example runs: {e}")
 
@@ -282,6 +294,26 @@ def what_if_name(base: dict[str, Any], overrides: dict[str, Any]) -> str:
 def si(value: float, unit: str = "") -> str:
     """A rate for a metric tile: 3 significant digits with k/M/G, so it fits the tile ("255k samples/s")."""
     return fmt.si(value, unit)
+
+
+def step_time_range_text(summary: dict[str, Any], label: str = "Step time") -> str | None:
+    """The run's calibrated step-time range as one caption line, or None (imported and older runs have none).
+
+    The range (summary keys ``step_time_range_s`` and ``step_time_range_basis``, see
+    ``profiler/ranges.py``) is how far Podscope was off on comparable published results predicted
+    by fits that never saw their chip generation.
+    """
+    rng = summary.get("step_time_range_s")
+    if not rng:
+        return None
+    basis = summary.get("step_time_range_basis") or {}
+    coverage = basis.get("nominal_coverage", 0.8)
+    group = basis.get("group", "all")
+    return (
+        f"{label} likely between {rng[0] * 1e3:,.2f} and {rng[1] * 1e3:,.2f} ms (a range meant to hold the real "
+        f"step time {coverage:.0%} of the time: Podscope's errors on {basis.get('cases', '?')} comparable published "
+        f"results ({group}) when their chip generation was left out of the fit)"
+    )
 
 
 def select_run(run_id: int, key: str = "run_id") -> None:
@@ -447,6 +479,8 @@ def page_connection() -> Iterator[None]:
         held.open()
     except DatabaseBusyError:
         _busy(held.db.path)
+    except DatabaseDamagedError as e:
+        _damaged(e)
     _render.held = held
     try:
         yield

@@ -29,6 +29,8 @@ def _headline(summary: dict) -> None:
                    help=f"{summary.get('chips'):,} x {summary.get('chip')}" + (f", {topo} torus" if topo else ""))  # fmt: skip
     peak, cap = summary.get("peak_hbm_bytes"), summary.get("hbm_capacity_bytes")
     cols[4].metric("HBM peak", fmt.gib_of(peak, cap) if peak and cap else "n/a", help="peak HBM of the busiest chip / capacity per chip")
+    if (band := common.step_time_range_text(summary)) is not None:
+        st.caption(band)
     if summary.get("oom"):
         st.error("This run does not fit in HBM: it is out of memory. See the Memory page for what overflowed.")
 
