@@ -13,17 +13,23 @@ over a grid inside its physical bounds and the best value kept; the grid then
 narrows around the optimum. Cheap (a few hundred evaluations of ~20 small
 simulations), deterministic, and with so few parameters good enough.
 
-Honesty: the same search is rerun K times with one fold held out each time
-(folds by sorted case id), and the held-out cases are predicted by the fit that
-never saw them. Both in-sample and held-out errors are reported and stored.
-The fit always starts from the priors (:class:`~engine.calibration.Calibration`
-defaults), never from a previous fit, so refits are reproducible.
+Honesty: the same search is rerun with one whole chip generation held out each
+time (leave-one-generation-out), and again with one source family held out
+(leave-one-family-out); folds never split an identical configuration
+(:mod:`profiler.crossval`). Each held-out case is predicted by the fit that never
+saw it, and its error is recorded beside the in-sample residual, so ``validate``
+reports both without refitting. The leave-one-generation-out errors also give the
+step-time ranges every run carries (:mod:`profiler.ranges`), recorded as a small
+table. The fit always starts from the priors
+(:class:`~engine.calibration.Calibration` defaults), never from a previous fit,
+so refits are reproducible.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +39,7 @@ import numpy as np
 
 from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration
 
+from . import crossval, ranges
 from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries, reference_sha256
 from .validation import expressible, predict, summarize
 
@@ -41,7 +48,7 @@ __all__ = [
     "Bound",
     "FitResult",
     "fit",
-    "cross_validate",
+    "leave_one_generation_out",
     "leave_one_family_out",
     "calibrate",
     "write_calibration_toml",
@@ -143,33 +150,45 @@ def fit(cases: Sequence[Case], start: Calibration | None = None, params: dict[st
     return FitResult(calibration=cal, loss=best, evaluations=evals)
 
 
-def _held_out(groups: list[list[Case]], cases: Sequence[Case], fitter: Callable[..., FitResult]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for test in groups:
-        test_ids = {c.id for c in test}
-        train = [c for c in cases if c.id not in test_ids]
-        if not train:
-            continue
-        cal = fitter(train).calibration
-        for c in test:
-            out[c.id] = 100.0 * (predict(c, cal) - c.published) / c.published
-    return dict(sorted(out.items()))
+def leave_one_generation_out(cases: Sequence[Case], fitter: Callable[..., FitResult] = fit) -> dict[str, float]:
+    """Held-out % error of every case when its whole chip generation is left out of the fit.
 
-
-def cross_validate(cases: Sequence[Case], folds: int = 5, fitter: Callable[..., FitResult] = fit) -> dict[str, float]:
-    """Held-out % error of every case, predicted by a fit on the other folds (fold = index in sorted ids mod K)."""
-    ordered = sorted(cases, key=lambda c: c.id)
-    k = max(2, min(folds, len(ordered)))
-    return _held_out([ordered[f::k] for f in range(k)], ordered, fitter)
+    The question a user moving to a new chip asks: how wrong is Podscope on a generation it
+    was never fitted on? Folds by :func:`profiler.crossval.generation`, identical
+    configurations kept on one side.
+    """
+    return crossval.held_out_errors(crossval.grouped_folds(cases, crossval.generation), cases, fitter, predict)
 
 
 def leave_one_family_out(cases: Sequence[Case], fitter: Callable[..., FitResult] = fit) -> dict[str, float]:
     """Held-out % error when a whole family (MaxText, MLPerf ResNet-50, PaLM, ...) is left out of the fit.
 
-    Harsher than K-fold: near-duplicate configurations of one source cannot vouch for each other.
+    Near-duplicate configurations of one source cannot vouch for each other.
     """
-    families = sorted({c.family for c in cases})
-    return _held_out([[c for c in cases if c.family == f] for f in families], cases, fitter)
+    return crossval.held_out_errors(crossval.grouped_folds(cases, crossval.family), cases, fitter, predict)
+
+
+def _fold_ids(cases: Sequence[Case], key: Callable[[Case], str]) -> dict[str, list[str]]:
+    return {label: [c.id for c in members] for label, members in crossval.grouped_folds(cases, key).items()}
+
+
+def step_time_range_record(cases: Sequence[Case], generation_pct: dict[str, float]) -> dict[str, Any]:
+    """The range table runs read, and its honest check, from leave-one-generation-out errors.
+
+    Returns
+    -------
+    dict with ``step_time_ranges`` (group -> n, low_factor, high_factor; all generations'
+    ratios, what a new run uses) and ``step_time_range_check`` (coverage of each case by the
+    range built without its own generation, see :func:`profiler.ranges.held_out_ranges`).
+    """
+    by_id = {c.id: c for c in cases}
+    ratios = {i: r for i, e in generation_pct.items() if (r := ranges.step_time_ratio(by_id[i], e)) is not None}
+    keys = {i: ranges.case_keys(by_id[i]) for i in ratios}
+    fold_of = {c.id: label for label, members in crossval.grouped_folds(cases, crossval.generation).items() for c in members}
+    return {
+        "step_time_ranges": ranges.range_table(ratios, keys),
+        "step_time_range_check": ranges.coverage_summary(ranges.held_out_ranges(ratios, keys, fold_of)),
+    }
 
 
 def _display_path(path: Path) -> str:
@@ -184,27 +203,36 @@ def _display_path(path: Path) -> str:
 def calibrate(
     reference: str | Path | None = None,
     out: str | Path | None = None,
-    folds: int = 5,
     family_folds: bool = True,
     today: dt.date | None = None,
+    params: dict[str, Bound] | None = None,
 ) -> dict[str, Any]:
     """Fit on the reference file's end-to-end cases, cross-validate, write the calibration file.
 
+    One fit on all cases gives the parameters; one more per chip generation
+    (leave-one-generation-out) and, unless ``family_folds`` is False, one per family
+    (leave-one-family-out) give the held-out errors and the step-time range table.
+    ``params`` fits a subset of :data:`FITTED` (default: all of them).
+
     Returns
     -------
-    dict with ``fitted`` (parameter -> value), ``in_sample`` and ``held_out`` summaries,
-    ``residuals_pct`` and ``held_out_pct`` (case id -> % error), ``family_held_out`` and
-    ``family_held_out_pct`` (leave-one-family-out; empty when ``family_folds`` is False), ``cases``, ``path``.
+    dict with ``fitted`` (parameter -> value), ``in_sample`` / ``leave_one_generation_out`` /
+    ``leave_one_family_out`` summaries, ``residuals_pct`` / ``leave_one_generation_out_pct`` /
+    ``leave_one_family_out_pct`` (case id -> % error; the family ones empty when ``family_folds``
+    is False), ``generation_folds`` / ``family_folds`` (fold -> case ids), ``step_time_ranges``,
+    ``step_time_range_check``, ``cases``, ``path``.
     """
     ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
     out_path = Path(out) if out is not None else DEFAULT_CALIBRATION_PATH
     cases, _ = expressible(*map_entries(load_reference(ref_path)))
     e2e = [c for c in cases if c.fit]
-    result = fit(e2e)
+    params = params or FITTED
+    fitter = functools.partial(fit, params=params)
+    result = fitter(e2e)
     cal = result.calibration
     residuals = {c.id: 100.0 * (predict(c, cal) - c.published) / c.published for c in e2e}
-    held_out = cross_validate(e2e, folds)
-    by_family = leave_one_family_out(e2e) if family_folds else {}
+    by_generation = leave_one_generation_out(e2e, fitter)
+    by_family = leave_one_family_out(e2e, fitter) if family_folds else {}
     ids = [c.id for c in e2e]
     report = {
         "path": str(out_path),
@@ -212,17 +240,20 @@ def calibrate(
         "reference": _display_path(ref_path),
         "reference_sha256": reference_sha256(ref_path),
         "cases": ids,
-        "folds": max(2, min(folds, len(e2e))),
-        "fitted": {k: getattr(cal, k) for k in FITTED},
-        "prior": {k: getattr(Calibration(), k) for k in FITTED},
-        "loss": result.loss,
         "evaluations": result.evaluations,
+        "loss": result.loss,
+        "fitted": {k: getattr(cal, k) for k in params},
+        "prior": {k: getattr(Calibration(), k) for k in params},
         "in_sample": summarize([residuals[i] for i in ids], ids),
-        "held_out": summarize([held_out[i] for i in ids], ids),
+        "leave_one_generation_out": summarize(list(by_generation.values()), list(by_generation)),
+        "leave_one_family_out": summarize(list(by_family.values()), list(by_family)),
         "residuals_pct": residuals,
-        "held_out_pct": held_out,
-        "family_held_out": summarize(list(by_family.values()), list(by_family)),
-        "family_held_out_pct": by_family,
+        "leave_one_generation_out_pct": by_generation,
+        "leave_one_family_out_pct": by_family,
+        "generation_folds": _fold_ids(e2e, crossval.generation),
+        "family_folds": _fold_ids(e2e, crossval.family) if family_folds else {},
+        "step_time_range_rule": ranges.RULE,
+        **step_time_range_record(e2e, by_generation),
     }
     write_calibration_toml(out_path, cal, report)
     return report
@@ -240,6 +271,13 @@ def _toml_value(v: Any) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+#: [fit] tables written after the scalar keys, in this order (flat: key -> value; nested: key -> table)
+_RECORD_TABLES = (
+    "prior", "in_sample", "leave_one_generation_out", "leave_one_family_out", "step_time_range_check",
+    "residuals_pct", "leave_one_generation_out_pct", "leave_one_family_out_pct", "generation_folds", "family_folds",
+)  # fmt: skip
+
+
 def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str, Any]) -> None:
     """Write ``cal`` as calibration TOML, fitted keys marked, with the fit record under ``[fit]``."""
     date = report["date"]
@@ -250,7 +288,9 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         f"# {len(report['cases'])} end-to-end cases of {Path(report['reference']).name} "
         "(objective: mean |ln(predicted/published)|);",
         "# the rest are priors. [fit] records the inputs and the residuals. No entry here encodes a published outcome:",
-        "# residuals are errors of the fitted model, kept so a reader can judge the fit.",
+        "# residuals are errors of the fitted model, kept so a reader can judge the fit. Held-out errors come from",
+        "# fits without the case's chip generation (leave_one_generation_out) or family (leave_one_family_out);",
+        "# [fit.step_time_ranges] is the range table runs read (profiler/ranges.py).",
     ]
     for section in ("compute", "interconnect"):
         lines += ["", f"[{section}]"]
@@ -258,18 +298,30 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
             if sec != section:
                 continue
             value = round(getattr(cal, field_name) * factor, 6)
-            tag = "FITTED " if field_name in FITTED else ""
+            tag = "FITTED " if field_name in report["fitted"] else ""
             lines.append(f"{key} = {value!r:<12} # {tag}{_DOC[key]}")
     lines += ["", "[fit]"]
-    for key in ("date", "reference", "reference_sha256", "folds", "evaluations", "loss", "cases"):
+    for key in ("date", "reference", "reference_sha256", "evaluations", "loss", "cases"):
         lines.append(f"{key} = {_toml_value(report[key])}")
     lines.append('objective = "mean |ln(predicted / published)| over end-to-end cases"')
     lines.append(f"fitted = {_toml_value(list(report['fitted']))}")
-    for table in ("prior", "in_sample", "held_out", "family_held_out", "residuals_pct", "held_out_pct", "family_held_out_pct"):
+    if "step_time_range_rule" in report:
+        lines.append(f"step_time_range_rule = {_toml_value(report['step_time_range_rule'])}")
+    for table in _RECORD_TABLES:
+        if table not in report:
+            continue
         lines += ["", f"[fit.{table}]"]
         for k, v in report[table].items():
-            lines.append(f'"{k}" = {_toml_value(v)}')
+            lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for group, row in report.get("step_time_ranges", {}).items():
+        lines += ["", f"[fit.step_time_ranges.{_toml_key(group)}]"]
+        for k, v in row.items():
+            lines.append(f"{k} = {_toml_value(v)}")
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _toml_key(k: str) -> str:
+    return '"' + str(k).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def format_fit(report: dict[str, Any]) -> str:
@@ -279,15 +331,24 @@ def format_fit(report: dict[str, Any]) -> str:
         lines.append(f"  {k:<18} {v:.6g}   (prior {report['prior'][k]:.6g})")
     for label, key in (
         ("in-sample", "in_sample"),
-        (f"held-out ({report['folds']}-fold)", "held_out"),
-        ("held-out (family)", "family_held_out"),
+        ("generation held out", "leave_one_generation_out"),
+        ("family held out", "leave_one_family_out"),
     ):
         s = report[key]
         if not s.get("n"):
             continue
         lines.append(
-            f"{label:<20} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
+            f"{label:<20} n={s['n']:<3} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
             f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
         )
+    check = report.get("step_time_range_check") or {}
+    if check.get("n"):
+        lines.append(
+            f"step-time ranges     {check['inside']} of {check['n']} published results inside the range built without "
+            f"their generation ({100 * check['coverage']:.0f}%, nominal {100 * check['nominal_coverage']:.0f}%), "
+            f"median width {check['median_width_pct']:.1f}% of the prediction"
+        )
+    for group, row in report.get("step_time_ranges", {}).items():
+        lines.append(f"  range {group:<36} n={row['n']:<3} x{row['low_factor']:.3f} .. x{row['high_factor']:.3f}")
     lines.append(f"wrote {report['path']}")
     return "\n".join(lines)

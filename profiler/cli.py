@@ -137,7 +137,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibrate
 
-    report = calibrate.calibrate(args.reference, args.out, folds=args.folds, family_folds=not args.no_family_folds)
+    report = calibrate.calibrate(args.reference, args.out, family_folds=not args.no_family_folds)
     print(json.dumps(report) if args.json else calibrate.format_fit(report))
     return EXIT_OK
 
@@ -266,10 +266,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print one JSON object: cases, summary, skipped")
     v.set_defaults(func=_cmd_validate)
 
-    c = sub.add_parser("calibrate", help="fit the general engine parameters to published results, cross-validated")
+    c = sub.add_parser(
+        "calibrate",
+        help="fit the general engine parameters to published results; record leave-one-generation-out and "
+        "leave-one-family-out errors and the step-time range table",
+    )
     c.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     c.add_argument("--out", help="calibration TOML to write (default: data/calibration.toml)")
-    c.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
     c.add_argument("--no-family-folds", action="store_true", help="skip leave-one-family-out validation (faster)")
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=_cmd_calibrate)

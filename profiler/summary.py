@@ -24,18 +24,19 @@ import duckdb
 from engine.trace import EVENT_KINDS
 
 from .advisor import advise
+from .ranges import step_time_range_s
 
 __all__ = ["build_summary", "batch_aggregates", "summary_from", "RunAggregates", "SUMMARY_KEYS", "BATCH_VIEWS"]
 
 SUMMARY_KEYS = (
     "run_id", "name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "params",
-    "step_time_s", "wall_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "breakdown",
+    "step_time_s", "step_time_range_s", "step_time_range_basis", "wall_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "breakdown",
     "peak_hbm_bytes", "hbm_capacity_bytes", "hbm_breakdown_bytes", "oom", "events",
     "input_wait_frac", "recompiles", "compile_s", "goodput", "stragglers", "advice",
 )  # fmt: skip
 
 #: the runs-row columns a summary repeats
-RUN_COLUMNS = ("name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "facts")
+RUN_COLUMNS = ("name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "scenario", "facts")
 
 _STEADY_STEP_SQL = """
 WITH recompiled AS (
@@ -98,10 +99,17 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def summary_from(run_id: int, run: Mapping[str, Any], agg: RunAggregates) -> dict[str, Any]:
-    """The summary object of a run from its runs-row values (``RUN_COLUMNS``; facts as JSON text) and aggregates."""
+    """The summary object of a run from its runs-row values (``RUN_COLUMNS``; scenario and facts as JSON text) and aggregates.
+
+    ``step_time_range_s`` is the calibrated 80% range of the predicted step time and
+    ``step_time_range_basis`` the held-out cases it rests on (:mod:`profiler.ranges`); both
+    None for imported runs, which are measurements, not predictions.
+    """
     facts = json.loads(run["facts"]) if run["facts"] else {}
+    scenario = json.loads(run["scenario"]) if run.get("scenario") else None
     step_ns = agg.steady_ns if agg.steady_ns is not None else agg.all_ns
     step_s = float(step_ns) / 1e9 if step_ns is not None else None
+    step_range_s, range_basis = step_time_range_s(step_s, scenario)
     by_kind = agg.by_kind_ns
     total = sum(by_kind.values())
     kinds = list(EVENT_KINDS) + sorted(k for k in by_kind if k not in EVENT_KINDS)
@@ -121,6 +129,8 @@ def summary_from(run_id: int, run: Mapping[str, Any], agg: RunAggregates) -> dic
         "steps": run["steps"],
         "params": facts.get("params"),
         "step_time_s": step_s,
+        "step_time_range_s": step_range_s,
+        "step_time_range_basis": range_basis,
         "wall_time_s": float(agg.wall_ns) / 1e9 if agg.wall_ns is not None else None,
         "samples_per_s": _ratio(facts.get("samples_per_step"), step_s),
         "tokens_per_s": _ratio(facts.get("tokens_per_step"), step_s),

@@ -3,17 +3,26 @@
 :func:`run_validation` maps a reference file to cases (:mod:`profiler.reference`),
 simulates each case's scenario(s) with a calibration, reads the metric the
 source published, and returns per-case errors plus a summary (median, 90th
-percentile and worst absolute % error) per group: ``end_to_end`` (what the
-accuracy targets and the calibration are about) and ``checks`` (collective and
-formula worked examples, which test cost formulas and are never fitted).
+percentile and worst absolute % error) per group: ``end_to_end`` (in-sample: the
+cases the calibration is fitted on) and ``checks`` (collective and formula worked
+examples, which test cost formulas and are never fitted).
+
+Beside the in-sample error, each end-to-end case carries its held-out errors:
+predicted by a fit that never saw its chip generation (``leave_one_generation_out``,
+the headline) or its family (``leave_one_family_out``), and whether its published
+result lies inside the 80% step-time range built without its generation
+(:mod:`profiler.ranges`). Those come from the calibration file's ``[fit]`` record,
+written by ``profiler calibrate`` (the refits are the expensive part); they are
+shown only when that record was fitted on the same reference file.
 
 Nothing here is stored in DuckDB: a validation is a pure function of the
-reference file, the engine and the calibration, cheap enough (well under a
-second for the bundled file) to recompute on demand.
+reference file, the engine and the calibration, cheap enough (about a second for
+the bundled file) to recompute on demand.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from dataclasses import asdict, dataclass
@@ -29,6 +38,7 @@ from engine.comm import all_reduce_time_s, ring_phase
 from engine.models import model_cost
 from engine.scenario import parse_topology
 
+from . import crossval, ranges
 from .reference import DEFAULT_REFERENCE_PATH, Case, Skipped, load_reference, map_entries, reference_sha256
 
 __all__ = [
@@ -38,6 +48,7 @@ __all__ = [
     "step_time_s",
     "predict",
     "run_validation",
+    "with_held_out",
     "summarize",
     "summary_of",
     "format_report",
@@ -60,9 +71,16 @@ class CaseResult:
     unit: str
     predicted: float
     published: float
-    error_pct: float  # 100 * (predicted - published) / published
+    error_pct: float  # 100 * (predicted - published) / published, in-sample
     fit: bool
     note: str
+    # Held-out (from the calibration's [fit] record; None for checks or without a matching record):
+    leave_one_generation_out_error_pct: float | None = None
+    leave_one_family_out_error_pct: float | None = None
+    held_out_range: tuple[float, float] | None = None  # 80% range around the generation-held-out prediction, case's unit
+    held_out_in_range: bool | None = None
+    held_out_range_factors: tuple[float, float] | None = None  # the same range as multipliers of the predicted step time
+    range_group: str | None = None  # the comparable-case group the range came from
 
 
 @dataclass(frozen=True)
@@ -76,7 +94,10 @@ class Validation:
     def to_json(self) -> dict[str, Any]:
         """The ``validate --json`` object.
 
-        Keys: ``cases`` [{id, metric, predicted, published, error_pct, ...}], ``summary``, ``skipped``.
+        Keys: ``cases`` [{id, metric, predicted, published, error_pct, leave_one_generation_out_error_pct,
+        leave_one_family_out_error_pct, held_out_range, held_out_in_range, ...}], ``summary`` (``end_to_end``,
+        ``checks``, ``all``, ``leave_one_generation_out``, ``leave_one_family_out``, ``step_time_range``),
+        ``skipped``.
         """
         return {
             "reference": self.reference,
@@ -190,19 +211,69 @@ def run_validation(reference: str | Path | None = None, calibration: str | Path 
     cal_path = Path(calibration) if calibration is not None else DEFAULT_CALIBRATION_PATH
     cal = load_calibration(cal_path)
     cases, skipped = expressible(*map_entries(load_reference(ref_path)))
-    results = [_result(c, predict(c, cal)) for c in cases]
+    results = with_held_out(cases, [_result(c, predict(c, cal)) for c in cases], fit_record(ref_path, cal_path))
     return Validation(
         cases=results, skipped=skipped, summary=summary_of(results), reference=str(ref_path), calibration=str(cal_path)
     )
 
 
+def with_held_out(cases: list[Case], results: list[CaseResult], record: dict[str, Any]) -> list[CaseResult]:
+    """Results with the record's held-out errors and each case's honest range attached (no refit).
+
+    The range of case ``i`` is built from the generation-held-out errors of comparable cases of
+    *other* generations (:func:`profiler.ranges.held_out_ranges`) and placed around ``i``'s own
+    generation-held-out prediction; ``held_out_in_range`` says whether the published figure is inside.
+    """
+    by_gen = record.get("leave_one_generation_out_pct") or {}
+    by_fam = record.get("leave_one_family_out_pct") or {}
+    held = [c for c in cases if c.fit and c.id in by_gen]
+    ratios = {c.id: r for c in held if (r := ranges.step_time_ratio(c, float(by_gen[c.id]))) is not None}
+    fold_of = {c.id: label for label, group in crossval.grouped_folds(held, crossval.generation).items() for c in group}
+    keys = {c.id: ranges.case_keys(c) for c in held}
+    honest = ranges.held_out_ranges(ratios, keys, fold_of)
+    by_id = {c.id: c for c in cases}
+    out = []
+    for r in results:
+        if not r.fit:
+            out.append(r)
+            continue
+        gen = float(by_gen[r.id]) if r.id in by_gen else None
+        fam = float(by_fam[r.id]) if r.id in by_fam else None
+        extra: dict[str, Any] = {"leave_one_generation_out_error_pct": gen, "leave_one_family_out_error_pct": fam}
+        h = honest.get(r.id)
+        if h is not None and gen is not None:
+            held_out_prediction = r.published * (1.0 + gen / 100.0)
+            band = ranges.metric_range(by_id[r.id], held_out_prediction, h["low_factor"], h["high_factor"])
+            extra |= {
+                "held_out_range": tuple(band) if band else None,
+                "held_out_in_range": h["inside"],
+                "held_out_range_factors": (h["low_factor"], h["high_factor"]),
+                "range_group": h["group"],
+            }
+        out.append(dataclasses.replace(r, **extra))
+    return out
+
+
 def summary_of(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
+    """In-sample (``end_to_end``), ``checks`` and ``all`` summaries, the two held-out ones, and the range check."""
     e2e = [r for r in results if r.fit]
     checks = [r for r in results if not r.fit]
+    gen = [r for r in e2e if r.leave_one_generation_out_error_pct is not None]
+    fam = [r for r in e2e if r.leave_one_family_out_error_pct is not None]
+    coverage = ranges.coverage_summary(
+        {
+            r.id: {"inside": r.held_out_in_range, "low_factor": r.held_out_range_factors[0], "high_factor": r.held_out_range_factors[1]}
+            for r in e2e
+            if r.held_out_in_range is not None
+        }
+    )
     return {
         "end_to_end": summarize([r.error_pct for r in e2e], [r.id for r in e2e]),
         "checks": summarize([r.error_pct for r in checks], [r.id for r in checks]),
         "all": summarize([r.error_pct for r in results], [r.id for r in results]),
+        "leave_one_generation_out": summarize([r.leave_one_generation_out_error_pct for r in gen], [r.id for r in gen]),
+        "leave_one_family_out": summarize([r.leave_one_family_out_error_pct for r in fam], [r.id for r in fam]),
+        "step_time_range": {**coverage, "rule": ranges.RULE},
     }
 
 
@@ -210,32 +281,68 @@ def _fmt(x: float) -> str:
     return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
 
 
+def _pct_cell(x: float | None) -> str:
+    return "" if x is None else f"{x:+.1f}%"
+
+
+def _range_cell(c: CaseResult) -> str:
+    if c.held_out_range is None:
+        return ""
+    lo, hi = c.held_out_range
+    return f"{'in ' if c.held_out_in_range else 'OUT'} {_fmt(lo)}-{_fmt(hi)}"
+
+
+def _summary_line(label: str, s: dict[str, Any]) -> str:
+    return (
+        f"{label:<20} n={s['n']:<3} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
+        f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
+    )
+
+
 def format_report(v: Validation) -> str:
-    """The human-readable table, summary and skipped list printed by ``python -m profiler validate``."""
+    """The human-readable table, summary and skipped list printed by ``python -m profiler validate``.
+
+    Columns: in-sample error, error held out by generation (``gen out``) and by family
+    (``fam out``), and the held-out 80% range with whether the published figure is inside.
+    """
     w = max(len(c.id) for c in v.cases) if v.cases else 10
-    lines = [f"{'case':<{w}}  {'metric':<44} {'predicted':>11} {'published':>11} {'error':>8}"]
+    lines = [
+        f"{'case':<{w}}  {'metric':<44} {'predicted':>11} {'published':>11} {'error':>8} {'gen out':>8} {'fam out':>8}"
+        "  held-out 80% range"
+    ]
     for c in v.cases:
-        lines.append(f"{c.id:<{w}}  {c.metric[:44]:<44} {_fmt(c.predicted):>11} {_fmt(c.published):>11} {c.error_pct:>+7.1f}%")
+        row = (
+            f"{c.id:<{w}}  {c.metric[:44]:<44} {_fmt(c.predicted):>11} {_fmt(c.published):>11} {c.error_pct:>+7.1f}% "
+            f"{_pct_cell(c.leave_one_generation_out_error_pct):>8} {_pct_cell(c.leave_one_family_out_error_pct):>8}  "
+            f"{_range_cell(c)}"
+        )
+        lines.append(row.rstrip())
     lines.append("")
-    for group, s in v.summary.items():
-        if s["n"]:
-            lines.append(
-                f"{group:<11} n={s['n']:<3} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
-                f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
-            )
+    labels = (
+        ("end_to_end", "in-sample"),
+        ("leave_one_generation_out", "generation held out"),
+        ("leave_one_family_out", "family held out"),
+        ("checks", "checks"),
+        ("all", "all"),
+    )
+    for key, label in labels:
+        if v.summary[key]["n"]:
+            lines.append(_summary_line(label, v.summary[key]))
+    rng = v.summary["step_time_range"]
+    if rng["n"]:
+        lines.append(
+            f"{'80% step-time range':<20} n={rng['n']:<3} {rng['inside']} inside ({100 * rng['coverage']:.0f}% coverage, "
+            f"nominal {100 * rng['nominal_coverage']:.0f}%), median width {rng['median_width_pct']:.1f}% of the prediction"
+        )
     record = fit_record(v.reference, v.calibration)
-    for label, key in (("held out", "held_out"), ("family out", "family_held_out")):
-        s = record.get(key, {})
-        if s.get("n"):
-            lines.append(
-                f"{label:<11} n={s['n']:<3} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
-                f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
-            )
     if record:
         lines.append(
-            f"(end-to-end cases predicted by fits that never saw them: {record.get('folds', '?')}-fold and leave-one-family-out "
-            f"cross-validation recorded by `profiler calibrate` on {record.get('date', '?')})"
+            "(held out: each end-to-end case predicted by a fit without its chip generation, or without its family; "
+            "its range built from the held-out errors of comparable cases of other generations; recorded by "
+            f"`profiler calibrate` on {record.get('date', '?')})"
         )
+    else:
+        lines.append("(no held-out errors: the calibration's [fit] record was not fitted on this reference file)")
     lines.append("")
     lines.append(f"not expressible ({len(v.skipped)} entries):")
     for s in v.skipped:
@@ -246,8 +353,9 @@ def format_report(v: Validation) -> str:
 def fit_record(reference: str | Path | None = None, calibration: str | Path | None = None) -> dict[str, Any]:
     """The calibration file's ``[fit]`` record, if it was fitted on this reference file.
 
-    Returns the record (date, fitted parameters, in-sample / held-out / family-held-out
-    summaries and per-case errors, see :mod:`profiler.calibrate`) when its
+    Returns the record (date, fitted parameters, in-sample / generation-held-out /
+    family-held-out summaries and per-case errors, folds, the step-time range table, see
+    :mod:`profiler.calibrate`) when its
     ``reference_sha256`` matches the reference file's content, else an empty dict: held-out
     errors of a fit on other data would not describe these cases.
     """
@@ -264,16 +372,20 @@ def fit_record(reference: str | Path | None = None, calibration: str | Path | No
 def results_frame(reference: str | Path | None = None, calibration: str | Path | None = None) -> pd.DataFrame:
     """Per-case results as a DataFrame (the dashboard's Validation page): one row per case.
 
-    ``held_out_error_pct`` is the case's error when predicted by the calibration fit that
-    never saw it (5-fold cross-validation, from :func:`fit_record`); NaN for cases that are
-    not fitted or when the calibration was fitted on another reference file.
+    Columns of :class:`CaseResult` plus ``abs_error_pct``; the held-out columns
+    (``leave_one_generation_out_error_pct``, ``leave_one_family_out_error_pct``: the case's error
+    when predicted by a calibration fit that never saw its chip generation or family, from
+    :func:`fit_record`) are NaN for cases that are not fitted or when the calibration was fitted
+    on another reference file. ``held_out_range`` is split into ``range_low`` and ``range_high``.
     """
     v = run_validation(reference, calibration)
     df = pd.DataFrame([asdict(c) for c in v.cases])
     if not df.empty:
         df["abs_error_pct"] = df["error_pct"].abs()
-        held_out = fit_record(reference, calibration).get("held_out_pct", {})
-        df["held_out_error_pct"] = [float(held_out[i]) if i in held_out else math.nan for i in df["id"]]
+        for col in ("leave_one_generation_out_error_pct", "leave_one_family_out_error_pct"):
+            df[col] = df[col].astype("float64")
+        df["range_low"] = [r[0] if r is not None else math.nan for r in df["held_out_range"]]
+        df["range_high"] = [r[1] if r is not None else math.nan for r in df["held_out_range"]]
     return df
 
 

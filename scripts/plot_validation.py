@@ -35,19 +35,43 @@ def _summary_row(label: str, s: dict) -> str:
     )
 
 
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:+.1f}%"
+
+
+def _range(c) -> str:
+    if c.held_out_range is None:
+        return ""
+    lo, hi = c.held_out_range
+    return f"{_fmt(lo)} - {_fmt(hi)} ({'inside' if c.held_out_in_range else '**outside**'})"
+
+
 def tables(v: Validation) -> dict[str, str]:
     """The Markdown blocks of docs/validation.md, by block name, from one validation run."""
     record = fit_record(v.reference, v.calibration)
     summary = ["| absolute % error | cases | median | p90 | worst |", "| --- | ---: | ---: | ---: | ---: |"]
     summary.append(_summary_row("end-to-end, fitted (in-sample)", v.summary["end_to_end"]))
-    if record.get("held_out", {}).get("n"):
-        summary.append(_summary_row(f"end-to-end, held out ({record.get('folds', '?')}-fold)", record["held_out"]))
-    if record.get("family_held_out", {}).get("n"):
-        summary.append(_summary_row("end-to-end, held out (leave-one-family-out)", record["family_held_out"]))
+    if v.summary["leave_one_generation_out"]["n"]:
+        summary.append(_summary_row("end-to-end, chip generation held out", v.summary["leave_one_generation_out"]))
+    if v.summary["leave_one_family_out"]["n"]:
+        summary.append(_summary_row("end-to-end, family held out", v.summary["leave_one_family_out"]))
     summary.append(_summary_row("collective / formula checks (not fitted)", v.summary["checks"]))
-    cases = ["| case | chip | metric | predicted | published | error |", "| --- | --- | --- | ---: | ---: | ---: |"]
+    rng = v.summary["step_time_range"]
+    if rng["n"]:
+        summary += [
+            "",
+            f"Held-out 80% step-time ranges: {rng['inside']} of {rng['n']} published results inside their range "
+            f"({100 * rng['coverage']:.0f}%), median width {rng['median_width_pct']:.1f}% of the prediction.",
+        ]
+    cases = [
+        "| case | chip | metric | predicted | published | in-sample | generation held out | family held out "
+        "| held-out 80% range |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     cases += [
-        f"| {c.id} | {c.chip} | {c.metric} | {_fmt(c.predicted)} | {_fmt(c.published)} | {c.error_pct:+.1f}% |" for c in v.cases
+        f"| {c.id} | {c.chip} | {c.metric} | {_fmt(c.predicted)} | {_fmt(c.published)} | {c.error_pct:+.1f}% "
+        f"| {_pct(c.leave_one_generation_out_error_pct)} | {_pct(c.leave_one_family_out_error_pct)} | {_range(c)} |"
+        for c in v.cases
     ]
     cal = load_calibration(Path(v.calibration))
     params = ["| parameter | fitted | prior |", "| --- | ---: | ---: |"]
@@ -55,7 +79,15 @@ def tables(v: Validation) -> dict[str, str]:
         scale, unit = (1e6, " us") if name.endswith("_s") else (1.0, "")
         label = name.removesuffix("_s") if unit else name
         params.append(f"| `{label}` | {getattr(cal, name) * scale:.3g}{unit} | {record['prior'][name] * scale:.3g}{unit} |")
-    return {"validation-parameters": "\n".join(params) + "\n", "validation-summary": "\n".join(summary) + "\n", "validation-cases": "\n".join(cases) + "\n"}
+    ranges = ["| comparable cases | n | step-time range (x predicted) |", "| --- | ---: | --- |"]
+    for group, row in record.get("step_time_ranges", {}).items():
+        ranges.append(f"| `{group}` | {row['n']} | {row['low_factor']:.3f} - {row['high_factor']:.3f} |")
+    return {
+        "validation-parameters": "\n".join(params) + "\n",
+        "validation-summary": "\n".join(summary) + "\n",
+        "validation-ranges": "\n".join(ranges) + "\n",
+        "validation-cases": "\n".join(cases) + "\n",
+    }
 
 
 def plot(df: pd.DataFrame, out: str) -> None:
@@ -63,10 +95,11 @@ def plot(df: pd.DataFrame, out: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     families = sorted(df["family"].unique())
     colors = {f: plt.get_cmap("tab10")(i) for i, f in enumerate(families)}
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 6.5), gridspec_kw={"width_ratios": [1, 1.15]})
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 7.2), gridspec_kw={"width_ratios": [1, 1.15]})
     lo = min(df["predicted"].min(), df["published"].min()) / 1.5
     hi = max(df["predicted"].max(), df["published"].max()) * 1.5
     ax.plot([lo, hi], [lo, hi], "--", color="#9D9D9D", label="ideal (y = x)")
@@ -84,24 +117,43 @@ def plot(df: pd.DataFrame, out: str) -> None:
     ax.legend(fontsize=8, loc="upper left")
 
     d = df.sort_values("error_pct")
-    y = range(len(d))
-    bx.barh(list(y), d["error_pct"], color=[colors[f] for f in d["family"]], zorder=3)
+    y = list(range(len(d)))
+    bx.barh(y, d["error_pct"], color=[colors[f] for f in d["family"]], zorder=3)
     for yi, (fit, err) in zip(y, zip(d["fit"], d["error_pct"])):
         if not fit:
             bx.text(err, yi, " check", va="center", fontsize=6, color="#555555")
+    # Held out: the error of a fit that never saw the case's chip generation (its 80% range as a line: the case
+    # is inside when the line crosses 0) or its family.
+    lo = 100 * (d["range_low"] - d["published"]) / d["published"]
+    hi = 100 * (d["range_high"] - d["published"]) / d["published"]
+    has = d["range_low"].notna().to_numpy()
+    bx.hlines([yi for yi, h in zip(y, has) if h], lo[has], hi[has], color="#333333", lw=1.0, zorder=4,
+              label="80% range around the generation-held-out prediction")  # fmt: skip
+    bx.scatter(d["leave_one_generation_out_error_pct"], y, marker="D", s=14, color="#111111", zorder=5,
+               label="chip generation held out")  # fmt: skip
+    bx.scatter(d["leave_one_family_out_error_pct"], y, marker="x", s=16, color="#B2182B", zorder=5, label="family held out")
     bx.axvspan(-10, 10, color="#DDDDDD", alpha=0.6, zorder=0)
     bx.axvspan(-20, 20, color="#EEEEEE", alpha=0.5, zorder=0)
     bx.axvline(0, color="#666666", lw=0.8)
-    bx.set_yticks(list(y))
+    bx.set_yticks(y)
     bx.set_yticklabels(d["id"], fontsize=6)
     bx.set_xlabel("error, % of published ((predicted - published) / published)")
-    bx.set_title("Error per case ('check' = collective / formula example, not fitted)")
+    e2e = d[d["fit"] & d["held_out_in_range"].notna()]
+    inside = int(e2e["held_out_in_range"].astype(bool).sum())
+    bx.set_title(
+        f"Error per case ('check' = collective / formula example, not fitted)\n"
+        f"published result inside its held-out 80% range: {inside} of {len(e2e)}",
+        fontsize=9,
+    )
+    handles, labels = bx.get_legend_handles_labels()
+    handles.insert(0, Patch(color="#AAAAAA"))
+    labels.insert(0, "in-sample (fit on all cases; bar colour = family)")
+    bx.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=2)
     fig.suptitle("Podscope vs published TPU results (python -m profiler validate)")
     fig.tight_layout()
     matplotlib.rcParams["svg.hashsalt"] = "podscope"  # stable ids: the SVG only changes when the data does
     fig.savefig(out, metadata={"Date": None})
     print(f"wrote {out}")
-
 
 
 def main(out: str = str(DOCS / "validation.svg")) -> None:

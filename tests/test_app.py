@@ -32,6 +32,8 @@ def test_overview_shows_headline_numbers(page_db):
     chips = next(m.value for m in at.metric if m.label == "Chips")
     assert chips == f"{summary['chips']:,} x {summary['chip']}"
     assert next(m.value for m in at.metric if m.label == "MFU") == f"{summary['mfu'] * 100:.1f}%"
+    # the calibrated 80% range of the predicted step time, from the run's summary
+    assert any(c.value.startswith("Step time likely between") and "80%" in c.value for c in at.caption)
 
 
 def test_empty_database_seeds_bundled_examples(tmp_path, monkeypatch):
@@ -83,6 +85,8 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     _no_exceptions(at)
     shown = at.dataframe[0].value
     assert 0 < len(shown) < n_all and set(shown["chip"]) == {"tpu-v3"}
-    # the bundled calibration was fitted on the bundled reference: held-out errors are shown too
-    assert shown["held_out_error_pct"].notna().all()
-    assert any("never saw them" in c.value for c in at.caption)
+    # the bundled calibration was fitted on the bundled reference: held-out errors and ranges are shown too
+    assert shown["leave_one_generation_out_error_pct"].notna().all()
+    assert shown["leave_one_family_out_error_pct"].notna().all()
+    assert {"Inside their 80% range", "Median range width"} <= {m.label for m in at.metric}
+    assert any("never saw its chip generation" in c.value for c in at.caption)

@@ -11,6 +11,7 @@ import json
 import math
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -145,17 +146,18 @@ class TestSummary:
         assert validation.summarize([])["median_abs_pct"] is None
 
 
-def _synthetic_cases(true: Calibration) -> list[Case]:
+def _synthetic_cases(true: Calibration, batches: tuple[int, ...] = (2048, 8192), family: str = "syn") -> list[Case]:
     """Cases whose 'published' value is the engine's own prediction at a known calibration."""
     out = []
     # One chip and large batches: compute-bound, so the step time depends clearly on MXU efficiency.
-    for i, (width, batch) in enumerate(((4096, 2048), (4096, 8192))):
+    for i, batch in enumerate(batches):
+        width = 4096
         raw = {
-            "name": f"syn{i}", "pod": {"chip": "tpu-v4", "topology": "1"},
+            "name": f"{family}{i}", "pod": {"chip": "tpu-v4", "topology": "1"},
             "model": {"kind": "mlp", "layer_sizes": [width, width, width]},
             "training": {"global_batch": batch, "steps": 2}, "sim": {"jitter_frac": 0.0},
         }  # fmt: skip
-        c = Case(id=f"syn{i}", kind="end_to_end", family="syn", chip="tpu-v4", model="mlp", metric="step time",
+        c = Case(id=f"{family}{i}", kind="end_to_end", family=family, chip="tpu-v4", model="mlp", metric="step time",
                  unit="s", published=1.0, how="step_time", scenarios=(raw,))  # fmt: skip
         out.append(Case(**{**c.__dict__, "published": validation.predict(c, true)}))
     return out
@@ -172,24 +174,29 @@ class TestCalibration:
 
     def test_held_out_case_is_predicted_by_a_fit_that_never_saw_it(self):
         """Two families generated at different efficiencies: each held-out family is predicted at the other's."""
-        a = _synthetic_cases(Calibration(mxu_efficiency=0.5, step_overhead_s=0.0))
-        b = [Case(**{**c.__dict__, "id": c.id + "b", "family": "other", "published": c.published * 0.5}) for c in a]
+        a = _synthetic_cases(Calibration(mxu_efficiency=0.4, step_overhead_s=0.0))
+        b = _synthetic_cases(Calibration(mxu_efficiency=0.8, step_overhead_s=0.0), batches=(4096, 16384), family="other")
         only_mxu = lambda cases: calibrate.fit(  # noqa: E731
             cases, start=Calibration(step_overhead_s=0.0), params={"mxu_efficiency": calibrate.Bound(0.3, 1.0)}
         )
         out = calibrate.leave_one_family_out(a + b, fitter=only_mxu)
         assert set(out) == {c.id for c in a + b}
-        # Fitted on 'b' (twice as fast), 'a' is over-predicted in step time, and vice versa.
+        # Fitted on 'b' (twice as efficient), 'a' is under-predicted in step time, and vice versa.
         assert all(out[c.id] < -20 for c in a) and all(out[c.id] > 20 for c in b)
+        # The same configurations under another family's name are one configuration: never split, never held out.
+        copies = [Case(**{**c.__dict__, "id": c.id + "copy", "family": "other", "published": c.published * 0.5}) for c in a]
+        assert calibrate.leave_one_family_out(a + copies, fitter=only_mxu) == {}
 
     def test_written_file_loads_back(self, tmp_path):
         cal = Calibration(mxu_efficiency=0.7, step_overhead_s=1.5e-3)
         report = {
-            "date": "2026-01-01", "reference": "ref.json", "reference_sha256": "0" * 64, "folds": 2, "evaluations": 3,
+            "date": "2026-01-01", "reference": "ref.json", "reference_sha256": "0" * 64, "evaluations": 3,
             "loss": 0.1, "cases": ["a"], "fitted": {"mxu_efficiency": 0.7}, "prior": {"mxu_efficiency": 0.8},
-            "in_sample": {"n": 1, "median_abs_pct": 1.0}, "held_out": {"n": 1, "median_abs_pct": 2.0},
-            "residuals_pct": {"a": 1.0}, "held_out_pct": {"a": 2.0},
-            "family_held_out": validation.summarize([]), "family_held_out_pct": {},
+            "in_sample": {"n": 1, "median_abs_pct": 1.0}, "leave_one_generation_out": {"n": 1, "median_abs_pct": 2.0},
+            "residuals_pct": {"a": 1.0}, "leave_one_generation_out_pct": {"a": 2.0},
+            "leave_one_family_out": validation.summarize([]), "leave_one_family_out_pct": {},
+            "generation_folds": {"tpu-v4": ["a"]},
+            "step_time_ranges": {"transformer/fsdp+tensor/single-slice": {"n": 9, "low_factor": 0.9, "high_factor": 1.1}},
         }  # fmt: skip
         path = tmp_path / "cal.toml"
         calibrate.write_calibration_toml(path, cal, report)
@@ -197,26 +204,42 @@ class TestCalibration:
         assert back.mxu_efficiency == pytest.approx(0.7)
         assert back.step_overhead_s == pytest.approx(1.5e-3)
         assert back.hbm_efficiency == pytest.approx(cal.hbm_efficiency)
-        assert "FITTED" in path.read_text()
+        text = path.read_text()
+        line = {ln.split(" ")[0]: ln for ln in text.splitlines()}
+        assert "# FITTED" in line["mxu_efficiency"] and "FITTED" not in line["hbm_efficiency"]  # only what was fitted
+        fit = tomllib.loads(text)["fit"]
+        assert fit["generation_folds"] == {"tpu-v4": ["a"]}
+        assert fit["step_time_ranges"]["transformer/fsdp+tensor/single-slice"]["high_factor"] == pytest.approx(1.1)
 
     def test_held_out_errors_are_shown_only_for_the_reference_the_fit_saw(self, tmp_path):
         df = validation.results_frame()
         fitted = df[df["fit"]]
         record = validation.fit_record()
-        assert fitted["held_out_error_pct"].tolist() == [pytest.approx(record["held_out_pct"][i]) for i in fitted["id"]]
-        assert df[~df["fit"]]["held_out_error_pct"].isna().all()  # collective checks are never fitted
+        for col, key in (("leave_one_generation_out_error_pct", "leave_one_generation_out_pct"),
+                         ("leave_one_family_out_error_pct", "leave_one_family_out_pct")):  # fmt: skip
+            assert fitted[col].tolist() == [pytest.approx(record[key][i]) for i in fitted["id"]]
+            assert df[~df["fit"]][col].isna().all()  # collective checks are never fitted
+        assert fitted["held_out_in_range"].notna().all()
         other = tmp_path / "ref.json"
         other.write_text(json.dumps([MAXTEXT_ENTRY]))  # a different file: that fit says nothing about it
         assert validation.fit_record(other) == {}
-        assert validation.results_frame(other)["held_out_error_pct"].isna().all()
+        assert validation.results_frame(other)["leave_one_generation_out_error_pct"].isna().all()
 
     def test_bundled_calibration_records_its_fit(self):
-        import tomllib
-
         raw = tomllib.loads((ROOT / "data" / "calibration.toml").read_text())
         fit = raw["fit"]
-        assert {"date", "reference_sha256", "cases", "in_sample", "held_out", "residuals_pct"} <= set(fit)
-        assert set(fit["residuals_pct"]) == set(fit["cases"])
+        assert {"date", "reference_sha256", "cases", "in_sample", "leave_one_generation_out", "residuals_pct",
+                "leave_one_generation_out_pct", "leave_one_family_out_pct", "step_time_ranges"} <= set(fit)  # fmt: skip
+        assert set(fit["residuals_pct"]) == set(fit["cases"]) == set(fit["leave_one_generation_out_pct"])
+        assert "all" in fit["step_time_ranges"]
+
+    def test_validate_recomputes_the_recorded_range_check(self):
+        """validate rebuilds each case's honest range from the record alone; it must match what calibrate wrote."""
+        v = validation.run_validation()
+        recorded = validation.fit_record()["step_time_range_check"]
+        got = v.summary["step_time_range"]
+        assert (got["n"], got["inside"]) == (recorded["n"], recorded["inside"])
+        assert got["median_width_pct"] == pytest.approx(recorded["median_width_pct"], rel=1e-4)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -234,13 +257,17 @@ class TestCli:
         assert {"id", "metric", "predicted", "published", "error_pct"} <= set(case)
         assert case["error_pct"] == pytest.approx(100 * (case["predicted"] - 100.0) / 100.0)
         assert out["summary"]["end_to_end"]["n"] == 1
+        # the bundled calibration was fitted on another file: no held-out errors for this one
+        assert out["summary"]["leave_one_generation_out"]["n"] == 0 and case["leave_one_generation_out_error_pct"] is None
         assert {s["id"] for s in out["skipped"]} == {"bert", "spec"}
 
     def test_validate_table_on_bundled_reference(self):
         p = _cli("validate")
         assert p.returncode == EXIT_OK, p.stderr
         assert "median |err|" in p.stdout and "not expressible" in p.stdout
-        assert "held out    n=" in p.stdout and "family out  n=" in p.stdout  # the fit was on this reference
+        # the fit was on this reference: both held-out summaries and the range check are printed
+        assert "generation held out  n=" in p.stdout and "family held out      n=" in p.stdout
+        assert "80% step-time range" in p.stdout and "coverage" in p.stdout
 
     def test_bad_reference_exits_2(self, tmp_path):
         bad = tmp_path / "bad.json"

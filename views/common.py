@@ -35,6 +35,7 @@ __all__ = [
     "download_csv",
     "export_button",
     "run_context",
+    "step_time_range_text",
     "require_events",
     "simulate_variant",
     "simulate_and_store",
@@ -148,6 +149,26 @@ def si(value: float, unit: str = "") -> str:
         if abs(value) >= factor:
             return f"{value / factor:.3g}{prefix} {unit}".rstrip()
     return f"{value:.3g} {unit}".rstrip()
+
+
+def step_time_range_text(summary: dict[str, Any], label: str = "Step time") -> str | None:
+    """The run's calibrated step-time range as one caption line, or None (imported and older runs have none).
+
+    The range (summary keys ``step_time_range_s`` and ``step_time_range_basis``, see
+    ``profiler/ranges.py``) is how far Podscope was off on comparable published results predicted
+    by fits that never saw their chip generation.
+    """
+    rng = summary.get("step_time_range_s")
+    if not rng:
+        return None
+    basis = summary.get("step_time_range_basis") or {}
+    coverage = basis.get("nominal_coverage", 0.8)
+    group = basis.get("group", "all")
+    return (
+        f"{label} likely between {rng[0] * 1e3:,.2f} and {rng[1] * 1e3:,.2f} ms (a range meant to hold the real "
+        f"step time {coverage:.0%} of the time: Podscope's errors on {basis.get('cases', '?')} comparable published "
+        f"results ({group}) when their chip generation was left out of the fit)"
+    )
 
 
 def select_run(run_id: int, key: str = "run_id") -> None:

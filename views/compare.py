@@ -86,6 +86,9 @@ def _side_by_side(a: dict, b: dict) -> None:
         if va:
             delta = f"{(vb - va) / va * 100:+.1f}%"
         col.metric(label, fmt(vb), delta, delta_color="inverse" if lower_better else "normal", help=f"base: {fmt(va) if va is not None else 'n/a'}")
+    for label, summary in (("Base step time", a), ("Other step time", b)):
+        if (band := common.step_time_range_text(summary, label)) is not None:
+            st.caption(band)
     if b.get("oom") and not a.get("oom"):
         st.error("The other run does not fit in HBM (see its Memory page).")
 

@@ -26,6 +26,8 @@ def _headline(summary: dict) -> None:
     cols[3].metric("Chips", f"{summary['chips']:,} x {summary.get('chip') or '?'}")
     peak, cap = summary.get("peak_hbm_bytes"), summary.get("hbm_capacity_bytes")
     cols[4].metric("HBM peak", f"{peak / 2**30:.1f} / {cap / 2**30:.0f} GiB" if peak and cap else "n/a")
+    if (band := common.step_time_range_text(summary)) is not None:
+        st.caption(band)
     if summary.get("oom"):
         st.error("This run does not fit in HBM: it is out of memory. See the Memory page for what overflowed.")
 
