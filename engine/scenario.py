@@ -79,6 +79,11 @@ class ResNet50Model(_Section):
     classes: PositiveInt = 1000
 
 
+#: shortest sequence for which ``attention = "autoselected"`` takes the flash kernel (MaxText
+#: layers/attentions.py: ``attention_kernel == "autoselected" and length < 128`` -> dot product)
+AUTOSELECT_FLASH_MIN_SEQ = 128
+
+
 class TransformerModel(_Section):
     kind: Literal["transformer"]
     layers: PositiveInt
@@ -92,8 +97,10 @@ class TransformerModel(_Section):
     mlp: Literal["gelu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
     # "flash": blockwise attention (Dao et al. 2022; Pallas splash attention on TPU) never stores the
-    # seq x seq probabilities and recomputes them in the backward pass
-    attention: Literal["standard", "flash"] = "standard"
+    # seq x seq probabilities and recomputes them in the backward pass. "standard": the scores and
+    # probabilities go through HBM. "autoselected" (the default) is what TPU training stacks pick
+    # when the user names no kernel: see :attr:`attention_kernel`.
+    attention: Literal["autoselected", "standard", "flash"] = "autoselected"
 
     @model_validator(mode="after")
     def _heads_divide(self) -> "TransformerModel":
@@ -110,6 +117,20 @@ class TransformerModel(_Section):
     @property
     def kv_heads_eff(self) -> int:
         return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def attention_kernel(self) -> str:
+        """The attention kernel the run assumes: ``"flash"`` or ``"standard"``.
+
+        ``autoselected`` follows MaxText, whose ``configs/base.yml`` sets ``attention:
+        'autoselected'`` and whose ``layers/attentions.py`` (``AttentionOp.apply_attention``)
+        resolves it to the TPU flash kernel (Pallas splash attention,
+        ``jax.experimental.pallas.ops.tpu``) for training and to the plain dot-product
+        einsums only for decoding or sequences shorter than 128.
+        """
+        if self.attention != "autoselected":
+            return self.attention
+        return "flash" if self.seq_len >= AUTOSELECT_FLASH_MIN_SEQ else "standard"
 
 
 ModelSection = Annotated[Union[MlpModel, ResNet50Model, TransformerModel], Field(discriminator="kind")]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .assumptions import run_assumptions
 from .calibration import Calibration, load_calibration
 from .compute import step_compute
 from .idle import idle_facts, plan_idle
@@ -51,7 +52,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     steps, chips = ctx.steps, ctx.chips
     b = scenario.per_chip_batch
 
-    flash = getattr(scenario.model, "attention", "standard") == "flash"
+    flash = getattr(scenario.model, "attention_kernel", None) == "flash"
     comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash)
     fwd_s = comp.forward_s
     bwd_s = comp.fwd_bwd_s - fwd_s
@@ -171,6 +172,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             "hbm_peak_phase": mem.peak_phase,
             "mesh": mesh.describe(),
             "parallelism_strategy": par.strategy,
+            **run_assumptions(scenario),
             "exposed_layer_collective_s": comm.forward_s + comm.backward_s,
             **grad_extra,
             **idle_facts(idle, laid.step_kind, laid.steps, chips),
