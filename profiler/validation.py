@@ -335,7 +335,9 @@ def format_report(v: Validation) -> str:
             f"nominal {100 * rng['nominal_coverage']:.0f}%), median width {rng['median_width_pct']:.1f}% of the prediction"
         )
     record = fit_record(v.reference, v.calibration)
-    if record:
+    if record and not v.summary["leave_one_generation_out"]["n"]:
+        lines.append("(no held-out errors in the calibration's [fit] record: run `profiler calibrate` to compute them)")
+    elif record:
         lines.append(
             "(held out: each end-to-end case predicted by a fit without its chip generation, or without its family; "
             "its range built from the held-out errors of comparable cases of other generations; recorded by "

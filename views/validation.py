@@ -52,7 +52,10 @@ def _summary(df: pd.DataFrame) -> None:
     cols[2].metric("90th pct |error|", _pct(s["p90_abs_pct"]))
     cols[3].metric("Worst |error|", _pct(s["worst_abs_pct"]))
     if e2e["leave_one_generation_out_error_pct"].isna().all():
-        st.caption("No held-out errors: the calibration was not fitted on this reference file (`python -m profiler calibrate`).")
+        st.caption(
+            "No held-out errors for this reference file in the calibration's fit record "
+            "(`python -m profiler calibrate` computes them)."
+        )
         return
     st.table(_error_table(e2e).set_index("predicted by"))
     ranged = e2e[e2e["held_out_in_range"].notna()]
