@@ -296,3 +296,13 @@ def test_imported_run_pages_say_what_the_trace_does_not_carry(page_db):
     assert any("this run was imported" in c.value for c in overview.caption)
     memory = _page("views/memory.py", run_id)
     assert {m.label: m.value for m in memory.metric}["Peak HBM per chip"] == "n/a"
+
+
+def test_overview_states_the_kernel_remat_and_precision_the_run_assumed(page_db):
+    summary = page_db.summary("summary")  # llm-1b-v5p-64: no attention kernel named
+    assert summary["attention_kernel"] == "flash"
+    at = _run("views/overview.py", page_db.run_ids["summary"])
+    captions = [c.value for c in at.caption]
+    assumed = next(c for c in captions if c.startswith("Assumed:"))
+    assert "attention kernel **flash**" in assumed and "remat **full**" in assumed
+    assert "`model.attention` = autoselected -> flash" in assumed
