@@ -160,6 +160,11 @@ class ParallelismSection(_Section):
     # 2-chip part of axis y. Empty: the default mapping of engine/mesh.py (tensor innermost).
     mapping: dict[Literal["data", "fsdp", "tensor"], list[str]] = Field(default_factory=dict)
     parameter_server: ParameterServerSection | None = None
+    # Cross-replica weight-update sharding (Xu et al. 2020, "Automatic Cross-Replica Sharding of Weight
+    # Update in Data-Parallel Training"; used by the MLPerf ResNet-50 TPU submissions, Kumar et al. 2019
+    # and 2021): the gradient all-reduce becomes reduce-scatter + all-gather of the updated weights, and
+    # each data-parallel replica applies the optimizer to its 1/replicas share only.
+    shard_weight_update: bool = False
 
 
 class SimSection(_Section):

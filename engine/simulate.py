@@ -83,6 +83,10 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     shard = par.fsdp * par.tensor
     dense_params = cost.params - (cost.sparse_params if use_ps else 0)
     update_bytes = dense_params / shard * (_UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    if par.shard_weight_update:
+        # Each replica updates 1/replicas of the weights (Xu et al. 2020); a ring all-reduce is already
+        # reduce-scatter + all-gather, so the collective's cost is unchanged.
+        update_bytes /= scenario.data_parallel * pod.slices
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac

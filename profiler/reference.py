@@ -253,6 +253,15 @@ def _scenario(name: str, chip: str, topology: str, slices: int, model: dict, bat
     }
 
 
+def _with_sharded_update(scenario: dict[str, Any]) -> dict[str, Any]:
+    """The Google MLPerf ResNet-50 submissions shard the weight update across replicas: "Scale MLPerf-0.6
+    models on Google TPU-v3 Pods" (Kumar et al. 2019, arXiv:1909.09756) and "Exploring the limits of
+    concurrency in ML training on Google TPUs" (Kumar et al. 2021) name weight-update sharding (Xu et al.
+    2020) among the techniques of those runs."""
+    scenario["parallelism"]["shard_weight_update"] = True
+    return scenario
+
+
 # Mappers: each returns a Case, a Skipped, or None (not its shape) ---------------------------------
 
 Entry = dict[str, Any]
@@ -354,9 +363,10 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
         return Case(
             id=e["id"], kind=e["kind"], family="MLPerf ResNet-50", chip=chip, model="ResNet-50",
             metric="images/s per chip (steady state)", unit="images/s", published=float(exp["steady_images_per_s_per_chip"]),
-            how="work_per_step", scenarios=(_scenario(e["id"], chip, topo, slices, {"kind": "resnet50"}, batch, optimizer="momentum"),),
+            how="work_per_step", scenarios=(_with_sharded_update(_scenario(e["id"], chip, topo, slices, {"kind": "resnet50"}, batch, optimizer="momentum")),),
             work_per_step=per_chip,
-            note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, momentum (LARS-like) optimizer; published "
+            note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, momentum (LARS-like) optimizer, weight update sharded "
+                 "across replicas (Kumar et al. 2019, 2021: the TPU MLPerf ResNet-50 submissions); published "
                  "steady state includes the eval share of each epoch block, which Podscope does not model",
         )  # fmt: skip
     arch = next((a for name, a in KNOWN_ARCHITECTURES.items() if name.lower() in bench.lower()), None)
