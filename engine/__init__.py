@@ -1,4 +1,4 @@
-"""Podscope engine: scenario -> simulated per-chip trace tables. Pure numpy/networkx, no I/O but data/."""
+"""Podscope engine: scenario -> simulated per-chip trace tables (numpy, networkx, pyarrow); it reads only its data files."""
 
 from .calibration import Calibration, load_calibration
 from .catalog import ChipSpec, load_catalog

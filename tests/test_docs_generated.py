@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler.validation import run_validation
-from scripts import idle_table, plot_validation
+from scripts import idle_table, module_listing, plot_validation
 from scripts.docs_blocks import read_block
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +42,16 @@ def test_idle_table_matches_the_bundled_scenarios_and_the_fixes_act():
     # the mechanisms still act: the fix for each cause removes (most of) it
     assert "input wait" in rows[6] and "-> 0.0%" in rows[6]
     assert "279 -> 3 -> 0 recompiles" in rows[7]
+
+
+def test_module_listing_names_every_module_with_its_docstring():
+    text = module_listing.render()
+    assert read_block(module_listing.PAGE, module_listing.BLOCK) == text, (
+        "docs/architecture.md module listing is stale: run `python -m scripts.module_listing --write`"
+    )
+    listed = {line.split("`")[1] for line in text.splitlines()[2:]}
+    assert {"engine/step.py", "engine/comm/collectives.py", "profiler/schema.py", "views/figures.py"} <= listed
+    assert "(no docstring)" not in text, "every module says what it is for in its docstring"
 
 
 def test_a_block_that_is_missing_is_an_error(tmp_path):

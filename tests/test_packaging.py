@@ -33,7 +33,7 @@ def test_pyproject_pins_the_same_versions_as_the_requirements_files():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(project["dependencies"]) == _pins(ROOT / "requirements.txt")
     assert set(project["optional-dependencies"]["dev"]) == _pins(ROOT / "requirements-dev.txt")
-    assert project["scripts"]["podscope"] == "profiler.cli:main"
+    assert project["scripts"]["podscope"] == "profiler.__main__:run"
 
 
 @pytest.mark.slow
