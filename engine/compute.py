@@ -20,7 +20,7 @@ from .models import ModelCost
 from .units import BYTES_PER_ELEMENT
 
 
-__all__ = ["ComputeCost", "step_compute"]
+__all__ = ["ComputeCost", "step_compute", "pad_to_mxu", "roofline_terms_s"]
 
 #: forward passes executed per training step by remat policy (forward + backward = 1 + 2);
 #: "selective" and "minimal" recompute the attention core, so its ops run 4 passes and the rest 3
@@ -52,8 +52,14 @@ def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
     return passes
 
 
-def _pad(x: np.ndarray, to: int) -> np.ndarray:
-    return np.ceil(x / to) * to
+def pad_to_mxu(x, mxu_dim: int):
+    """A GEMM dimension rounded up to the systolic array's edge (what the MXU actually computes)."""
+    return np.ceil(x / mxu_dim) * mxu_dim
+
+
+def roofline_terms_s(flops_padded, bytes_, flop_rate_per_s, byte_rate_per_s):
+    """(seconds bound by the MXU, seconds bound by HBM) of ops; an op takes the larger of the two."""
+    return flops_padded / flop_rate_per_s, bytes_ / byte_rate_per_s
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,7 @@ def step_compute(
     m_rows = b * ops.m
     flops_useful = 2.0 * m_rows * ops.k * n_shard * count
     d = chip.mxu_dim
-    flops_padded = 2.0 * _pad(m_rows, d) * _pad(ops.k, d) * _pad(n_shard, d) * count
+    flops_padded = 2.0 * pad_to_mxu(m_rows, d) * pad_to_mxu(ops.k, d) * pad_to_mxu(n_shard, d) * count
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * count
     in_elems = b * ops.in_elems_per_repeat * count
     out_elems = m_rows * n_shard * count
@@ -127,8 +133,7 @@ def step_compute(
     peak = np.where(ops.w_is_activation & (precision == "int8"), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
     flop_rate = peak * cal.mxu_efficiency
     byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency
-    t_flops = flops_padded / flop_rate
-    t_bytes = bytes_ / byte_rate
+    t_flops, t_bytes = roofline_terms_s(flops_padded, bytes_, flop_rate, byte_rate)
     per_pass = np.maximum(t_flops, t_bytes)
     passes = passes_per_op(ops, remat, flash)
     overhead = float((ops.launches * passes).sum()) * cal.op_overhead_s

@@ -23,6 +23,7 @@ __all__ = [
     "ReferenceFileError",
     "PathNotAllowedError",
     "InputError",
+    "HloError",
 ]
 
 
@@ -87,3 +88,7 @@ class PathNotAllowedError(PodscopeError):
 
 class InputError(PodscopeError):
     """A command-line argument or input file (export window, sweep file) is invalid; nothing was written."""
+
+
+class HloError(InputError):
+    """An HLO module file that is missing, not HLO text, truncated, too large or inconsistent."""

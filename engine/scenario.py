@@ -24,6 +24,7 @@ from .catalog import ChipSpec, load_catalog
 from .compilation import CompileSection
 from .errors import ScenarioError, TopologyError
 from .failures import FailureSection
+from .hlo.module_file import module_problems
 from .input_pipeline import InputSection
 from .mesh import resolve_mesh
 from .stragglers import StragglerSection
@@ -36,6 +37,7 @@ __all__ = [
     "MlpModel",
     "ResNet50Model",
     "TransformerModel",
+    "HloModel",
     "TrainingSection",
     "ParallelismSection",
     "ParameterServerSection",
@@ -133,7 +135,20 @@ class TransformerModel(_Section):
         return "flash" if self.seq_len >= AUTOSELECT_FLASH_MIN_SEQ else "standard"
 
 
-ModelSection = Annotated[Union[MlpModel, ResNet50Model, TransformerModel], Field(discriminator="kind")]
+class HloModel(_Section):
+    """The user's own program: an XLA HLO module of the train step (``compiled.as_text()``, plain or .gz).
+
+    ``path`` is relative to the scenario file. The module fixes the model, precision,
+    optimizer, remat and mesh, so those keys are not given (engine/hlo/run.py).
+    """
+
+    kind: Literal["hlo"]
+    path: Annotated[str, Field(min_length=1, max_length=4096)]
+    # the FLOPs the model needs per step, whole job (forward + backward, no recomputation): gives MFU
+    model_flops_per_step: Annotated[float, Field(gt=0)] | None = None
+
+
+ModelSection = Annotated[Union[MlpModel, ResNet50Model, TransformerModel, HloModel], Field(discriminator="kind")]
 
 
 class TrainingSection(_Section):
@@ -257,7 +272,13 @@ class Scenario(_Section):
         return load_catalog()[self.pod.chip]
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        if self.model.kind == "hlo":  # the keys the module fixes are not the scenario's: a dump must reload
+            for section in _HLO_UNSUPPORTED_SECTIONS:
+                out.pop(section, None)
+            for key in _HLO_FIXED_TRAINING:
+                out["training"].pop(key, None)
+        return out
 
 
 def parse_topology(text: str) -> tuple[int, ...]:
@@ -346,7 +367,9 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         problems.append(
             ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
         )
-    if not problems:
+    if not problems and s.model.kind == "hlo":
+        problems += module_problems(s.model.path, n * s.pod.slices)
+    elif not problems:
         shards = s.batch_shards
         if s.training.global_batch % shards:
             problems.append(
@@ -365,6 +388,37 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
     return problems
 
 
+#: keys an HLO module already fixes, and the idle-time sections not yet simulated for one
+_HLO_MODEL_KEYS = frozenset(HloModel.model_fields)
+_HLO_FIXED_TRAINING = ("precision", "optimizer", "remat")
+_HLO_UNSUPPORTED_SECTIONS = ("parallelism", "input", "compile", "stragglers", "failures")
+
+
+def _hlo_fixed_keys(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[tuple[str, str]]]:
+    """For ``[model] kind = "hlo"``: the keys given that the module fixes (each a problem), and raw without them."""
+    model = raw.get("model")
+    if not isinstance(model, Mapping) or model.get("kind") != "hlo":
+        return raw, []
+    problems: list[tuple[str, str]] = []
+    out = {k: v for k, v in raw.items() if k not in _HLO_UNSUPPORTED_SECTIONS}
+    for key in model:
+        if key not in _HLO_MODEL_KEYS:
+            problems.append((f"model.{key}", "the HLO module fixes the model; remove this key (valid: kind, path, model_flops_per_step)"))
+    out["model"] = {k: v for k, v in model.items() if k in _HLO_MODEL_KEYS}
+    training = raw.get("training")
+    if isinstance(training, Mapping):
+        for key in _HLO_FIXED_TRAINING:
+            if key in training:
+                problems.append((f"training.{key}", f"the HLO module fixes the {key}; remove this key"))
+        out["training"] = {k: v for k, v in training.items() if k not in _HLO_FIXED_TRAINING}
+    for section in _HLO_UNSUPPORTED_SECTIONS:
+        value = raw.get(section)
+        if section in raw and value is not None and not (isinstance(value, Mapping) and all(v is None for v in value.values())):
+            why = "the HLO module fixes the mesh" if section == "parallelism" else "not simulated for an HLO model"
+            problems.append((section, f"{why}; remove this section"))
+    return out, problems
+
+
 def scenario_from_dict(raw: Mapping[str, Any], source: str = "<scenario>") -> Scenario:
     """Validate a scenario given as a plain dict (as parsed from TOML).
 
@@ -375,11 +429,14 @@ def scenario_from_dict(raw: Mapping[str, Any], source: str = "<scenario>") -> Sc
     """
     if not isinstance(raw, Mapping):
         raise ScenarioError(source, [("", f"expected a table of sections, got {type(raw).__name__}")])
+    raw, fixed = _hlo_fixed_keys(raw)
     try:
         scenario = Scenario.model_validate(dict(raw))
     except ValidationError as e:
         problems = [problem_from_error(Scenario, err) for err in e.errors()]
-        raise ScenarioError(source, problems) from None
+        raise ScenarioError(source, fixed + problems) from None
+    if fixed:
+        raise ScenarioError(source, fixed)
     problems = _semantic_problems(scenario)
     if problems:
         raise ScenarioError(source, problems)
@@ -436,4 +493,7 @@ def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) 
     raw.setdefault("name", path.stem)
     if overrides:
         raw = apply_overrides(raw, overrides)
+    model = raw.get("model")
+    if isinstance(model, dict) and model.get("kind") == "hlo" and isinstance(model.get("path"), str) and model["path"]:
+        model["path"] = str((path.parent / model["path"]).resolve())  # relative to the scenario file
     return scenario_from_dict(raw, source=str(path))

@@ -16,6 +16,7 @@ import pyarrow as pa
 from .assumptions import run_assumptions
 from .calibration import Calibration, load_calibration
 from .compute import step_compute
+from .hlo.run import simulate_hlo
 from .idle import idle_facts, plan_idle
 from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan, oom_detail
 from .comm import gradient_sync, mesh_gradient_sync, mesh_link_penalties, overlap_table, plan_step_comm
@@ -39,6 +40,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     Deterministic for a given scenario (including ``sim.seed``) and calibration.
     """
     cal = calibration or load_calibration()
+    if scenario.model.kind == "hlo":  # the user's own program: engine/hlo/run.py
+        return simulate_hlo(scenario, cal)
     chip = scenario.chip_spec()
     ctx = SimContext(
         scenario=scenario,

@@ -207,6 +207,17 @@ _EXTRA = (
         ("compile_ns", pa.int64(), "compile time on every chip, nanoseconds"),
     ),
     _spec(
+        "extra_hlo_collectives",
+        "Each collective of an HLO model's module: where its replica groups sit on the torus and what one execution costs.",
+        ("name", pa.string(), "instruction name in the module"),
+        ("op", pa.string(), "all-reduce | all-gather | reduce-scatter | all-to-all | collective-permute"),
+        ("bytes", pa.float64(), "the whole buffer a device takes part in, per execution, bytes"),
+        ("executions", pa.int64(), "executions per step (while-loop trip counts included), count"),
+        ("group_size", pa.int32(), "devices per replica group (2 for a permute's pairs), count"),
+        ("torus_axes", pa.string(), "torus axes the groups span, innermost first (e.g. zy); empty for permutes and DCN-only groups"),
+        ("time_ns", pa.int64(), "time of one execution on the pod, nanoseconds"),
+    ),
+    _spec(
         "extra_import_events",
         "Every complete event of an imported trace, as read (before exclusive attribution).",
         ("chip", pa.int32(), "chip id the event's process became; null for host processes"),

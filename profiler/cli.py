@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
 
-from . import api, collective_cli, queries
+from . import api, collective_cli, hlo_cli, queries
 from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -243,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     db_arg(ex)
     ex.set_defaults(func=_cmd_export)
 
-    im = sub.add_parser("import", help="import a Chrome Trace Event JSON (.json/.json.gz) as a run")
-    im.add_argument("trace", help="torch.profiler, TensorBoard/JAX *.trace.json.gz, or Podscope export")
+    im = sub.add_parser("import", help="import a Chrome Trace Event JSON (.json/.json.gz) or an XProf .xplane.pb as a run")
+    im.add_argument("trace", help="torch.profiler, JAX/TensorFlow *.trace.json.gz, XProf *.xplane.pb (needs xprof), or Podscope export")
     im.add_argument("--name", help="run name (default: the file name)")
     im.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
     db_arg(im)
@@ -260,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
+    hlo_cli.add_parser(sub)
     v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst %% error)")
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     v.add_argument("--calibration", help="calibration TOML (default: data/calibration.toml)")

@@ -27,6 +27,8 @@ import ijson
 
 from engine.errors import TraceImportError
 
+from .xla_trace import EventHints
+
 __all__ = [
     "DEFAULT_MAX_EVENTS",
     "DEFAULT_MAX_FILE_BYTES",
@@ -72,6 +74,8 @@ class RawTrace:
     skipped: Counter = field(default_factory=Counter)  # events not kept, by phase (or "E without B", ...)
     total: int = 0  # trace events of any phase
     other_data: dict = field(default_factory=dict)  # the top-level otherData of a Podscope export
+    # per event, what its args say (profiler/xla_trace.py): args.step_num, args.device_ordinal, args.hlo_op
+    hints: EventHints = field(default_factory=EventHints)
 
 
 class _BoundedReader(io.RawIOBase):
@@ -151,7 +155,7 @@ def _read_metadata(out: RawTrace, ev: dict, pid: str, tid: str) -> None:
         out.thread_names[(pid, tid)] = str(args.get("name", ""))
 
 
-def _read_event(out: RawTrace, open_b: dict[tuple[str, str], list[tuple[str, str, float]]], ev: Any, index: int, source: str) -> None:
+def _read_event(out: RawTrace, open_b: dict[tuple[str, str], list[tuple[str, str, float, Any]]], ev: Any, index: int, source: str) -> None:
     """One trace event into ``out``: ``X`` kept, ``B`` opened, ``E`` closing the latest open ``B``, others counted."""
     if not isinstance(ev, dict):
         raise TraceImportError(f"{source}: event #{index} is a {type(ev).__name__}, not an object")
@@ -169,18 +173,18 @@ def _read_event(out: RawTrace, open_b: dict[tuple[str, str], list[tuple[str, str
     if abs(ts) > MAX_ABS_TS_US:
         raise TraceImportError(f"{source}: event #{index} has an absurd timestamp ts={ts!r} us")
     if ph == "B":
-        open_b.setdefault((pid, tid), []).append((str(ev.get("name", "")), str(ev.get("cat", "")), ts))
+        open_b.setdefault((pid, tid), []).append((str(ev.get("name", "")), str(ev.get("cat", "")), ts, ev.get("args")))
         return
     if ph == "E":
         stack = open_b.get((pid, tid))
         if not stack:
             out.skipped["E without B"] += 1
             return
-        name, cat, t0 = stack.pop()
+        name, cat, t0, args = stack.pop()
         dur = ts - t0
         ts = t0
     else:
-        name, cat = str(ev.get("name", "")), str(ev.get("cat", ""))
+        name, cat, args = str(ev.get("name", "")), str(ev.get("cat", "")), ev.get("args")
         dur = _num(ev, "dur", index, source)
     if dur < 0 or dur > MAX_SPAN_US:
         raise TraceImportError(f"{source}: event #{index} ({name!r}) has an absurd duration dur={dur!r} us")
@@ -190,6 +194,7 @@ def _read_event(out: RawTrace, open_b: dict[tuple[str, str], list[tuple[str, str
     out.cat.append(cat)
     out.ts_us.append(ts)
     out.dur_us.append(dur)
+    out.hints.add(args)
 
 
 def read_raw_trace(path: Path, limits: ImportLimits) -> RawTrace:
@@ -204,7 +209,7 @@ def read_raw_trace(path: Path, limits: ImportLimits) -> RawTrace:
     source = str(path)
     _check_size(path, limits)
     out = RawTrace()
-    open_b: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
+    open_b: dict[tuple[str, str], list[tuple[str, str, float, Any]]] = {}
     try:
         first = _first_char(path, limits)
         if first not in ("{", "["):

@@ -2,22 +2,29 @@
 
 Reading the file, with its size, decompression and event-count limits, is
 :mod:`profiler.trace_file`'s; this module turns the events it read into Podscope's
-trace tables. Formats: ``torch.profiler`` (``export_chrome_trace``), the JAX/TensorBoard
-profiler (``*.trace.json.gz``) and Podscope's own Perfetto export.
+trace tables. Formats: ``torch.profiler`` (``export_chrome_trace``), the JAX and
+TensorFlow profilers (``*.trace.json.gz``, ``perfetto_trace.json.gz``, XProf's
+trace-viewer JSON; ``*.xplane.pb`` through :mod:`profiler.xplane`) and Podscope's own
+Perfetto export.
 
 Devices and processes become chips
     Processes named like a device (``/device:TPU:0``, ``GPU 1``) become chips when
     there are any; other (host) processes are then kept only in the raw table.
-    Otherwise every process with complete events becomes a chip (a CPU
-    ``torch.profiler`` trace is one chip). Podscope's own export carries each chip's
+    Else, when XLA ops name their device (``args.device_ordinal``, as JAX's CPU
+    virtual devices do), those devices are the chips. Otherwise every process with
+    complete events becomes a chip (a CPU ``torch.profiler`` trace is one chip). Podscope's own export carries each chip's
     id and coordinates in its ``process_name`` metadata and gets them back.
 Steps
     ``ProfilerStep#N`` (torch), events on a thread named ``Steps`` (TensorBoard's
     device step line) and Podscope's ``step`` lane mark steps: step *k* spans the
     earliest start to the latest end of its markers over all processes, clipped to
-    the next step's start. Without markers the whole trace is one step.
+    the next step's start. Without them, JAX/TF step annotations (``args.step_num``)
+    mark steps, else Keras' train-function calls (:mod:`profiler.xla_trace`). Without
+    markers the whole trace is one step.
 Kinds (first matching rule wins, see :data:`KIND_RULES`)
-    Podscope's export: the event's ``cat`` is its kind. Then by name: compile
+    Podscope's export: the event's ``cat`` is its kind. Then the JAX/TF rules of
+    :func:`profiler.xla_trace.xla_kind` (XLA ops, rendezvous waits, ``tf.data``'s
+    consumer wait against its background work). Then by name: compile
     (``compile``/``compilation``, not ``Compiled``; ``autotune``), collective
     (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute,
     send/recv, ``nccl``, ``gloo``, ``c10d::``), input wait (DataLoader,
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +57,8 @@ from engine.errors import TraceImportError
 from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace, events_batch
 
 from .store import Database, write_run
+from .xla_trace import keras_step_markers, xla_kind
+from .xplane import is_xplane, xplane_as_trace_json
 from .trace_file import DEFAULT_MAX_EVENTS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_JSON_BYTES, MAX_SPAN_US, ImportLimits, RawTrace, read_raw_trace
 
 __all__ = [
@@ -179,6 +188,9 @@ def _find_chips(raw: RawTrace, thread: list[str], source: str) -> _Chips:
         if devices:
             fmt = "device trace"
             chip_pids = sorted(devices, key=lambda q: (int(devices[q].group(2) or devices[q].group(4)), q))
+        elif any(d >= 0 for d in raw.hints.device):
+            # CPU virtual devices share the host process; each XLA op names its device (xla_trace.py)
+            return _device_ordinal_chips(raw)
         else:
             fmt = "torch.profiler" if any(_STEP_MARKER.match(n) for n in raw.name) else "chrome trace"
             # A process with only unclassified events (torch's "Spans"/"Traces" profiler
@@ -192,6 +204,21 @@ def _find_chips(raw: RawTrace, thread: list[str], source: str) -> _Chips:
     return _Chips(fmt, chip_pids, chip_of, ids)
 
 
+def _device_ordinal_chips(raw: RawTrace) -> _Chips:
+    ordinals = np.asarray(raw.hints.device, dtype=np.int64)
+    ids = np.unique(ordinals[ordinals >= 0])
+    if ids[-1] >= 2**31:
+        raise TraceImportError(f"device ordinal {ids[-1]} is implausible")
+    return _Chips("xla devices", [], {}, ids)
+
+
+def _chip_column(raw: RawTrace, chips: _Chips) -> np.ndarray:
+    """Each event's chip id, or -1 for an event on no chip (a host thread)."""
+    if chips.fmt == "xla devices":
+        return np.asarray(raw.hints.device, dtype=np.int64).copy()
+    return np.array([chips.chip_of.get(q, -1) for q in raw.pid], dtype=np.int64)
+
+
 def _step_markers(raw: RawTrace, thread: list[str]) -> np.ndarray:
     """Per event, the step number it marks, or -1 (not a step marker)."""
     marker_step = np.full(len(raw.pid), -1, dtype=np.int64)
@@ -201,7 +228,13 @@ def _step_markers(raw: RawTrace, thread: list[str]) -> np.ndarray:
             marker_step[i] = int(m.group(1))
         elif (cat == "step" and q in raw.process_meta and name.startswith("step ")) or (th == "Steps" and name.strip().isdigit()):
             marker_step[i] = int(name.split()[-1])
-    return marker_step
+    if (marker_step >= 0).any():
+        return marker_step
+    # JAX / TF step annotations (args.step_num); else Keras' train function, one call per step
+    annotated = np.asarray(raw.hints.step_num, dtype=np.int64)
+    if (annotated >= 0).any():
+        return annotated
+    return keras_step_markers(raw.name, thread, raw.ts_us)
 
 
 def _step_bounds(
@@ -237,22 +270,23 @@ def _step_bounds(
 
 
 def _kinds(raw: RawTrace, thread: list[str], is_marker: np.ndarray) -> list[str]:
-    """Each event's kind: ``step`` for markers, the export's own ``cat``, else :func:`classify`.
+    """Each event's kind: ``step`` for markers, the export's own ``cat``, the JAX/TF rules
+    (:func:`profiler.xla_trace.xla_kind`), else :func:`classify`.
 
-    Cached per distinct (name, cat, thread): real traces repeat a few hundred names.
+    Cached per distinct (name, cat, thread, XLA op or not): real traces repeat a few hundred names.
     """
-    cache: dict[tuple[str, str, str], str] = {}
+    cache: dict[tuple[str, str, str, bool], str] = {}
     kinds = []
-    for i, (name, cat, th, q) in enumerate(zip(raw.name, raw.cat, thread, raw.pid)):
+    for i, (name, cat, th, q, hlo) in enumerate(zip(raw.name, raw.cat, thread, raw.pid, raw.hints.hlo_op)):
         if is_marker[i]:
             kinds.append("step")
         elif q in raw.process_meta and cat in KIND_CODE:
             kinds.append(cat)
         else:
-            key = (name, cat, th)
+            key = (name, cat, th, hlo)
             k = cache.get(key)
             if k is None:
-                k = cache[key] = classify(name, cat, th)
+                k = cache[key] = xla_kind(name, th, hlo) or classify(name, cat, th)
             kinds.append(k)
     return kinds
 
@@ -333,7 +367,7 @@ def read_trace(path: str | Path, *, limits: ImportLimits = _DEFAULT_LIMITS) -> t
     chips = _find_chips(raw, thread, source)
     marker_step = _step_markers(raw, thread)
     is_marker = marker_step >= 0
-    chip_col = np.array([chips.chip_of.get(q, -1) for q in raw.pid], dtype=np.int64)
+    chip_col = _chip_column(raw, chips)
     on_chip = (chip_col >= 0) & ~is_marker
     if not on_chip.any():
         raise TraceImportError(f"{source}: no events on any device or process to attribute")
@@ -383,6 +417,12 @@ def import_trace(db: Database, path: str | Path, *, name: str | None = None, lim
     ProfilerError
         Storage failure (nothing written: the run is one transaction).
     """
-    trace, facts = read_trace(path, limits=limits)
-    stem = Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace")
+    if is_xplane(path):  # XProf's own profile: converted to trace-viewer JSON by the optional xprof package
+        with xplane_as_trace_json(path, limits.max_file_bytes) as converted:
+            trace, facts = read_trace(converted, limits=limits)
+        info = {**facts.extra["import"], "file": Path(path).name, "format": f"xplane via xprof ({facts.extra['import']['format']})"}
+        facts = replace(facts, extra={**facts.extra, "import": info})
+    else:
+        trace, facts = read_trace(path, limits=limits)
+    stem = Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace").removesuffix(".pb").removesuffix(".xplane")
     return write_run(db, RunResult(scenario=None, trace=trace, facts=facts), name=name or stem, source="imported")

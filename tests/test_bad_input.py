@@ -80,7 +80,7 @@ def test_each_problem_names_file_key_and_what_is_valid(small_scenario_path, edit
 def test_missing_kind_lists_the_model_kinds(write_toml):
     path = write_toml(SMALL_TOML.replace('kind = "mlp"\n', ""), "nokind.toml")
     problems, _ = _problems(path)
-    assert problems == [("model", "missing 'kind'; valid: 'mlp', 'resnet50', 'transformer'")]
+    assert problems == [("model", "missing 'kind'; valid: 'mlp', 'resnet50', 'transformer', 'hlo'")]
 
 
 def test_missing_section_is_named(write_toml):

@@ -33,7 +33,7 @@ def test_run_json_for_each_bundled_scenario(path, tmp_path):
     assert out["steps"] > 0 and out["events"] > 0 and out["step_time_s"] > 0
     assert 0 < out["mfu"] < 1
     assert sum(out["breakdown"].values()) == pytest.approx(1.0)
-    assert (out["tokens_per_s"] is None) == ("transformer" not in path.read_text())
+    assert (out["tokens_per_s"] is None) == ('kind = "transformer"' not in path.read_text())
 
 
 def test_bad_scenario_exits_2_names_key_and_writes_nothing(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.catalog import load_catalog
-from engine.comm import collective_time, ring_schedule
+from engine.comm import collective_time, p2p_time_s, ring_schedule
 from engine.topology import Pod, Slice, build_pod, wraparound_for
 
 # The repository's copy of the published reference (data/reference/published.json),
@@ -27,14 +27,14 @@ BF16_BYTES = 2
 
 COVERED = {
     "formula_allgather_bidi_1d",
+    "fx_latency_threshold_v5e",
+    "fx_p2p_v5e_4x4",
     "fx_allgather_v4p_4x4x4_1axis",
     "fx_allreduce_v4p_4x4x4_OLD",
     "fx_pod_totals",
     "coll_pod_allreduce_bw_clouddocs",
 }
 NOT_COVERED = {
-    "fx_latency_threshold_v5e": "point-to-point latency threshold: the engine sends nothing point to point",
-    "fx_p2p_v5e_4x4": "point-to-point transfer: the engine sends nothing point to point",
     "fx_v5e_offload_gather_matmul": "host-DRAM offload over PCIe, not a collective (no PCIe model)",
     "fx_hbm_bound_sampling_v4p": "HBM-bound sampling (compute/memory model, not the interconnect)",
     "fx_roofline_critical_intensity": "roofline arithmetic (compute model)",
@@ -102,6 +102,24 @@ def test_book_all_gather_formulas():
     n = 64
     err = _report("AllToAll = AllGather/4, ring n=64", _time("all-to-all", v, (n,), (True,), w), _time("all-gather", v, (n,), (True,), w) / 4)
     assert abs(err) < 0.02
+
+
+def test_latency_threshold_v5e():
+    e = _entries()["fx_latency_threshold_v5e"]
+    w, t_min = e["inputs"]["W_uni_Bps"], e["inputs"]["T_min_s"]
+    # The model's crossover: a one-hop transfer whose bandwidth time equals its hop latency.
+    b = w * t_min
+    assert p2p_time_s(b, (1,), w, t_min) == pytest.approx(2 * t_min)
+    assert abs(_report("latency-bound threshold (bytes)", b, e["expected"]["latency_bound_below_bytes"])) < 0.02
+
+
+def test_point_to_point_v5e():
+    """The cost an HLO collective-permute pays on its longest route (engine/hlo/step.py)."""
+    e = _entries()["fx_p2p_v5e_4x4"]
+    i = e["inputs"]
+    t = p2p_time_s(i["bytes"], (3, 3), i["W_uni_Bps_per_port"], i["hop_latency_s"])
+    assert abs(_report("p2p (0,0)->(3,3) on v5e 4x4 (us)", t * 1e6, e["expected"]["total_us_feb2025"])) < 0.02
+    _report("  vs the newer book answer (latency hidden)", t * 1e6, e["expected"]["total_us_newer"])
 
 
 def test_all_gather_one_axis_of_a_v4_cube():

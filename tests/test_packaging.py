@@ -33,6 +33,7 @@ def test_pyproject_pins_the_same_versions_as_the_requirements_files():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(project["dependencies"]) == _pins(ROOT / "requirements.txt")
     assert set(project["optional-dependencies"]["dev"]) == _pins(ROOT / "requirements-dev.txt")
+    assert set(project["optional-dependencies"]["xprof"]) == _pins(ROOT / "requirements-xprof.txt")
     assert project["scripts"]["podscope"] == "profiler.__main__:run"
 
 
@@ -76,3 +77,8 @@ def test_installed_package_runs_a_bundled_scenario_from_another_folder(tmp_path)
     assert list(elsewhere.iterdir()) == []
     listed = subprocess.run([podscope, "runs", "--json"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and "resnet50-v3-32" in listed.stdout
+    # the HLO example finds its module beside the installed scenarios (the path is relative to the scenario)
+    hlo = subprocess.run([podscope, "run", "jax-transformer-hlo-v5p-8", "--set", "training.steps=3", "--json"],
+                         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert hlo.returncode == 0, hlo.stderr
+    assert json.loads(hlo.stdout)["hlo_collectives"] == {"all-reduce": {"count": 1, "bytes": 10490880.0}}

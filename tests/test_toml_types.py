@@ -11,6 +11,7 @@ import copy
 import tomllib
 import types
 import typing
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -28,6 +29,7 @@ MODELS = {
     "mlp": BASE["model"],
     "resnet50": {"kind": "resnet50"},
     "transformer": {"kind": "transformer", "layers": 2, "d_model": 64, "heads": 4, "d_ff": 256, "vocab": 128, "seq_len": 32},
+    "hlo": {"kind": "hlo", "path": str(Path(__file__).parent / "fixtures" / "hlo" / "mlp_dp8.hlo.txt.gz")},
 }
 #: a valid item for each list of tables, to which the edited key is added
 LIST_ITEMS = {
@@ -95,9 +97,9 @@ def _put(node: dict, path: tuple, value, done: tuple) -> None:
 
 
 def _model_cls(kind: str) -> type[BaseModel]:
-    from engine.scenario import MlpModel, ResNet50Model, TransformerModel
+    from engine.scenario import HloModel, MlpModel, ResNet50Model, TransformerModel
 
-    return {"mlp": MlpModel, "resnet50": ResNet50Model, "transformer": TransformerModel}[kind]
+    return {"mlp": MlpModel, "resnet50": ResNet50Model, "transformer": TransformerModel, "hlo": HloModel}[kind]
 
 
 def test_the_walk_finds_every_section():

@@ -60,6 +60,7 @@ __all__ = [
     "all_reduce_time_s",
     "dcn_all_reduce_time_s",
     "dcn_time_s",
+    "p2p_time_s",
     "ring_schedule",
     "collective_time",
     "busbw_factor",
@@ -293,6 +294,22 @@ def stage_times_s(phases: Sequence[AxisPhase], stages: int) -> list[float]:
     for p in phases:
         out[p.stage] = max(out[p.stage], p.time_s)
     return out
+
+
+def p2p_time_s(bytes_total: float, hops_per_axis: Sequence[int], link_bytes_per_s: float, hop_latency_s: float) -> float:
+    """Point-to-point transfer of ``bytes_total`` between two chips of a slice, in seconds.
+
+    The message is split over one dimension-ordered route per axis it must move
+    along (each starts on a different port of the source), so it streams at
+    ``ports * W``; the first byte arrives after ``sum(hops)`` hop latencies and the
+    rest pipelines behind it ([book] tpus.md, point-to-point question). An HLO
+    ``collective-permute`` costs its longest route (engine/hlo/step.py).
+    """
+    hops = sum(abs(int(h)) for h in hops_per_axis)
+    ports = sum(1 for h in hops_per_axis if h)
+    if hops == 0 or bytes_total <= 0:
+        return 0.0
+    return bytes_total / (ports * link_bytes_per_s) + hops * hop_latency_s
 
 
 def dcn_time_s(

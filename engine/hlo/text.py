@@ -1,0 +1,364 @@
+"""Reading HLO text: bounded input in, computations of instructions out.
+
+HLO text is what XLA prints for a module (``compiled.as_text()``, ``--xla_dump_to``):
+a ``HloModule`` header, optional source-location tables, then computations, one
+instruction a line::
+
+    %dot.3 = f32[128,512]{1,0} dot(%p0, %p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+
+This module only splits that text into :class:`Computation` and
+:class:`Instruction` records (name, shape, opcode, operand names, attributes as
+raw strings); what the numbers mean is :mod:`engine.hlo.cost`'s business. The file
+is read through a byte budget (plain or gzip, the decompressed text capped at
+:data:`DEFAULT_MAX_HLO_BYTES`), so a huge or hostile file stops with an
+:class:`~engine.errors.HloError` before it fills memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import HloError
+
+__all__ = [
+    "DEFAULT_MAX_HLO_BYTES",
+    "DTYPE_BYTES",
+    "Shape",
+    "Instruction",
+    "Computation",
+    "HloText",
+    "read_hlo_text",
+    "parse_hlo",
+    "parse_shape",
+    "split_top_level",
+]
+
+#: largest HLO text accepted (decompressed); a 256-chip LLM train step prints a few tens of MB
+DEFAULT_MAX_HLO_BYTES = 256 * 2**20
+
+#: bytes per element of each HLO primitive type (xla/xla_data.proto PrimitiveType)
+DTYPE_BYTES: dict[str, float] = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "s32": 4, "u32": 4, "s64": 8, "u64": 8,
+    "f16": 2, "bf16": 2, "f32": 4, "f64": 8, "c64": 8, "c128": 16,
+    "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "f8e4m3b11fnuz": 1, "f8e3m4": 1,
+    "f8e8m0fnu": 1, "f4e2m1fn": 0.5, "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25, "s1": 0.125, "u1": 0.125,
+    "token": 0, "opaque": 0,
+}  # fmt: skip
+
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
+#: "[ENTRY] %name (params) -> shape {", or with the signature left out: "name {"
+_HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->.*|,.*)?\{\s*$")
+_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_COMMENT = re.compile(r"/\*.*?\*/")
+_SECTION_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape (``dtype``, ``dims``) or a tuple of shapes (``dtype == "tuple"``)."""
+
+    dtype: str
+    dims: tuple[int, ...] = ()
+    elements: tuple["Shape", ...] = ()
+
+    @property
+    def is_tuple(self) -> bool:
+        return self.dtype == "tuple"
+
+    @property
+    def num_elements(self) -> int:
+        return math.prod(self.dims) if not self.is_tuple else sum(e.num_elements for e in self.elements)
+
+    @property
+    def bytes(self) -> float:
+        if self.is_tuple:
+            return sum(e.bytes for e in self.elements)
+        return math.prod(self.dims) * DTYPE_BYTES.get(self.dtype, 4)
+
+    def leaves(self) -> list["Shape"]:
+        return [self] if not self.is_tuple else [leaf for e in self.elements for leaf in e.leaves()]
+
+
+@dataclass(frozen=True)
+class Instruction:
+    name: str
+    shape: Shape
+    opcode: str
+    operands: tuple[str, ...]
+    attrs: dict[str, str]
+    is_root: bool
+    line: int  # 1-based line in the file
+    literal: str = ""  # a constant's or parameter's text inside the parentheses
+
+
+@dataclass(frozen=True)
+class Computation:
+    name: str
+    instructions: tuple[Instruction, ...]
+    is_entry: bool
+
+    @property
+    def root(self) -> Instruction:
+        roots = [i for i in self.instructions if i.is_root]
+        return roots[-1] if roots else self.instructions[-1]
+
+
+@dataclass(frozen=True)
+class HloText:
+    """A parsed module: its header attributes and computations by name."""
+
+    name: str
+    source: str
+    header: dict[str, str]
+    computations: dict[str, Computation]
+    entry: str
+
+    @property
+    def num_partitions(self) -> int:
+        return int(self.header.get("num_partitions", "1"))
+
+    @property
+    def replica_count(self) -> int:
+        return int(self.header.get("replica_count", "1"))
+
+
+def read_hlo_text(path: str | Path, max_bytes: int = DEFAULT_MAX_HLO_BYTES) -> str:
+    """Read an HLO text file (plain, or gzip by its magic bytes) of at most ``max_bytes`` of text.
+
+    Raises
+    ------
+    HloError
+        Missing or unreadable file, a broken or truncated gzip stream, text over the
+        limit, or bytes that are not UTF-8 text.
+    """
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=f) as gz:
+                    data = gz.read(max_bytes + 1)
+            else:
+                data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise HloError(f"{p}: no such HLO file") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise HloError(f"{p}: not a readable gzip file ({e}); expected HLO text, plain or .gz") from None
+    except OSError as e:
+        raise HloError(f"{p}: cannot read: {e}") from None
+    if len(data) > max_bytes:
+        raise HloError(
+            f"{p}: HLO text is larger than the limit of {max_bytes / 2**20:.0f} MiB; "
+            "dump one module (the train step) rather than the whole compilation"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HloError(f"{p}: not HLO text (byte {e.start} is not UTF-8); expected compiled.as_text() output") from None
+
+
+_DELIMS = re.compile(r"[()\[\]{}\"',\\]")
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` (a comma) outside (), [], {} and quotes."""
+    parts, depth, start, quote, escaped_at = [], 0, 0, "", -1
+    for m in _DELIMS.finditer(text):
+        c, i = m.group(), m.start()
+        if quote:
+            if i == escaped_at:  # the character after a backslash
+                continue
+            if c == "\\":
+                escaped_at = i + 1
+            elif c == quote:
+                quote = ""
+            continue
+        if c in "\"'":
+            quote = c
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [s.strip() for s in parts if s.strip()]
+
+
+def _matching(text: str, start: int) -> int:
+    """Index of the bracket closing the one at ``start`` (quotes respected); -1 when unclosed."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    stack: list[str] = []
+    quote, escaped_at = "", -1
+    for m in _DELIMS.finditer(text, start):
+        c, i = m.group(), m.start()
+        if quote:
+            if i == escaped_at:
+                continue
+            if c == "\\":
+                escaped_at = i + 1
+            elif c == quote:
+                quote = ""
+            continue
+        if c in "\"'":
+            quote = c
+        elif c in pairs:
+            stack.append(pairs[c])
+        elif c in _CLOSE:
+            if not stack or stack.pop() != c:
+                return -1
+            if not stack:
+                return i
+    return -1
+
+
+@lru_cache(maxsize=65536)
+def parse_shape(text: str) -> Shape:
+    """``f32[128,512]{1,0}``, ``(f32[2], /*index=1*/s32[])`` or ``bf16[<=8,4]`` -> :class:`Shape`.
+
+    A tuple's elements are its array leaves in order (nested tuples are flattened: only
+    their sizes matter here).
+    """
+    text = text.strip()
+    leaves = _ARRAY_SHAPE.findall(text)
+    if text.startswith("("):
+        return Shape("tuple", (), tuple(_array(dt, dims) for dt, dims in leaves))
+    if not leaves or not _ARRAY_SHAPE.match(text):
+        raise ValueError(f"not an HLO shape: {text[:60]!r}")
+    return _array(*leaves[0])
+
+
+def _array(dtype: str, dims: str) -> Shape:
+    return Shape(dtype, tuple(int(d.strip().lstrip("<=")) for d in dims.split(",") if d.strip()))
+
+
+def _parse_instruction(body: str, is_root: bool, name: str, line: int) -> Instruction:
+    """``SHAPE opcode(operands), attr=value, ...`` (the text after ``name =``)."""
+    body = _COMMENT.sub("", body).strip() if "/*" in body else body.strip()
+    if body.startswith("("):
+        end = _matching(body, 0)
+        if end < 0:
+            raise ValueError("unclosed tuple shape")
+        shape_text, rest = body[: end + 1], body[end + 1 :].lstrip()
+    else:
+        m = re.match(r"[a-z][a-z0-9]*\[[^\]]*\](\{[^ ]*\})?", body)
+        if not m:
+            raise ValueError(f"no shape at {body[:40]!r}")
+        shape_text, rest = m.group(0), body[m.end() :].lstrip()
+    om = re.match(r"([a-z][a-z0-9\-]*)\(", rest)
+    if not om:
+        raise ValueError(f"no opcode at {rest[:40]!r}")
+    opcode = om.group(1)
+    close = _matching(rest, om.end() - 1)
+    if close < 0:
+        raise ValueError("unclosed operand list")
+    inner = rest[om.end() : close]
+    literal = ""
+    operands: tuple[str, ...] = ()
+    if opcode in ("constant", "parameter", "iota", "partition-id", "replica-id", "rng-get-and-update-state"):
+        literal = inner
+    else:
+        # an operand is "%name" or, in older dumps, "f32[2]{0} %name": its last word is the name
+        operands = tuple(o.split()[-1].lstrip("%") for o in split_top_level(inner))
+    attrs: dict[str, str] = {}
+    tail = rest[close + 1 :].lstrip()
+    if tail.startswith(","):
+        key_prev = ""
+        for item in split_top_level(tail[1:]):
+            key, sep, value = item.partition("=")
+            if not sep:
+                continue
+            key = key.strip()
+            # the mesh form of replica groups has a top-level ", device_ids=(...)" inside its value
+            if key == "device_ids" and key_prev == "replica_groups":
+                attrs["replica_groups"] += f", {item}"
+                continue
+            attrs[key] = value.strip()
+            key_prev = key
+    return Instruction(name, parse_shape(shape_text), opcode, operands, attrs, is_root, line, literal)
+
+
+def parse_hlo(text: str, source: str = "<hlo>") -> HloText:
+    """Split HLO text into computations and instructions.
+
+    Raises
+    ------
+    HloError
+        The text is not HLO (no ``HloModule`` header), is truncated (a computation
+        never closes, no ENTRY computation) or has a line that is not an instruction.
+    """
+    lines = text.splitlines()
+    first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    if first is None:
+        raise HloError(f"{source}: empty file; expected HLO text starting with 'HloModule'")
+    head = lines[first].strip()
+    if not head.startswith("HloModule "):
+        raise HloError(
+            f"{source}: not HLO text: line {first + 1} starts with {head[:40]!r}, expected 'HloModule NAME, ...' "
+            "(the output of compiled.as_text() or an --xla_dump_to *.txt file)"
+        )
+    header_items = split_top_level(head[len("HloModule ") :])
+    module_name = header_items[0] if header_items else "module"
+    header = {k.strip(): v.strip() for k, _, v in (h.partition("=") for h in header_items[1:])}
+    comps: dict[str, Computation] = {}
+    entry = ""
+    current: tuple[str, bool] | None = None
+    instrs: list[Instruction] = []
+    pending = ""  # an instruction continued on the next line (rare: long literals)
+    in_section = False
+    for lineno, raw in enumerate(lines[first + 1 :], start=first + 2):
+        ln = raw.strip()
+        if current is None:
+            if not ln or ln.startswith("//"):
+                continue
+            if ln in _SECTION_NAMES:
+                in_section = True
+                continue
+            hm = _HEADER.match(ln)
+            if hm:
+                in_section = False
+                current = (hm.group(2), bool(hm.group(1)))
+                instrs = []
+                continue
+            if in_section:
+                continue
+            raise HloError(f"{source}: line {lineno}: expected a computation ('%name (...) -> ... {{'), got {ln[:60]!r}")
+        if ln == "}":
+            if pending:
+                raise HloError(f"{source}: line {lineno}: instruction never finished: {pending[:60]!r}")
+            name, is_entry = current
+            if not instrs:
+                raise HloError(f"{source}: line {lineno}: computation {name!r} has no instructions")
+            comps[name] = Computation(name, tuple(instrs), is_entry)
+            if is_entry:
+                entry = name
+            current = None
+            continue
+        if not ln or ln.startswith("//"):
+            continue
+        ln = f"{pending} {ln}" if pending else ln
+        im = _INSTR.match(ln)
+        if not im:
+            raise HloError(f"{source}: line {lineno}: not an HLO instruction: {ln[:80]!r}")
+        try:
+            instrs.append(_parse_instruction(im.group(3), bool(im.group(1)), im.group(2), lineno))
+            pending = ""
+        except ValueError as e:
+            if "unclosed" in str(e) and len(ln) < 1_000_000:
+                pending = ln
+                continue
+            raise HloError(f"{source}: line {lineno}: cannot read instruction {im.group(2)!r}: {e}") from None
+    if current is not None:
+        raise HloError(f"{source}: truncated: computation {current[0]!r} never closes (no final '}}')")
+    if not entry:
+        raise HloError(f"{source}: no ENTRY computation; the module is incomplete")
+    return HloText(module_name, source, header, comps, entry)
