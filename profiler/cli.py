@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import Any
 
 from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
 
-from . import api, collective_cli, hlo_cli, queries
+from . import api, cli_output, collective_cli, hlo_cli, queries
 from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -47,74 +48,47 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
 
 
 def _fmt_summary(s: dict[str, Any]) -> str:
-    def pct(x: float | None) -> str:
-        return "n/a" if x is None else f"{100 * x:.1f}%"
-
-    lines = [
-        f"run {s['run_id']} '{s['name']}': {s['chips']} x {s['chip']} ({s['topology']}, {s['slices']} slice(s)), {s['steps']} steps",
-        f"  step time     {s['step_time_s'] * 1e3:.3f} ms (median, steady state)" if s.get("step_time_s") else "  step time     n/a",
-        f"  throughput    {s['samples_per_s']:,.0f} samples/s" if s.get("samples_per_s") else "  throughput    n/a",
-    ]
-    if s.get("tokens_per_s"):
-        lines.append(f"  tokens        {s['tokens_per_s']:,.0f} tokens/s")
-    lines.append(f"  MFU           {pct(s.get('mfu'))}   HFU {pct(s.get('hfu'))}")
-    parts = ", ".join(f"{k} {pct(v)}" for k, v in s["breakdown"].items() if v > 0)
-    lines.append(f"  chip time     {parts}")
-    if s.get("mesh"):
-        lines.append(f"  mesh          {s['mesh']}")
-    if s.get("peak_hbm_bytes") is not None:
-        lines.append(f"  HBM peak      {s['peak_hbm_bytes'] / 2**30:.2f} GiB of {s['hbm_capacity_bytes'] / 2**30:.2f} GiB")
-    if s.get("oom"):
-        lines.extend(_fmt_oom(s))
-    lines += _fmt_idle(s)
-    return "\n".join(lines)
+    return cli_output.summary_text(s)
 
 
-def _fmt_oom(s: dict[str, Any]) -> list[str]:
-    """Say plainly what overflowed HBM and what would make it fit."""
-    d = s.get("oom_detail")
-    if not d:
-        return ["  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)"]
-    gib = 2**30
-    term_bytes = (s.get("hbm_breakdown_bytes") or {}).get(d["term"])
-    term = f"{d['term']} ({term_bytes / gib:.2f} GiB)" if term_bytes is not None else d["term"]
-    lines = [
-        f"  OUT OF MEMORY: chip {d['chip']} (every chip holds the same shards) needs {d['peak_bytes'] / gib:.2f} GiB "
-        f"at its peak ({d['phase']}), {d['over_bytes'] / gib:.2f} GiB more than the {d['usable_bytes'] / gib:.2f} GiB usable;",
-        f"  the largest term is {term}. What would make it fit:",
-    ]
-    lines += [f"    - {text}" for text in d.get("suggestions", [])]
-    return lines
+def _database(args: argparse.Namespace) -> Database:
+    """The database ``--db`` (or $PODSCOPE_DB) names, refusing a folder that does not exist.
 
-
-def _fmt_idle(s: dict[str, Any]) -> list[str]:
-    """Input wait, compiles, goodput, stragglers, then the advisor's findings."""
-    lines = []
-    if s.get("input_wait_frac") is not None:
-        lines.append(f"  input wait    {100 * s['input_wait_frac']:.1f}% of steady-state chip time")
-    if s.get("compile_s"):
-        lines.append(f"  compiles      {s.get('recompiles', 0)} recompile(s), {s['compile_s']:,.1f} s compiling")
-    if s.get("goodput") is not None:
-        lines.append(f"  goodput       {100 * s['goodput']:.1f}% of wall time advanced training")
-    if s.get("stragglers"):
-        more = " ..." if len(s["stragglers"]) > 20 else ""
-        lines.append(f"  stragglers    chips {', '.join(map(str, s['stragglers'][:20]))}{more}")
-    advice = s.get("advice") or []
-    if advice:
-        lines.append("advice:")
-        lines += [f"  [{a['severity']}] {a['message']}" for a in advice]
-    return lines
+    A typo in ``--db`` would otherwise create a new, empty database and hide every run. With
+    ``--create`` the folder is made and stderr says a new database is being started. The
+    default location (no --db, no $PODSCOPE_DB) is Podscope's own and is created as needed.
+    """
+    db = Database(args.db)
+    folder = db.path.parent
+    given = bool(args.db) or bool(os.environ.get("PODSCOPE_DB"))
+    where = "--db" if args.db else "$PODSCOPE_DB"
+    if not given:
+        return db
+    if not folder.exists():
+        if not getattr(args, "create", False):
+            raise InputError(
+                f"{where} {db.path}: folder {folder} does not exist. Check the path, or pass --create to start a new database there."
+            )
+        try:
+            folder.mkdir(parents=True)
+        except OSError as e:
+            raise InputError(f"{where} {db.path}: cannot create folder {folder}: {e}") from None
+        print(f"created folder {folder} for a new database {db.path}", file=sys.stderr)
+    elif getattr(args, "create", False) and not db.path.exists():
+        print(f"starting a new database {db.path}", file=sys.stderr)
+    return db
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    db = Database(args.db)
-    summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=_parse_set(args.set))
+    db = _database(args)
+    with cli_output.status(f"Simulating {args.scenario} ..."):
+        summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=_parse_set(args.set))
     print(json.dumps(summary) if args.json else _fmt_summary(summary))
     return EXIT_OOM if summary.get("oom") else EXIT_OK
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    db = Database(args.db)
+    db = _database(args)
     with db.read() as con:
         df = queries.list_runs(con)
     if args.json:
@@ -122,28 +96,33 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     elif df.empty:
         print(f"no runs in {db.path}")
     else:
-        print(df.drop(columns=["created_at"]).to_string(index=False))
+        cli_output.print_table(cli_output.runs_table(df))
     return EXIT_OK
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from . import validation  # imported on use: the run/runs commands do not need it
 
-    v = validation.run_validation(args.reference, args.calibration)
-    print(json.dumps(v.to_json()) if args.json else validation.format_report(v))
+    with cli_output.status("Simulating the published configurations ..."):
+        v = validation.run_validation(args.reference, args.calibration)
+    if args.json:
+        print(json.dumps(v.to_json()))
+    else:
+        print(cli_output.validation_text(validation.format_report(v), len(v.skipped), args.verbose))
     return EXIT_OK
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from . import calibrate
 
-    report = calibrate.calibrate(args.reference, args.out, family_folds=not args.no_family_folds)
+    with cli_output.status("Fitting the calibration and refitting it without each chip generation and family (a few minutes) ..."):
+        report = calibrate.calibrate(args.reference, args.out, family_folds=not args.no_family_folds)
     print(json.dumps(report) if args.json else calibrate.format_fit(report))
     return EXIT_OK
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    db = Database(args.db)
+    db = _database(args)
     run_id = delete_run(db, args.run)
     print(f"deleted run {run_id} from {db.path}")
     return EXIT_OK
@@ -162,10 +141,12 @@ def _positive_int(text: str) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from .export import DEFAULT_MAX_EVENTS, export_run
 
-    report = export_run(
-        Database(args.db), args.run, args.format, args.output, steps=args.steps, chips=args.chips,
-        max_events=args.max_events or DEFAULT_MAX_EVENTS,
-    )  # fmt: skip
+    db = _database(args)
+    with cli_output.status(f"Exporting run {args.run} as {args.format} ..."):
+        report = export_run(
+            db, args.run, args.format, args.output, steps=args.steps, chips=args.chips,
+            max_events=args.max_events or DEFAULT_MAX_EVENTS,
+        )  # fmt: skip
     print(report.message(), file=sys.stderr)
     return EXIT_OK
 
@@ -173,8 +154,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_import(args: argparse.Namespace) -> int:
     from .trace_import import import_trace
 
-    db = Database(args.db)
-    run_id = import_trace(db, args.trace, name=args.name)
+    db = _database(args)
+    with cli_output.status(f"Importing {args.trace} ..."):
+        run_id = import_trace(db, args.trace, name=args.name)
     with db.read() as con:
         summary = queries.run_summary(con, run_id)
     print(json.dumps(summary) if args.json else _fmt_summary(summary))
@@ -187,15 +169,16 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import load_sweep, make_executor, run_sweep
 
     load_sweep(args.sweep)  # bad input fails before any worker starts
+    db = _database(args)
     executor, close = make_executor(args.executor, address=args.address, workers=args.workers)
     try:
-        with Progress(transient=False, disable=args.quiet) as bar:
+        with Progress(transient=False, disable=args.quiet, console=cli_output.stderr_console()) as bar:
             task = bar.add_task("sweep", total=None)
 
             def progress(done: int, total: int, message: str) -> None:
                 bar.update(task, completed=done, total=total, description=message[-60:])
 
-            result = run_sweep(args.sweep, Database(args.db), executor, progress=progress)
+            result = run_sweep(args.sweep, db, executor, progress=progress)
     finally:
         close()
     print(
@@ -213,12 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=prog, description="Podscope: simulate and profile training on TPU pods.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def db_arg(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--db", help="DuckDB file (default: $PODSCOPE_DB, else podscope.duckdb in data/ of a checkout or ~/.local/share/podscope)")
+    def db_arg(sp: argparse.ArgumentParser, create: bool = False) -> None:
+        sp.add_argument("--db", help="DuckDB file (default: $PODSCOPE_DB, else podscope.duckdb in data/ of a checkout or "
+                                     "~/.local/share/podscope); a folder given here must exist")  # fmt: skip
+        if create:
+            sp.add_argument("--create", action="store_true", help="start a new database, creating the --db folder if needed")
 
     r = sub.add_parser("run", help="simulate a scenario and store the run")
     r.add_argument("scenario", help="scenario TOML file, or a bundled scenario's name (e.g. resnet50-v3-32)")
-    db_arg(r)
+    db_arg(r, create=True)
     r.add_argument("--name", help="run name (default: the scenario's name)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (repeatable)")
     r.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
@@ -247,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("trace", help="torch.profiler, JAX/TensorFlow *.trace.json.gz, XProf *.xplane.pb (needs xprof), or Podscope export")
     im.add_argument("--name", help="run name (default: the file name)")
     im.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
-    db_arg(im)
+    db_arg(im, create=True)
     im.set_defaults(func=_cmd_import)
 
     sw = sub.add_parser("sweep", help="run a parameter sweep (resumable) on a process pool or Dask")
@@ -256,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--address", help="Dask scheduler, e.g. tcp://HOST:8786 (default: a loopback LocalCluster)")
     sw.add_argument("--workers", type=_positive_int, help="worker processes (local pool or LocalCluster)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
-    db_arg(sw)
+    db_arg(sw, create=True)
     sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
@@ -265,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     v.add_argument("--calibration", help="calibration TOML (default: data/calibration.toml)")
     v.add_argument("--json", action="store_true", help="print one JSON object: cases, summary, skipped")
+    v.add_argument("--verbose", action="store_true", help="also list every reference entry that cannot be expressed, and why")
     v.set_defaults(func=_cmd_validate)
 
     c = sub.add_parser(

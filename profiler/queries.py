@@ -22,7 +22,7 @@ from engine.trace import EVENT_KINDS
 from .level_of_detail import CellGrid
 from .schema import quote_ident
 
-__all__ = ["list_runs", "run_summary", "run_scenario", "breakdown", "step_times", "list_sweeps", "sweep_runs", "MAX_POINTS"]
+__all__ = ["list_runs", "featured_run", "run_summary", "run_scenario", "breakdown", "step_times", "list_sweeps", "sweep_runs", "MAX_POINTS"]
 
 #: upper bound on points any query returns for one trace of a figure
 MAX_POINTS = 2000
@@ -40,6 +40,37 @@ FROM runs ORDER BY run_id DESC
 def list_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """All runs, newest first, with their headline numbers."""
     return con.execute(_LIST_RUNS_SQL).df()
+
+
+_FEATURED_SQL = """
+SELECT run_id, chips, coalesce(CAST(summary->>'oom' AS BOOLEAN), false) AS oom,
+       CAST(json_extract(summary, '$.advice') AS VARCHAR) AS advice,
+       coalesce(json_array_length(json_extract(summary, '$.stragglers')), 0) AS stragglers,
+       json_extract_string(summary, '$.sweep.name') AS sweep
+FROM runs
+"""
+_SEVERITY_WEIGHT = {"critical": 3, "warning": 2, "info": 1}
+
+
+def featured_run(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The run with the most to say, to open the dashboard on (None when there are no runs).
+
+    Scores each run by its advisor findings (critical 3, warning 2, info 1) plus one for named
+    stragglers; out-of-memory runs and sweep points come last. Ties go to the larger slice,
+    then the newer run.
+    """
+    df = con.execute(_FEATURED_SQL).df()
+    if df.empty:
+        return None
+
+    def score(row: Any) -> int:
+        advice = json.loads(row.advice) if isinstance(row.advice, str) else []
+        return sum(_SEVERITY_WEIGHT.get(a.get("severity"), 0) for a in advice if isinstance(a, dict)) + (1 if row.stragglers else 0)
+
+    df["score"] = [score(r) for r in df.itertuples()]
+    df["plain"] = ~df["oom"] & df["sweep"].isna()
+    best = df.sort_values(["plain", "score", "chips", "run_id"], ascending=False).iloc[0]
+    return int(best["run_id"])
 
 
 def run_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]:

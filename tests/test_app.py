@@ -30,7 +30,7 @@ def test_overview_shows_headline_numbers(page_db):
     labels = {m.label for m in at.metric}
     assert {"Step time", "Throughput (samples/s)", "MFU", "Chips"} <= labels
     chips = next(m.value for m in at.metric if m.label == "Chips")
-    assert chips == f"{summary['chips']:,} x {summary['chip']}"
+    assert chips == f"{summary['chips']:,} x {summary['chip'].removeprefix('tpu-')}"
     assert next(m.value for m in at.metric if m.label == "MFU") == f"{summary['mfu'] * 100:.1f}%"
     # the calibrated 80% range of the predicted step time, from the run's summary
     assert any(c.value.startswith("Step time likely between") and "80%" in c.value for c in at.caption)
@@ -44,9 +44,15 @@ def test_empty_database_seeds_bundled_examples(tmp_path, monkeypatch):
     monkeypatch.setenv("PODSCOPE_DB", str(path))
     at = AppTest.from_file(APP, default_timeout=120).run()
     _no_exceptions(at)
+    from profiler.sweep import expand_points, load_sweep
+    from views.common import SEED_SWEEP
+
+    spec, base = load_sweep(SEED_SWEEP)
     with Database(path).read() as con:
         n = con.execute("SELECT count(*) FROM runs").fetchone()[0]
-    assert n == len(api.bundled_scenarios())
+        swept = con.execute("SELECT count(*) FROM runs WHERE json_extract_string(summary, '$.sweep.name') = ?", [spec.name]).fetchone()[0]
+    assert swept == len(expand_points(spec, base)) > 1
+    assert n == len(api.bundled_scenarios()) + swept
     assert any(m.label == "MFU" for m in at.metric)
 
 
@@ -60,7 +66,7 @@ def test_what_if_simulates_and_selects_the_new_run(writable_db):
     _no_exceptions(at)
     assert not at.error
     chips = next(m.value for m in at.metric if m.label == "Chips")
-    assert chips == f"{math.prod(parse_topology('4x8'))} x {base.pod.chip}"
+    assert chips == f"{math.prod(parse_topology('4x8'))} x {base.pod.chip.removeprefix('tpu-')}"
 
 
 def test_what_if_bad_topology_shows_error_not_exception(writable_db):

@@ -59,7 +59,7 @@ def test_a_cli_writer_keeps_committing_while_a_what_if_simulates(tmp_path, monke
     assert not at.error, [e.value for e in at.error]
 
     with Database(path).read() as con:
-        chips = con.execute("SELECT chips FROM runs WHERE run_id > ? AND name LIKE '%what-if%'", [base_id]).fetchall()
+        chips = con.execute("SELECT chips FROM runs WHERE run_id > ? AND name LIKE '%topology 2x2x2 → 16x16x16%'", [base_id]).fetchall()
     assert chips == [(4096,)]
     commits = [float(line.split()[2]) for line in (line + out).splitlines() if line.startswith("wrote")]
     during = [t for t in commits if started < t < finished]

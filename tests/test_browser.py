@@ -143,7 +143,7 @@ def test_what_if_simulation_end_to_end(server, page, real_db):
     page.get_by_role("button", name="Simulate").click()
     # The new 64-chip run becomes the comparison once it is simulated and stored.
     chip = real_db.results[LABELS[-1]].facts.chip  # the newest run is the Compare page's base
-    page.get_by_text(f"(64 x {chip}) against base").wait_for(timeout=120_000)
+    page.get_by_text(f"(64 x {chip.removeprefix('tpu-')}) against base").wait_for(timeout=120_000)
     _settle(page, PLOT)
     _no_exception(page, "compare after what-if")
     assert page.locator('[data-testid="stMetric"]').count() >= 5

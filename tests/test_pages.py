@@ -16,6 +16,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.scenario import parse_topology
+from profiler import advice_words
+from profiler import format as fmt
 from profiler import queries
 from tests.real_runs import LABELS
 
@@ -69,13 +71,6 @@ def empty_db(tmp_path, monkeypatch) -> Path:
     return path
 
 
-#: (page, run) pairs that fail on real data today, each with why; tested on their own below so
-#: the rest of a page's runs still run (and the strict xfail says when one is fixed).
-KNOWN_BROKEN = {
-    ("views/timeline.py", "imported"): "a one-chip run makes the 'Worst N' slider's min and max both 1 (StreamlitInvalidMinMaxError)",
-}
-
-
 @pytest.mark.parametrize("page", [*PAGES, "views/validation.py"])
 def test_page_through_the_navigation_on_every_real_run(page_db, page):
     """Each page, reached through app.py's st.navigation, then switched to every stored run in turn."""
@@ -85,19 +80,10 @@ def test_page_through_the_navigation_on_every_real_run(page_db, page):
     if page in ("views/scaling.py", "views/validation.py"):
         return  # pages over all runs (or none): no run to pick
     for label in LABELS:
-        if (page, label) in KNOWN_BROKEN:
-            continue
         run_id = page_db.run_ids[label]
         at.session_state["select_run_id"] = run_id
         _ok(at.run(), (page, label))
         assert _picked(at) == run_id and at.title[0].value == title, (page, label)
-
-
-@pytest.mark.parametrize(
-    ("page", "label"), [pytest.param(*k, marks=pytest.mark.xfail(strict=True, reason=why)) for k, why in KNOWN_BROKEN.items()]
-)
-def test_known_broken_page_on_real_run(page_db, page, label):
-    _run(page, page_db.run_ids[label])
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -133,7 +119,7 @@ def test_recompilation_page_on_runs_with_and_without_compiles(page_db):
     at = _page("views/recompilation.py", run_id)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Recompiles"] == f"{summary['recompiles']:,}" and summary["recompiles"] > 0
-    assert metrics["Compile time"] == f"{summary['compile_s']:,.2f} s"
+    assert metrics["Compile time"] == fmt.duration(summary["compile_s"])
     assert len(at.get("plotly_chart")) == 2
     shown = at.dataframe[0].value
     assert sorted(shown["cause"]) == sorted(engine_log["cause"].unique())
@@ -145,7 +131,6 @@ def test_recompilation_page_on_runs_with_and_without_compiles(page_db):
     assert next(m.value for m in plain.metric if m.label == "Recompiles") == "0"
 
 
-@pytest.mark.xfail(strict=True, reason="the page reads 'no compile log' as 'no compilations' once any run stored one")
 def test_recompilation_page_says_an_imported_run_has_no_compile_log(page_db):
     at = _page("views/recompilation.py", page_db.run_ids["imported"])
     assert not at.success, [s.value for s in at.success]
@@ -158,14 +143,21 @@ def test_overview_shows_the_advisor_findings_most_severe_first(page_db, label):
     assert advice, f"the {label} run is meant to give the advisor something to say"
     at = _run("views/overview.py", page_db.run_ids[label])
     order = {"critical": 0, "warning": 1, "info": 2}
-    findings = [(order[a["severity"]], a["severity"], a["rule"], a["message"]) for a in advice]
+    summary = page_db.summary(label)
+    findings = [(order[a["severity"]], a["severity"], advice_words.describe(a, summary)) for a in advice]
     shown = {"critical": at.error, "warning": at.warning, "info": at.info}
     for severity, elements in shown.items():
-        expected = [(rule, message) for _, s, rule, message in sorted(findings, key=lambda f: f[0]) if s == severity]
+        expected = [f for _, s, f in sorted(findings, key=lambda f: f[0]) if s == severity]
         texts = [e.value for e in elements if e.value.startswith("**")]  # the OOM banner is not a finding
         assert len(texts) == len(expected), (severity, texts)
-        for text, (rule, message) in zip(texts, expected):
-            assert text.startswith(f"**{rule}**: {message}")
+        for text, finding in zip(texts, expected):
+            assert text.startswith(f"**{finding.title}**: {finding.message}")
+            assert "_" not in text.split("**")[1]  # a title in words, not a rule id
+            for label_, value in finding.evidence:  # formatted, with its base
+                assert f"{label_}: {value}" in text
+    if label == "stragglers":
+        names = ", ".join(str(c) for c in summary["stragglers"])
+        assert any(f"They are chips {names}" in w.value for w in at.warning)
 
 
 def test_memory_page_explains_oom_with_the_engine_detail(page_db):

@@ -7,8 +7,12 @@ is added or deleted, so caches never serve a stale run list.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import importlib
 import io
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +25,7 @@ import streamlit as st
 
 from engine.errors import PodscopeError
 from profiler import api, queries
+from profiler import format as fmt
 from profiler.store import Database, DatabaseBusyError, resolve_db_path, write_run
 
 __all__ = [
@@ -28,7 +33,10 @@ __all__ = [
     "data_version",
     "query",
     "run_picker",
+    "run_label",
     "select_run",
+    "URL_PARAMS",
+    "what_if_name",
     "seed_if_empty",
     "invalidate",
     "chart",
@@ -63,7 +71,8 @@ def data_version(db: Database) -> tuple[int, int]:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _cached(path: str, version: tuple[int, int], fn_name: str, args: tuple[Any, ...]) -> Any:
-    fn = getattr(queries, fn_name)
+    module, _, name = fn_name.rpartition(".")
+    fn = getattr(importlib.import_module(module), name)
     with _db(path).read() as con:
         return fn(con, *args)
 
@@ -77,14 +86,14 @@ def _recent_version(path: str) -> tuple[int, int]:
 
 
 def query(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a :mod:`profiler.queries` function through the cache.
+    """Run a profiler query function (:mod:`profiler.queries`, :mod:`profiler.steady_state`) through the cache.
 
     If another process holds the database past the store's lock bound (a very large
     write), the page says so and stops with a Retry button instead of failing.
     """
     path = str(get_db().path)
     try:
-        return _cached(path, _recent_version(path), fn.__name__, args)
+        return _cached(path, _recent_version(path), f"{fn.__module__}.{fn.__name__}", args)
     except DatabaseBusyError:
         _busy(Path(path))
 
@@ -104,19 +113,63 @@ def invalidate() -> None:
     _cached.clear()
 
 
+#: the sweep seeded on first start, so the Scaling page has a curve out of the box
+SEED_SWEEP = api.BUNDLED_SCENARIOS_DIR.parent / "sweeps" / "strong-scaling-v4.toml"
+_seed_lock = threading.Lock()
+
+
+def _say(message: str) -> None:
+    """A line in the terminal that runs ``streamlit run`` (the browser shows its own progress)."""
+    print(f"podscope: {message}", file=sys.stderr, flush=True)
+
+
+def seed_database(db: Database, progress: Callable[[float, str], None] | None = None) -> int:
+    """Simulate the bundled examples and the strong-scaling sweep into ``db``; returns the runs stored.
+
+    Prints what it does in the terminal, and calls ``progress(fraction, text)`` for a progress bar.
+    The sweep runs in this process (a thread, no worker processes); a point that fails is
+    reported and skipped, the examples stay.
+    """
+    from profiler.sweep import run_sweep
+
+    t0 = time.monotonic()
+    paths = api.bundled_scenarios()
+    _say(f"first start: simulating {len(paths)} bundled example scenarios and the strong-scaling sweep into {db.path} (a few seconds)")
+
+    def example(i: int, n: int, path: Any) -> None:
+        _say(f"  example {i + 1}/{n}: {path.stem}")
+        if progress is not None:
+            progress(0.7 * i / n, f"First start: simulating example {i + 1}/{n}: {path.stem}")
+
+    stored = len(api.seed_examples(db, example))
+    if SEED_SWEEP.exists():
+        _say(f"  sweep {SEED_SWEEP.stem}")
+
+        def sweep_progress(done: int, total: int, message: str) -> None:
+            if progress is not None:
+                progress(0.7 + 0.3 * done / max(total, 1), f"First start: sweep point {done}/{total}")
+
+        with cf.ThreadPoolExecutor(max_workers=1) as pool:
+            result = run_sweep(SEED_SWEEP, db, pool, progress=sweep_progress)
+        stored += len(result.stored)
+        for point, error in result.failed:
+            _say(f"  sweep point {point} failed: {error.splitlines()[0]}")
+    _say(f"seeded {stored} runs in {time.monotonic() - t0:.1f} s; the dashboard is ready")
+    return stored
+
+
 def seed_if_empty() -> None:
-    """First start: simulate the bundled examples, with a progress bar, so there is something to see."""
+    """First start: simulate the bundled examples and sweep, with a progress bar, so there is something to see."""
     db = get_db()
     try:
         if db.has_runs():
             return
-        bar = st.progress(0.0, text="First start: simulating the bundled example scenarios...")
-
-        def progress(i: int, n: int, path: Any) -> None:
-            bar.progress(i / n, text=f"Simulating example {i + 1}/{n}: {path.stem}")
-
-        api.seed_examples(db, progress)
-        bar.empty()
+        with _seed_lock:  # two first visits at once seed once
+            if db.has_runs():
+                return
+            bar = st.progress(0.0, text="First start: simulating the bundled example scenarios...")
+            seed_database(db, lambda f, text: bar.progress(min(f, 1.0), text=text))
+            bar.empty()
         invalidate()
     except DatabaseBusyError:
         return  # another process is writing runs, so there will be something to show; pages say "busy"
@@ -124,31 +177,112 @@ def seed_if_empty() -> None:
         st.error(f"Could not simulate the example runs: {e}")
 
 
+#: the URL query parameter that carries each picked run, so a link (or a reload) shows the same view
+URL_PARAMS = {"run_id": "run", "cmp_id": "vs"}
+
+
+def run_label(row: Any) -> str:
+    """How a run is named in pickers: "#3 llm-1b-v5p-64 (64 x v5p)"."""
+    return f"#{row.run_id} {row.name} ({fmt.chips_label(row.chips, row.chip)})"
+
+
+def _url_run(key: str) -> int | None:
+    param = URL_PARAMS.get(key)
+    raw = st.query_params.get(param) if param else None
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def remember_run(key: str, run_id: int) -> None:
+    """Keep ``run_id`` as the picked run for every page of this session and in the URL."""
+    st.session_state[key] = int(run_id)
+    param = URL_PARAMS.get(key)
+    if param and st.query_params.get(param) != str(run_id):
+        st.query_params[param] = str(run_id)
+
+
+def sync_url() -> None:
+    """Put the session's picked runs back into the URL (a page change clears the query string)."""
+    for key, param in URL_PARAMS.items():
+        value = st.session_state.get(key)
+        if value is not None and st.query_params.get(param) != str(value):
+            st.query_params[param] = str(value)
+
+
+def picked_run(ids: list[int], key: str = "run_id", default: int | None = None) -> int:
+    """The run to show: just selected, else kept from another page, else from the URL, else ``default``."""
+    widget = f"picker_{key}"
+    pending = st.session_state.pop(f"select_{key}", None)  # set by select_run() before a rerun
+    for candidate in (pending, st.session_state.get(widget), st.session_state.get(key), _url_run(key), default):
+        if candidate in ids:
+            return int(candidate)
+    return ids[0]
+
+
 def run_picker(key: str = "run_id", label: str = "Run") -> int | None:
-    """Sidebar select box over stored runs; returns the chosen run_id (None if there are none)."""
+    """Sidebar select box over stored runs; returns the chosen run_id (None if there are none).
+
+    The choice follows the user from page to page (session state) and survives a reload or a
+    shared link (the ``run`` query parameter). With no choice yet it opens on the run with the
+    most to say (:func:`profiler.queries.featured_run`).
+    """
     runs = query(queries.list_runs)
     if runs.empty:
         st.info("No runs yet. Simulate one with `python -m profiler run data/scenarios/<file>.toml` or the what-if form.")
         return None
     ids = [int(i) for i in runs["run_id"]]
-    labels = {int(r.run_id): f"#{r.run_id} {r.name} ({r.chips} x {r.chip})" for r in runs.itertuples()}
+    labels = {int(r.run_id): run_label(r) for r in runs.itertuples()}
     widget = f"picker_{key}"
-    pending = st.session_state.pop(f"select_{key}", None)  # set by select_run() before a rerun
-    if pending in ids:
-        st.session_state[widget] = pending
-    elif st.session_state.get(widget) not in ids:
-        st.session_state[widget] = ids[0]
-    choice = st.sidebar.selectbox(label, ids, format_func=labels.get, key=widget)
-    st.session_state[key] = choice
+    choice = picked_run(ids, key, default=query(queries.featured_run))
+    st.session_state[widget] = choice
+
+    def changed() -> None:
+        remember_run(key, st.session_state[widget])
+
+    st.sidebar.selectbox(label, ids, format_func=labels.get, key=widget, on_change=changed)
+    remember_run(key, choice)
     return int(choice)
+
+
+_KNOB_NAMES = {
+    "pod.chip": "chip", "pod.topology": "topology", "pod.slices": "slices", "training.global_batch": "batch",
+    "training.precision": "precision", "training.remat": "remat", "parallelism.data": "data",
+    "parallelism.fsdp": "fsdp", "parallelism.tensor": "tensor", "input.prefetch": "prefetch",
+    "input.num_parallel_calls": "parallel calls", "sim.trace": "trace",
+}  # fmt: skip
+
+
+def _dotted(base: dict[str, Any], key: str) -> Any:
+    node: Any = base
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def what_if_name(base: dict[str, Any], overrides: dict[str, Any]) -> str:
+    """A variant named by what changed: "llm-1b-v5p-64 · batch 512 → 1024, chip tpu-v4 → tpu-v5p".
+
+    Overrides equal to the base value, or None (a value that follows the others), are not named.
+    """
+    changes = []
+    for key, new in overrides.items():
+        if key == "name" or new is None:
+            continue
+        old = _dotted(base, key)
+        if old is not None and str(old) == str(new):
+            continue
+        label = _KNOB_NAMES.get(key, key.rsplit(".", 1)[-1])
+        changes.append(f"{label} {old} → {new}" if old is not None else f"{label} {new}")
+    return f"{base.get('name', 'run')} · {', '.join(changes) if changes else 'same settings'}"
 
 
 def si(value: float, unit: str = "") -> str:
     """A rate for a metric tile: 3 significant digits with k/M/G, so it fits the tile ("255k samples/s")."""
-    for factor, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g}{prefix} {unit}".rstrip()
-    return f"{value:.3g} {unit}".rstrip()
+    return fmt.si(value, unit)
 
 
 def step_time_range_text(summary: dict[str, Any], label: str = "Step time") -> str | None:

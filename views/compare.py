@@ -1,7 +1,8 @@
 """Compare / what-if: change a base run's knobs, simulate, and see both runs side by side.
 
-The waterfall walks from the base run's mean step time to the other run's, one bar per cause;
-because events tile every chip's step, the bars add up exactly.
+The waterfall walks from the base run's steady-state step time (the tile above it) to the other
+run's, one bar per cause. Each run's steady-state step is split by cause in the proportions its
+steady steps spend on each (events tile every chip's step), so the bars add up exactly.
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ import pandas as pd
 import streamlit as st
 
 from engine import load_catalog
-from profiler import queries
+from profiler import format as fmt
+from profiler import queries, steady_state
 from views import common, figures
 
+#: (summary key, label, formatter, lower is better, a fraction whose change is in percentage points)
 _HEADLINES = [
-    ("step_time_s", "Step time", lambda v: f"{v * 1e3:,.2f} ms", True),
-    ("samples_per_s", "Samples/s", common.si, False),
-    ("tokens_per_s", "Tokens/s", common.si, False),
-    ("mfu", "MFU", lambda v: f"{v * 100:.1f}%", False),
-    ("peak_hbm_bytes", "HBM peak", lambda v: f"{v / 2**30:.2f} GiB", True),
+    ("step_time_s", "Step time", fmt.duration, True, False),
+    ("samples_per_s", "Samples/s", fmt.si, False, False),
+    ("tokens_per_s", "Tokens/s", fmt.si, False, False),
+    ("mfu", "MFU", fmt.percent, False, True),
+    ("peak_hbm_bytes", "HBM peak", fmt.gib, True, False),
 ]
 
 
@@ -50,7 +53,6 @@ def _knobs(base: dict) -> dict | None:
     if not submitted:
         return None
     overrides = {
-        "name": f"{base['name']} [what-if {chip} {topology}x{slices} b{batch}]",
         "pod.chip": chip,
         "pod.topology": topology,
         "training.global_batch": int(batch),
@@ -65,7 +67,7 @@ def _knobs(base: dict) -> dict | None:
     if set_input:
         overrides["input.prefetch"] = prefetch
         overrides["input.num_parallel_calls"] = calls
-    return overrides
+    return {"name": common.what_if_name(base, overrides), **overrides}
 
 
 def _choice(col, label: str, options: list, current):
@@ -77,20 +79,31 @@ def _choice(col, label: str, options: list, current):
 
 def _side_by_side(a: dict, b: dict) -> None:
     cols = st.columns(len(_HEADLINES))
-    for col, (key, label, fmt, lower_better) in zip(cols, _HEADLINES):
+    for col, (key, label, show, lower_better, fraction) in zip(cols, _HEADLINES):
         va, vb = a.get(key), b.get(key)
         if vb is None:
             col.metric(label, "n/a")
             continue
-        delta = None
-        if va:
-            delta = f"{(vb - va) / va * 100:+.1f}%"
-        col.metric(label, fmt(vb), delta, delta_color="inverse" if lower_better else "normal", help=f"base: {fmt(va) if va is not None else 'n/a'}")
+        delta, zero = fmt.change(vb, va, fraction=fraction)
+        color = "off" if zero else ("inverse" if lower_better else "normal")
+        base_text = show(va) if va is not None else "n/a"
+        unit = "percentage points" if fraction else "relative change"
+        col.metric(label, show(vb), delta, delta_color=color, delta_arrow="off" if zero else "auto", help=f"base: {base_text} ({unit})")
     for label, summary in (("Base step time", a), ("Other step time", b)):
         if (band := common.step_time_range_text(summary, label)) is not None:
             st.caption(band)
     if b.get("oom") and not a.get("oom"):
         st.error("The other run does not fit in HBM (see its Memory page).")
+
+
+def _steady_split(run_id: int, summary: dict) -> pd.DataFrame:
+    """The run's steady-state step time (the tile's number) split by cause: kind, s_per_step."""
+    df = common.query(steady_state.steady_step_kind_s, run_id)
+    total = float(df["s_per_step"].sum()) if not df.empty else 0.0
+    step = summary.get("step_time_s")
+    if total > 0 and step:
+        df = df.assign(s_per_step=df["s_per_step"] * (float(step) / total))
+    return df
 
 
 def main() -> None:
@@ -117,18 +130,18 @@ def main() -> None:
     if not others:
         st.info("Simulate a variant above to compare it with this run.")
         return
-    labels = {int(r.run_id): f"#{r.run_id} {r.name} ({r.chips} x {r.chip})" for r in runs.itertuples()}
-    pending = st.session_state.pop("select_cmp_id", None)
-    if pending in others:
-        st.session_state["cmp_pick"] = pending
-    elif st.session_state.get("cmp_pick") not in others:
-        st.session_state["cmp_pick"] = others[0]
-    other = st.selectbox("Compare with", others, format_func=labels.get, key="cmp_pick")
+    labels = {int(r.run_id): common.run_label(r) for r in runs.itertuples()}
+    # By default compare with this run's newest what-if (named "<base> · ..."), else the newest other run.
+    variants = [int(r.run_id) for r in runs.itertuples() if int(r.run_id) != run_id and str(r.name).startswith(f"{base_summary.get('name')} · ")]
+    st.session_state["picker_cmp_id"] = common.picked_run(others, "cmp_id", default=variants[0] if variants else None)
+    other = st.selectbox("Compare with", others, format_func=labels.get, key="picker_cmp_id",
+                         on_change=lambda: common.remember_run("cmp_id", st.session_state["picker_cmp_id"]))  # fmt: skip
+    common.remember_run("cmp_id", int(other))
     other_summary = common.query(queries.run_summary, int(other))
     st.markdown(f"**{labels[other]}** against base **{labels[run_id]}**")
     _side_by_side(base_summary, other_summary)
-    a = common.query(queries.step_kind_s, run_id).assign(run=f"#{run_id} base")
-    b = common.query(queries.step_kind_s, int(other)).assign(run=f"#{other}")
+    a = _steady_split(run_id, base_summary).assign(run=f"#{run_id} (base)")
+    b = _steady_split(int(other), other_summary).assign(run=f"#{other}")
     if a.empty or b.empty:
         st.info("One of the runs stored no events, so there is no breakdown to compare.")
         return
@@ -140,6 +153,10 @@ def main() -> None:
     left, right = st.columns(2)
     with left:
         common.chart(figures.compare_bars(both), both, "compare_breakdown.csv", "cmp_bars")
+    st.caption(
+        "Both charts split each run's steady-state step time (the Step time tile: median of the steps without a "
+        "compile) by cause, in the proportions its steady steps spend on each."
+    )
     with right:
         fig = figures.delta_waterfall(float(a["s_per_step"].sum()), deltas[["kind", "delta_s"]], float(b["s_per_step"].sum()))
         common.chart(fig, deltas, "compare_deltas.csv", "cmp_waterfall")

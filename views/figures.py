@@ -1,7 +1,8 @@
 """Figure builders: a DataFrame in, a Plotly figure out. No SQL, no Streamlit.
 
-Colours for event kinds are fixed across every figure, so "input wait" is the
-same orange on the Overview, the Idle-time page and the Timeline.
+Colours come from :mod:`views.palette` (one per event kind and per memory term, in every
+figure), and axes from :mod:`views.figure_style` (from zero, with units, log axes by decade).
+The pod and timeline builders live in :mod:`views.figures_pod` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -9,6 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from profiler import format as fmt
+from views import palette
+from views.figure_style import fraction_tickformat, layout, log_decades, nonneg_y, percent_axis
+from views.figures_pod import pod_3d, pod_plane, timeline_gantt
 
 __all__ = [
     "KIND_COLORS",
@@ -31,32 +38,12 @@ __all__ = [
     "delta_waterfall",
     "figure_bytes",
     "validation_scatter",
+    "validation_errors",
 ]
 
-KIND_COLORS = {
-    "compute": "#4C78A8",
-    "collective": "#72B7B2",
-    "input_wait": "#F58518",
-    "sync_wait": "#E45756",
-    "recompile": "#B279A2",
-    "other": "#9D9D9D",
-}
-KIND_LABELS = {
-    "compute": "Compute",
-    "collective": "Collective (exposed)",
-    "input_wait": "Input wait",
-    "sync_wait": "Sync wait",
-    "recompile": "Recompile",
-    "other": "Other",
-}
-
-
-def _layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
-    fig.update_layout(title=title, height=height, margin=dict(l=10, r=10, t=40, b=10), template="plotly_white")
-    if fig.layout.legend.orientation == "h":
-        # Above the plot, under the title: below it would collide with the x-axis title.
-        fig.update_layout(legend=dict(y=1.0, yanchor="bottom", x=0), margin_t=90, title=dict(y=0.99, yanchor="top", yref="container"))
-    return fig
+KIND_COLORS = palette.KIND_COLORS
+KIND_LABELS = palette.KIND_LABELS
+_layout = layout
 
 
 def empty_figure(message: str) -> go.Figure:
@@ -68,23 +55,26 @@ def empty_figure(message: str) -> go.Figure:
 
 
 def breakdown_bar(df: pd.DataFrame, title: str = "Where chip time goes") -> go.Figure:
-    """Horizontal stacked bar of chip-time fractions by kind (columns: kind, frac)."""
+    """Horizontal stacked bar of chip-time fractions by kind (columns: kind, frac), on a 0-100% axis."""
     fig = go.Figure()
-    for row in df.itertuples():
+    for kind in _kind_order(df["kind"]):
+        frac = float(df.loc[df["kind"] == kind, "frac"].sum())
+        label = palette.kind_label(kind)
         fig.add_bar(
-            y=["chip time"],
-            x=[row.frac * 100],
-            name=KIND_LABELS.get(row.kind, row.kind),
-            orientation="h",
-            marker_color=KIND_COLORS.get(row.kind, "#BBBBBB"),
-            hovertemplate=f"{KIND_LABELS.get(row.kind, row.kind)}: %{{x:.1f}}%<extra></extra>",
-        )
-    fig.update_layout(barmode="stack", xaxis_title="% of chip time", yaxis_visible=False, legend_orientation="h")
-    return _layout(fig, title, height=220)
+            y=["chip time"], x=[frac * 100], name=label, orientation="h", marker_color=palette.kind_color(kind),
+            hovertemplate=f"{label}: %{{x:.1f}}%<extra></extra>",
+        )  # fmt: skip
+    fig.update_layout(barmode="stack", xaxis_title="share of chip time", yaxis_visible=False, legend_orientation="h")
+    percent_axis(fig, "x")
+    return layout(fig, title, height=220)
 
 
 def step_time_line(df: pd.DataFrame, title: str = "Step time") -> go.Figure:
-    """Step time over steps (columns: step, step_s, min_s, max_s), with the min-max band of each bucket."""
+    """Step time over steps (columns: step, step_s, min_s, max_s), with the min-max band of each bucket.
+
+    The y axis starts at zero; when a compile or restart step is over 20x the steady step, it is a
+    log axis labelled by decade, so the steady state stays readable.
+    """
     fig = go.Figure()
     if (df["max_s"] != df["min_s"]).any():
         fig.add_scatter(x=df["step"], y=df["max_s"] * 1e3, mode="lines", line_width=0, showlegend=False, hoverinfo="skip")
@@ -92,38 +82,78 @@ def step_time_line(df: pd.DataFrame, title: str = "Step time") -> go.Figure:
             x=df["step"], y=df["min_s"] * 1e3, mode="lines", line_width=0, fill="tonexty",
             fillcolor="rgba(76,120,168,0.2)", name="min-max", hoverinfo="skip",
         )  # fmt: skip
-    fig.add_scatter(x=df["step"], y=df["step_s"] * 1e3, mode="lines", name="step time", line_color="#4C78A8")
-    fig.update_layout(xaxis_title="step", yaxis_title="ms", showlegend=False)
-    # A compile or restart step can be 100x the steady step: a log axis keeps the steady state readable.
+    fig.add_scatter(
+        x=df["step"], y=df["step_s"] * 1e3, mode="lines+markers" if len(df) < 3 else "lines", name="step time",
+        line_color=palette.TOTAL, hovertemplate="step %{x}: %{y:,.3f} ms<extra></extra>",
+    )  # fmt: skip
+    fig.update_layout(xaxis_title="step", showlegend=False)
+    fig.update_xaxes(rangemode="tozero")
     if df["max_s"].max() > 20 * df["step_s"].median():
-        fig.update_yaxes(type="log", title="ms (log)")
-    return _layout(fig, title)
+        lo = int(np.floor(np.log10(max(float(df["min_s"].min()) * 1e3, 1e-3))))
+        hi = int(np.ceil(np.log10(float(df["max_s"].max()) * 1e3)))
+        decades = [10.0**k for k in range(lo, hi + 1)]
+        log_decades("y", fig, "step time (log scale)")
+        top = float(np.log10(float(df["max_s"].max()) * 1e3)) + 0.1
+        fig.update_yaxes(tickmode="array", tickvals=decades, ticktext=[fmt.duration(v / 1e3) for v in decades], range=[lo, top])
+    else:
+        nonneg_y(fig, " ms", title="step time")
+    return layout(fig, title)
+
+
+def validation_errors(df: pd.DataFrame, title: str = "Prediction error by case") -> go.Figure:
+    """Signed error % of every case, one row per case, coloured by family (columns: id, family, metric,
+    unit, predicted, published, error_pct). One axis in one unit: each case's own units are in the hover."""
+    df = df.assign(_abs=df["error_pct"].abs()).sort_values("_abs")
+    fig = go.Figure()
+    fig.add_vline(x=0, line_color=palette.IDEAL, line_width=1)
+    for i, (family, g) in enumerate(df.groupby("family", sort=True)):
+        fig.add_scatter(
+            x=g["error_pct"], y=g["id"], mode="markers", name=str(family), marker=dict(size=10, color=_FAMILY_COLORS[i % len(_FAMILY_COLORS)]),
+            customdata=g[["metric", "unit", "predicted", "published"]].to_numpy(),
+            hovertemplate="%{y}<br>%{customdata[0]}<br>predicted %{customdata[2]:.4g} %{customdata[1]}, "
+                          "published %{customdata[3]:.4g} %{customdata[1]}<br>error %{x:+.1f}%<extra></extra>",
+        )  # fmt: skip
+    bound = max(5.0, float(df["error_pct"].abs().max()) * 1.1) if not df.empty else 5.0
+    fig.update_xaxes(range=[-bound, bound], ticksuffix="%", title="prediction error (predicted vs published)", zeroline=False)
+    fig.update_yaxes(title="", categoryorder="array", categoryarray=list(df["id"]))
+    fig.update_layout(legend_orientation="h")
+    return layout(fig, title, height=max(360, 160 + 22 * len(df)))
 
 
 def validation_scatter(df: pd.DataFrame, title: str = "Predicted vs published") -> go.Figure:
-    """Log-log scatter of predicted against published, one colour per family, with the ideal y = x line.
+    """Predicted against published, one panel per unit (so no axis mixes µs with images/s), each with y = x."""
+    units = list(dict.fromkeys(df["unit"]))
+    cols = min(3, len(units)) or 1
+    rows = -(-len(units) // cols) or 1
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[str(u) for u in units], horizontal_spacing=0.08, vertical_spacing=0.12)
+    families = sorted(df["family"].unique())
+    for k, unit in enumerate(units):
+        r, c = k // cols + 1, k % cols + 1
+        g = df[df["unit"] == unit]
+        lo = float(min(g["predicted"].min(), g["published"].min())) * 0.9
+        hi = float(max(g["predicted"].max(), g["published"].max())) * 1.1
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color=palette.IDEAL, dash="dash"), showlegend=False, hoverinfo="skip", row=r, col=c)
+        for family, part in g.groupby("family"):
+            i = families.index(family)
+            fig.add_scatter(
+                x=part["published"], y=part["predicted"], mode="markers", name=str(family), legendgroup=str(family),
+                showlegend=bool(k == min(j for j, u in enumerate(units) if family in set(df[df["unit"] == u]["family"]))),
+                marker=dict(size=9, color=_FAMILY_COLORS[i % len(_FAMILY_COLORS)]), customdata=part[["id", "error_pct"]].to_numpy(),
+                hovertemplate="%{customdata[0]}<br>published %{x:.4g}, predicted %{y:.4g}" + f" {unit}"
+                              "<br>error %{customdata[1]:+.1f}%<extra></extra>",
+                row=r, col=c,
+            )  # fmt: skip
+        fig.update_xaxes(title_text=f"published ({unit})", row=r, col=c)
+        fig.update_yaxes(title_text=f"predicted ({unit})", row=r, col=c)
+    fig.update_layout(legend_orientation="h")
+    return layout(fig, title, height=120 + 300 * rows)
 
-    Columns: id, family, metric, unit, predicted, published, error_pct. Metrics with different units
-    share the axes because both are log-scaled: distance from the diagonal is the relative error.
-    """
-    fig = go.Figure()
-    lo = float(min(df["predicted"].min(), df["published"].min())) / 1.5
-    hi = float(max(df["predicted"].max(), df["published"].max())) * 1.5
-    fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="ideal (y = x)", line=dict(color="#9D9D9D", dash="dash"))
-    for family, g in df.groupby("family", sort=True):
-        fig.add_scatter(
-            x=g["published"], y=g["predicted"], mode="markers", name=str(family), marker=dict(size=9),
-            customdata=g[["id", "metric", "error_pct"]].to_numpy(),
-            hovertemplate="%{customdata[0]}<br>%{customdata[1]}<br>published %{x:.4g}, predicted %{y:.4g}"
-                          "<br>error %{customdata[2]:+.1f}%<extra></extra>",
-        )  # fmt: skip
-    fig.update_xaxes(type="log", title="published")
-    fig.update_yaxes(type="log", title="predicted")
-    return _layout(fig, title, height=480)
+
+_FAMILY_COLORS = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#9D755D"]
 
 
 def _kind_order(kinds) -> list[str]:
-    known = [k for k in KIND_COLORS if k in set(kinds)]
+    known = [k for k in palette.KIND_COLORS if k in set(kinds)]
     return known + sorted(set(kinds) - set(known))
 
 
@@ -137,13 +167,15 @@ def kind_area(df: pd.DataFrame, title: str = "Chip time per step by cause") -> g
     fig = go.Figure()
     for kind in _kind_order(df["kind"]):
         part = df[df["kind"] == kind]
+        label = palette.kind_label(kind)
         fig.add_scatter(
-            x=part["step"], y=part["chip_s_per_step"] * 1e3, name=KIND_LABELS.get(kind, kind), mode="lines",
-            stackgroup="one", line_width=0.5, line_color=KIND_COLORS.get(kind, "#BBBBBB"),
-            hovertemplate=f"{KIND_LABELS.get(kind, kind)}: %{{y:.3f}} ms<extra>step %{{x}}</extra>",
+            x=part["step"], y=part["chip_s_per_step"] * 1e3, name=label, mode="lines",
+            stackgroup="one", line_width=0.5, line_color=palette.kind_color(kind), fillcolor=palette.kind_color(kind),
+            hovertemplate=f"{label}: %{{y:,.3f}} ms<extra>step %{{x}}</extra>",
         )  # fmt: skip
-    fig.update_layout(xaxis_title="step", yaxis_title="ms per chip-step", legend_orientation="h")
-    return _layout(fig, title, height=360)
+    fig.update_layout(xaxis_title="step", legend_orientation="h")
+    nonneg_y(fig, " ms", title="chip time per step")
+    return layout(fig, title, height=360)
 
 
 def _stacked_kind_bars(df: pd.DataFrame, x: str, y: str, scale: float, hover: str) -> go.Figure:
@@ -151,210 +183,118 @@ def _stacked_kind_bars(df: pd.DataFrame, x: str, y: str, scale: float, hover: st
     fig = go.Figure()
     for kind in _kind_order(df["kind"]):
         part = df[df["kind"] == kind]
-        label = KIND_LABELS.get(kind, kind)
+        label = palette.kind_label(kind)
         fig.add_bar(
-            x=part[x], y=part[y] * scale, name=label, marker_color=KIND_COLORS.get(kind, "#BBBBBB"),
+            x=part[x], y=part[y] * scale, name=label, marker_color=palette.kind_color(kind),
             hovertemplate=hover.replace("{label}", label),
         )  # fmt: skip
     return fig
 
 
 def host_bars(df: pd.DataFrame, title: str = "Chip time by host") -> go.Figure:
-    """Stacked bars of each host's chip-time fractions by kind (columns: host, kind, frac)."""
+    """Stacked bars of each host's chip-time fractions by kind (columns: host, kind, frac), 0-100%."""
     fig = _stacked_kind_bars(df, "host", "frac", 100, "host %{x}: {label} %{y:.2f}%<extra></extra>")
-    fig.update_layout(barmode="stack", xaxis_title="host", yaxis_title="% of chip time", legend_orientation="h", bargap=0.05)
-    return _layout(fig, title, height=360)
+    fig.update_layout(barmode="stack", xaxis_title="host", yaxis_title="share of chip time", legend_orientation="h", bargap=0.05)
+    percent_axis(fig, "y")
+    return layout(fig, title, height=360)
 
 
-def _link_traces(links: pd.DataFrame, horizontal: str, vertical: str) -> list[go.Scatter]:
-    """Link load as line segments between chip centres, one trace per utilisation band (few traces, many segments)."""
-    bands = [(0.0, 0.25, "#C6DBEF"), (0.25, 0.5, "#6BAED6"), (0.5, 0.75, "#2171B5"), (0.75, 10.0, "#08306B")]
-    out = []
-    util = links["utilization"].to_numpy(dtype=float)
-    for lo, hi, color in bands:
-        sel = links[(util >= lo) & (util < hi)]
-        if sel.empty:
-            continue
-        n = len(sel)
-        xs = np.empty(n * 3)
-        ys = np.empty(n * 3)
-        xs[0::3], xs[1::3], xs[2::3] = sel[f"src_{horizontal}"], sel[f"dst_{horizontal}"], np.nan
-        ys[0::3], ys[1::3], ys[2::3] = sel[f"src_{vertical}"], sel[f"dst_{vertical}"], np.nan
-        # Wrap-around links would cross the whole plane; draw them as short stubs instead.
-        long_ = (np.abs(xs[1::3] - xs[0::3]) > 1) | (np.abs(ys[1::3] - ys[0::3]) > 1)
-        xs[1::3] = np.where(long_, xs[0::3] + np.sign(xs[0::3] - xs[1::3]) * 0.45, xs[1::3])
-        ys[1::3] = np.where(long_, ys[0::3] + np.sign(ys[0::3] - ys[1::3]) * 0.45, ys[1::3])
-        out.append(
-            go.Scatter(
-                x=xs, y=ys, mode="lines", line=dict(color=color, width=3), hoverinfo="skip",
-                name=f"link util {lo:.0%}-{min(hi, 1.0):.0%}",
-            )  # fmt: skip
-        )
-    return out
-
-
-def pod_plane(
-    df: pd.DataFrame,
-    metric: str,
-    label: str,
-    horizontal: str = "x",
-    vertical: str = "y",
-    links: pd.DataFrame | None = None,
-    title: str = "",
-    percent: bool = True,
-) -> go.Figure:
-    """One plane of the torus: a square per chip at its coordinates, coloured by ``metric``.
-
-    ``df`` has chip, host, x, y, z and the metric column; ``links`` (optional) has src_/dst_
-    coordinates and utilization for the links inside the plane. Each marker carries its chip id as
-    ``customdata`` so a click can select it.
-    """
-    values = df[metric].to_numpy(dtype=float) * (100 if percent else 1)
-    n_h = int(df[horizontal].max()) + 1 if not df.empty else 1
-    n_v = int(df[vertical].max()) + 1 if not df.empty else 1
-    size = max(6, min(90, int(480 / max(n_h, n_v))))
-    fig = go.Figure()
-    if links is not None and not links.empty:
-        for trace in _link_traces(links, horizontal, vertical):
-            fig.add_trace(trace)
-    unit = "%" if percent else ""
-    fig.add_scatter(
-        x=df[horizontal], y=df[vertical], mode="markers", customdata=df["chip"], name="chips",
-        marker=dict(symbol="square", size=size, color=values, colorscale="YlOrRd", showscale=True,
-                    colorbar=dict(title=label), line=dict(width=0.5, color="#555")),
-        text=[f"chip {c} · host {h}" for c, h in zip(df["chip"], df["host"])],
-        hovertemplate=f"%{{text}}<br>{horizontal}=%{{x}}, {vertical}=%{{y}}<br>{label}: %{{marker.color:.2f}}{unit}<extra></extra>",
-    )  # fmt: skip
-    fig.update_xaxes(title=horizontal, dtick=1 if n_h <= 16 else None, showgrid=False, zeroline=False)
-    fig.update_yaxes(title=vertical, dtick=1 if n_v <= 16 else None, showgrid=False, zeroline=False, scaleanchor="x", autorange="reversed")
-    fig.update_layout(legend_orientation="h", clickmode="event+select")
-    return _layout(fig, title, height=620)
-
-
-def pod_3d(df: pd.DataFrame, metric: str, label: str, title: str = "", percent: bool = True) -> go.Figure:
-    """The whole 3D torus as a point cloud coloured by ``metric`` (columns: chip, host, x, y, z, metric)."""
-    values = df[metric].to_numpy(dtype=float) * (100 if percent else 1)
-    fig = go.Figure()
-    fig.add_scatter3d(
-        x=df["x"], y=df["y"], z=df["z"], mode="markers", customdata=df["chip"],
-        marker=dict(size=4 if len(df) > 512 else 8, color=values, colorscale="YlOrRd", showscale=True, colorbar=dict(title=label), opacity=0.9),
-        hovertemplate=f"chip %{{customdata}}<br>(%{{x}}, %{{y}}, %{{z}})<br>{label}: %{{marker.color:.2f}}<extra></extra>",
-    )  # fmt: skip
-    fig.update_layout(scene=dict(xaxis_title="x", yaxis_title="y", zaxis_title="z", aspectmode="cube"))
-    return _layout(fig, title, height=620)
-
-
-def timeline_gantt(cells: pd.DataFrame, steps: pd.DataFrame, chips: list[int], title: str = "Timeline") -> go.Figure:
-    """Level-of-detail Gantt: one row per chip, one cell per time bucket coloured by its dominant kind.
-
-    ``cells`` has chip, bucket, kind, share, t0_ns, width_ns (from ``queries.timeline``); ``steps``
-    has step, start_rel_ns for the step boundaries. Drawn as one heatmap with a discrete colour scale,
-    so the browser gets len(chips) x buckets small integers, not one shape per event.
-    """
-    kinds = list(KIND_COLORS)
-    codes = {k: i for i, k in enumerate(kinds)}
-    width_ns = int(cells["width_ns"].iloc[0])
-    n_buckets = int(cells["bucket"].max()) + 1
-    row_of = {c: i for i, c in enumerate(chips)}
-    z = np.full((len(chips), n_buckets), np.nan)
-    share = np.full((len(chips), n_buckets), np.nan)
-    rows = cells["chip"].map(row_of).to_numpy()
-    cols = cells["bucket"].to_numpy()
-    z[rows, cols] = cells["kind"].map(codes).fillna(len(kinds) - 1).to_numpy()
-    share[rows, cols] = cells["share"].to_numpy()
-    n = len(kinds)
-    scale = []
-    for i, k in enumerate(kinds):
-        scale += [[i / n, KIND_COLORS[k]], [(i + 1) / n, KIND_COLORS[k]]]
-    x_ms = (np.arange(n_buckets) + 0.5) * width_ns / 1e6
-    labels = np.array([KIND_LABELS[k] for k in kinds], dtype=object)
-    text = np.where(np.isnan(z), "", labels[np.nan_to_num(z, nan=0).astype(int)])
-    fig = go.Figure(
-        go.Heatmap(
-            z=z, x=np.round(x_ms, 4), y=[f"chip {c}" for c in chips], zmin=-0.5, zmax=n - 0.5, colorscale=scale,
-            showscale=False, text=text, customdata=np.round(share * 100, 1),
-            hovertemplate="%{y} · %{x:.3f} ms<br>%{text} (%{customdata}% of bucket)<extra></extra>",
-        )  # fmt: skip
-    )
-    for kind in kinds:  # legend entries for the discrete colours
-        fig.add_scatter(x=[None], y=[None], mode="markers", marker=dict(symbol="square", size=12, color=KIND_COLORS[kind]), name=KIND_LABELS[kind])
-    if len(steps) <= 60:
-        for start in steps["start_rel_ns"].iloc[1:]:
-            fig.add_vline(x=start / 1e6, line_width=1, line_dash="dot", line_color="#333")
-    fig.update_layout(xaxis_title="ms from window start", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), yaxis_autorange="reversed")
-    return _layout(fig, title, height=max(300, min(900, 60 + 14 * len(chips))))
+def _memory_order(terms) -> list[str]:
+    known = [t for t in palette.MEMORY_COLORS if t in set(terms)]
+    return known + sorted(set(terms) - set(known))
 
 
 def hbm_bar(breakdown_bytes: pd.DataFrame, capacity_bytes: float | None, title: str = "HBM per chip by category") -> go.Figure:
     """Stacked bar of HBM use by category (columns: category, bytes) against the chip's capacity."""
     fig = go.Figure()
-    for row in breakdown_bytes.itertuples():
+    for term in _memory_order(breakdown_bytes["category"]):
+        b = float(breakdown_bytes.loc[breakdown_bytes["category"] == term, "bytes"].sum())
+        label = palette.memory_label(term)
         fig.add_bar(
-            x=["HBM"], y=[row.bytes / 2**30], name=str(row.category),
-            hovertemplate=f"{row.category}: %{{y:.2f}} GiB<extra></extra>",
+            x=["HBM"], y=[b / fmt.GIB], name=label, marker_color=palette.memory_color(term),
+            hovertemplate=f"{label}: {fmt.gib(b, 2)}<extra></extra>",
         )  # fmt: skip
     total_bytes = float(breakdown_bytes["bytes"].sum())
     if capacity_bytes and total_bytes >= 0.2 * capacity_bytes:
-        fig.add_hline(y=capacity_bytes / 2**30, line_color="#E45756", line_dash="dash", annotation_text=f"capacity {capacity_bytes / 2**30:.0f} GiB")
+        fig.add_hline(y=capacity_bytes / fmt.GIB, line_color=palette.CAPACITY, line_dash="dash", annotation_text=f"capacity {fmt.gib(capacity_bytes, 0)}")
     elif capacity_bytes:  # a line far above the bars would flatten them to nothing
-        title += f" (capacity {capacity_bytes / 2**30:.0f} GiB, off scale)"
-    fig.update_layout(barmode="stack", yaxis_title="GiB", legend_orientation="v")
-    return _layout(fig, title, height=400)
+        title += f" (capacity {fmt.gib(capacity_bytes, 0)}, off scale)"
+    fig.update_layout(barmode="stack", legend_orientation="v", legend_traceorder="reversed")
+    nonneg_y(fig, " GiB", title="HBM per chip")
+    return layout(fig, title, height=400)
 
 
 def memory_timeline_area(df: pd.DataFrame, capacity_bytes: float | None, title: str = "HBM through one step") -> go.Figure:
     """Stacked area of HBM by category over the points of one step (columns: point, phase, category, bytes)."""
     fig = go.Figure()
-    for category in df["category"].unique():
-        part = df[df["category"] == category]
+    for term in _memory_order(df["category"].unique()):
+        part = df[df["category"] == term]
+        label = palette.memory_label(term)
+        color = palette.memory_color(term)
         fig.add_scatter(
-            x=part["point"], y=part["bytes"] / 2**30, name=str(category), stackgroup="one", mode="lines", text=part["phase"],
-            hovertemplate=f"{category}: %{{y:.2f}} GiB<br>%{{text}}<extra></extra>",
+            x=part["point"], y=part["bytes"] / fmt.GIB, name=label, stackgroup="one", mode="lines", text=part["phase"],
+            line=dict(color=color, width=0.5), fillcolor=color,
+            hovertemplate=f"{label}: %{{y:.2f}} GiB<br>%{{text}}<extra></extra>",
         )  # fmt: skip
-    if capacity_bytes:
-        fig.add_hline(y=capacity_bytes / 2**30, line_color="#E45756", line_dash="dash", annotation_text="capacity")
-    fig.update_layout(xaxis_title="point in step", yaxis_title="GiB", legend_orientation="h")
-    return _layout(fig, title, height=380)
+    peak_bytes = float(df.groupby("point")["bytes"].sum().max()) if not df.empty else 0.0
+    if capacity_bytes and peak_bytes >= 0.2 * capacity_bytes:
+        fig.add_hline(y=capacity_bytes / fmt.GIB, line_color=palette.CAPACITY, line_dash="dash", annotation_text=f"capacity {fmt.gib(capacity_bytes, 0)}")
+    elif capacity_bytes:  # a line far above the areas would flatten them to nothing
+        title += f" (capacity {fmt.gib(capacity_bytes, 0)}, off scale)"
+    fig.update_layout(xaxis_title="point in the step (forward, backward, update)", legend_orientation="h")
+    nonneg_y(fig, " GiB", title="HBM per chip")
+    return layout(fig, title, height=380)
 
 
 def chip_memory_histogram(df: pd.DataFrame, capacity_bytes: float | None, title: str = "Peak HBM across chips") -> go.Figure:
-    """Histogram of per-chip peak HBM (column peak_bytes), with the capacity line."""
+    """Histogram of per-chip peak HBM (column peak_bytes), with the capacity line; the x axis starts at zero."""
     fig = go.Figure()
-    fig.add_histogram(x=df["peak_bytes"] / 2**30, nbinsx=min(60, max(5, len(df))), marker_color="#4C78A8", name="chips")
-    if capacity_bytes:
-        fig.add_vline(x=capacity_bytes / 2**30, line_color="#E45756", line_dash="dash", annotation_text="capacity")
-    fig.update_layout(xaxis_title="peak GiB", yaxis_title="chips", showlegend=False)
-    return _layout(fig, title, height=340)
+    fig.add_histogram(x=df["peak_bytes"] / fmt.GIB, nbinsx=min(60, max(5, len(df))), marker_color=palette.TOTAL, name="chips",
+                      hovertemplate="%{x} GiB: %{y} chips<extra></extra>")  # fmt: skip
+    top_bytes = float(df["peak_bytes"].max()) if not df.empty else 0.0
+    if capacity_bytes and top_bytes >= 0.2 * capacity_bytes:
+        fig.add_vline(x=capacity_bytes / fmt.GIB, line_color=palette.CAPACITY, line_dash="dash", annotation_text=f"capacity {fmt.gib(capacity_bytes, 0)}")
+    elif capacity_bytes:
+        title += f" (capacity {fmt.gib(capacity_bytes, 0)}, off scale)"
+    if not df.empty and df["peak_bytes"].nunique() == 1:
+        title += f": every chip {fmt.gib(top_bytes, 2)}"
+    fig.update_layout(xaxis_title="peak HBM of a chip", yaxis_title="chips", showlegend=False)
+    fig.update_xaxes(rangemode="tozero", ticksuffix=" GiB")
+    nonneg_y(fig)
+    return layout(fig, title, height=340)
 
 
 def compiles_over_steps(df: pd.DataFrame, steps: int, title: str = "Compilations over steps") -> go.Figure:
     """Bars of compile seconds at the steps where compilation happened (columns: step, compiles, compile_s, causes)."""
     fig = go.Figure()
     fig.add_bar(
-        x=df["step"], y=df["compile_s"], customdata=df[["compiles", "causes"]], marker_color=KIND_COLORS["recompile"],
+        x=df["step"], y=df["compile_s"], customdata=df[["compiles", "causes"]], marker_color=palette.kind_color("recompile"),
+        width=[max(0.8, steps / 200)] * len(df),  # one step wide (visible on long runs), not stretched between far-apart compiles
         hovertemplate="step %{x}: %{customdata[0]} compile(s), %{y:.2f} s<br>%{customdata[1]}<extra></extra>",
     )  # fmt: skip
     fig.update_xaxes(range=[-0.5, max(steps, 1) - 0.5], title="step")
-    fig.update_layout(yaxis_title="compile s", showlegend=False)
-    return _layout(fig, title, height=320)
+    fig.update_layout(showlegend=False)
+    nonneg_y(fig, " s", title="compile time")
+    return layout(fig, title, height=320)
 
 
 def compiles_by_cause_bar(df: pd.DataFrame, title: str = "Compile time by cause") -> go.Figure:
     """Horizontal bars of compile seconds by cause (columns: cause, compiles, compile_s)."""
     fig = go.Figure()
     fig.add_bar(
-        y=df["cause"], x=df["compile_s"], orientation="h", customdata=df["compiles"], marker_color=KIND_COLORS["recompile"],
+        y=df["cause"], x=df["compile_s"], orientation="h", customdata=df["compiles"], marker_color=palette.kind_color("recompile"),
         hovertemplate="%{y}: %{customdata} compile(s), %{x:.2f} s<extra></extra>",
     )  # fmt: skip
-    fig.update_layout(xaxis_title="compile s", showlegend=False)
-    return _layout(fig, title, height=max(220, 60 + 30 * len(df)))
+    fig.update_layout(xaxis_title="compile time", showlegend=False)
+    fig.update_xaxes(rangemode="tozero", ticksuffix=" s")
+    return layout(fig, title, height=max(220, 60 + 30 * len(df)))
 
 
-_SCALING_LABELS = {
-    "step_time_s": "step time (s)",
-    "throughput": "throughput (per s)",
-    "efficiency": "scaling efficiency",
-    "mfu": "MFU",
+_SCALING_AXES = {
+    "step_time_s": ("step time", 1e3, " ms"),
+    "throughput": ("throughput (samples or tokens per s)", 1.0, ""),
+    "efficiency": ("scaling efficiency (vs ideal)", 1.0, None),
+    "mfu": ("MFU", 1.0, None),
 }
 
 
@@ -369,50 +309,62 @@ def scaling_figure(
 
     ``ideal`` (chips, series, ``metric``) is drawn dashed: each series' perfect-scaling line from its smallest run.
     ``published`` (chips, ``metric``, id, global_batch) adds published measurements as black diamonds.
+    Every y axis starts at zero (none of these can be negative); chips are ticked at the counts drawn.
     """
+    label, scale, suffix = _SCALING_AXES.get(metric, (metric, 1.0, ""))
     fig = go.Figure()
     for series, part in df.sort_values("chips").groupby("series", sort=False):
         fig.add_scatter(
-            x=part["chips"], y=part[metric], mode="lines+markers", name=str(series), text=part["name"],
-            hovertemplate="%{text}<br>%{x} chips: %{y:.4g}<extra></extra>",
+            x=part["chips"], y=part[metric] * scale, mode="lines+markers", name=str(series), text=part["name"],
+            hovertemplate="%{text}<br>%{x} chips: %{y:.4g}" + (suffix or "") + "<extra></extra>",
         )  # fmt: skip
     if ideal is not None and not ideal.empty:
         for i, (series, part) in enumerate(ideal.sort_values("chips").groupby("series", sort=False)):
             fig.add_scatter(
-                x=part["chips"], y=part[metric], mode="lines", name="ideal", legendgroup="ideal", showlegend=i == 0,
-                line=dict(dash="dash", color="#888"), hovertemplate=f"ideal ({series})<br>%{{x}} chips: %{{y:.4g}}<extra></extra>",
+                x=part["chips"], y=part[metric] * scale, mode="lines", name="ideal", legendgroup="ideal", showlegend=i == 0,
+                line=dict(dash="dash", color=palette.IDEAL), hovertemplate=f"ideal ({series})<br>%{{x}} chips: %{{y:.4g}}<extra></extra>",
             )  # fmt: skip
     if published is not None and not published.empty:
         fig.add_scatter(
-            x=published["chips"], y=published[metric], mode="markers", name="published",
-            marker=dict(symbol="diamond", size=10, color="#222"), customdata=published[["id", "global_batch"]].to_numpy(),
+            x=published["chips"], y=published[metric] * scale, mode="markers", name="published",
+            marker=dict(symbol="diamond", size=10, color=palette.PUBLISHED), customdata=published[["id", "global_batch"]].to_numpy(),
             hovertemplate="%{customdata[0]} (global batch %{customdata[1]})<br>%{x} chips: %{y:.4g}<extra>published</extra>",
         )  # fmt: skip
-    fig.update_xaxes(type="log", title="chips")
-    fig.update_layout(yaxis_title=_SCALING_LABELS.get(metric, metric), legend_orientation="h")
-    if metric == "efficiency" or metric == "mfu":
-        fig.update_yaxes(tickformat=".0%")
-    return _layout(fig, title, height=360)
+    chips = sorted({int(c) for c in df["chips"]} | ({int(c) for c in published["chips"]} if published is not None and not published.empty else set()))
+    ticks = dict(tickmode="array", tickvals=chips, ticktext=[f"{c:,}" for c in chips]) if 0 < len(chips) <= 12 else dict(dtick=1)
+    fig.update_xaxes(type="log", title="chips (log scale)", minor=dict(ticks="", showgrid=False), **ticks)
+    fig.update_layout(legend_orientation="h")
+    if suffix is None:  # a fraction: percent ticks with enough decimals to differ
+        fig.update_yaxes(tickformat=fraction_tickformat(df[metric]), rangemode="tozero", title=label)
+    else:
+        nonneg_y(fig, suffix, title=label)
+    return layout(fig, title, height=360)
 
 
-def compare_bars(df: pd.DataFrame, title: str = "Step time by cause") -> go.Figure:
+def compare_bars(df: pd.DataFrame, title: str = "Steady-state step time by cause") -> go.Figure:
     """Side-by-side stacked bars of seconds per step by kind (columns: run, kind, s_per_step)."""
-    fig = _stacked_kind_bars(df, "run", "s_per_step", 1e3, "{label}: %{y:.3f} ms<extra>%{x}</extra>")
-    fig.update_layout(barmode="stack", yaxis_title="ms per step (mean over chips)", legend_orientation="h")
-    return _layout(fig, title, height=380)
+    fig = _stacked_kind_bars(df, "run", "s_per_step", 1e3, "{label}: %{y:,.3f} ms<extra>%{x}</extra>")
+    fig.update_layout(barmode="stack", legend_orientation="h")
+    nonneg_y(fig, " ms", title="step time (steady state)")
+    return layout(fig, title, height=380)
 
 
 def delta_waterfall(base_s: float, deltas: pd.DataFrame, new_s: float, title: str = "How each cause moved the step time") -> go.Figure:
-    """Waterfall from the base run's mean step time to the new run's, one bar per kind (columns: kind, delta_s)."""
-    labels = ["base"] + [KIND_LABELS.get(k, k) for k in deltas["kind"]] + ["new"]
+    """Waterfall from the base run's step time to the new run's, one bar per kind (columns: kind, delta_s).
+
+    Slower is red, faster green; the two totals are the runs' steady-state step times.
+    """
+    labels = ["base"] + [palette.kind_label(k) for k in deltas["kind"]] + ["other run"]
     values = [base_s * 1e3] + list(deltas["delta_s"] * 1e3) + [new_s * 1e3]
     measure = ["absolute"] + ["relative"] * len(deltas) + ["total"]
+    text = [fmt.duration(base_s)] + [("+" if d > 0 else "") + fmt.duration(d) if round(d * 1e3, 3) else "0" for d in deltas["delta_s"]] + [fmt.duration(new_s)]
     fig = go.Figure(
         go.Waterfall(
-            x=labels, y=values, measure=measure, texttemplate="%{y:+.2f}", textposition="outside",
-            increasing=dict(marker_color="#E45756"), decreasing=dict(marker_color="#54A24B"), totals=dict(marker_color="#4C78A8"),
-            hovertemplate="%{x}: %{y:.3f} ms<extra></extra>",
+            x=labels, y=values, measure=measure, text=text, textposition="outside",
+            increasing=dict(marker_color=palette.WORSE), decreasing=dict(marker_color=palette.BETTER), totals=dict(marker_color=palette.TOTAL),
+            hovertemplate="%{x}: %{y:,.3f} ms<extra></extra>",
         )  # fmt: skip
     )
-    fig.update_layout(yaxis_title="ms per step", showlegend=False)
-    return _layout(fig, title, height=380)
+    fig.update_layout(showlegend=False)
+    nonneg_y(fig, " ms", title="step time (steady state)")
+    return layout(fig, title, height=380)

@@ -1,14 +1,21 @@
 """Idle time: where each chip's time goes, by cause, over steps and per host, and the worst offenders.
 
-Attribution is exclusive (events tile every chip's step), so the causes sum to wall time.
+Attribution is exclusive (events tile every chip's step), so the causes sum to wall time. The
+per-step chart opens on the steady state; the warm-up (steps that compiled) is shown apart, since
+one compile step can be a hundred steady steps long and would flatten everything else.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from profiler import queries
+from profiler import format as fmt
+from profiler import queries, steady_state
 from views import common, figures
+
+
+def _pct_columns(columns, labels: dict[str, str]) -> dict:
+    return {c: st.column_config.NumberColumn(labels.get(c, c), format="percent") for c in columns}
 
 
 def main() -> None:
@@ -29,13 +36,33 @@ def main() -> None:
         st.warning("This run does not fit in HBM; the timings below are what it would do if it did.")
     breakdown = summary.get("breakdown") or {}
     idle = sum(v for k, v in breakdown.items() if k not in ("compute", "collective"))
+    base = "of all chip time in the run, compile included"
     cols = st.columns(4)
-    cols[0].metric("Idle share", f"{idle * 100:.1f}%", help="chip time neither computing nor in exposed collectives")
-    cols[1].metric("Input wait", f"{breakdown.get('input_wait', 0) * 100:.1f}%")
-    cols[2].metric("Sync wait", f"{breakdown.get('sync_wait', 0) * 100:.1f}%")
-    cols[3].metric("Recompile", f"{breakdown.get('recompile', 0) * 100:.1f}%")
+    cols[0].metric("Idle share", fmt.percent(idle), help=f"chip time neither computing nor in exposed collectives, {base}")
+    cols[1].metric("Input wait", fmt.percent(breakdown.get("input_wait", 0)), help=base)
+    cols[2].metric("Sync wait", fmt.percent(breakdown.get("sync_wait", 0)), help=base)
+    cols[3].metric("Recompile", fmt.percent(breakdown.get("recompile", 0)), help=base)
+    caption = f"Shares above are {base}."
+    if summary.get("input_wait_frac") is not None:
+        caption += f" Of the steady-state step alone (as the advisor counts), input wait is {fmt.percent(summary['input_wait_frac'])}."
+    st.caption(caption)
 
-    common.chart(figures.kind_area(by_step), by_step, f"run{run_id}_time_by_step.csv", "idle_steps")
+    warmup = set(common.query(steady_state.warmup_steps, run_id))
+    steady = by_step[~by_step["step"].isin(warmup)]
+    show_all = st.toggle("Include warm-up steps", value=steady.empty, key="idle_all_steps",
+                         help="steps that compiled; one can be a hundred steady steps long")  # fmt: skip
+    if show_all or steady.empty:
+        common.chart(figures.kind_area(by_step), by_step, f"run{run_id}_time_by_step.csv", "idle_steps")
+    else:
+        title = "Chip time per steady-state step by cause" + (f" ({len(warmup)} warm-up step(s) shown below)" if warmup else "")
+        common.chart(figures.kind_area(steady, title), steady, f"run{run_id}_time_by_step.csv", "idle_steps")
+        if warmup:
+            warm = by_step[by_step["step"].isin(warmup)]
+            per_step = warm.groupby("step")["chip_s_per_step"].sum()
+            compile_s = warm[warm["kind"] == "recompile"].groupby("step")["chip_s_per_step"].sum()
+            rows = [{"Step": int(st_), "Step time": fmt.duration(t), "Compiling": fmt.duration(compile_s.get(st_, 0.0))} for st_, t in per_step.items()]
+            with st.expander(f"Warm-up: {len(rows)} step(s) that compiled, {fmt.duration(float(per_step.sum()))} in all", expanded=False):
+                st.dataframe(rows, hide_index=True)
     by_host = common.query(queries.kind_by_host, run_id)
     common.chart(figures.host_bars(by_host), by_host, f"run{run_id}_time_by_host.csv", "idle_hosts")
 
@@ -46,15 +73,19 @@ def main() -> None:
             by_host[~by_host["kind"].isin(["compute", "collective"])].groupby("host", as_index=False)["frac"].sum()
             .rename(columns={"frac": "idle_frac"}).sort_values("idle_frac", ascending=False).head(10)
         )  # fmt: skip
-        st.dataframe(idle_hosts, hide_index=True, column_config={"idle_frac": st.column_config.ProgressColumn("idle", format="percent", min_value=0, max_value=1)})
+        st.dataframe(idle_hosts, hide_index=True, column_config={
+            "host": st.column_config.NumberColumn("Host"),
+            "idle_frac": st.column_config.ProgressColumn("Idle (of the host's chip time)", format="percent", min_value=0, max_value=1),
+        })  # fmt: skip
     with right:
         st.subheader("Worst chips")
         n = st.number_input("How many", min_value=1, max_value=100, value=10, key="idle_worst_n")
         worst = common.query(queries.worst_chips, run_id, int(n))
-        st.dataframe(worst, hide_index=True, column_config={
-            c: st.column_config.NumberColumn(c.removesuffix("_frac").replace("_", " "), format="percent")
-            for c in ("idle_frac", "input_wait_frac", "sync_wait_frac")
-        })  # fmt: skip
+        labels = {"idle_frac": "Idle", "input_wait_frac": "Input wait", "sync_wait_frac": "Sync wait"}
+        config = _pct_columns([c for c in labels if c in worst.columns], labels)
+        config.update({"chip": st.column_config.NumberColumn("Chip"), "host": st.column_config.NumberColumn("Host")})
+        st.dataframe(worst, hide_index=True, column_config=config)
+        st.caption("Shares of each chip's own time over the whole run.")
         common.download_csv(worst, f"run{run_id}_worst_chips.csv", key="csv_worst")
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from profiler import format as fmt
 from profiler import queries
-from views import common, figures
+from views import common, figures, palette
 
 
 def _gib(x: float | None) -> str:
-    return f"{x / 2**30:,.2f} GiB" if x is not None else "n/a"
+    return fmt.gib(x, 2)
 
 
 def _verdict(summary: dict) -> None:
@@ -21,14 +22,14 @@ def _verdict(summary: dict) -> None:
     cols[2].metric("Headroom", _gib(cap - peak) if peak is not None and cap else "n/a")
     if not summary.get("oom"):
         if peak is not None and cap:
-            st.success(f"Fits: the busiest chip uses {peak / cap:.1%} of its HBM.")
+            st.success(f"Fits: the busiest chip uses {fmt.percent(peak / cap)} of its HBM capacity.")
         return
     detail = summary.get("oom_detail")
     lines = ["**Out of memory**: this job does not fit in HBM."]
     if isinstance(detail, dict):
         over = detail.get("over_bytes")
         lines.append(
-            f"Chip {detail.get('chip', '?')} overflows by {_gib(over)}; the largest term is **{detail.get('term', '?')}**."
+            f"Chip {detail.get('chip', '?')} overflows by {_gib(over)}; the largest term is **{palette.memory_label(str(detail.get('term', '?'))).lower()}**."
         )
         for s in detail.get("suggestions") or []:
             lines.append(f"- {s}")
@@ -62,7 +63,15 @@ def main() -> None:
     if per_chip is not None:
         common.chart(figures.chip_memory_histogram(per_chip, cap), per_chip, f"run{run_id}_chip_memory.csv", "mem_chips")
         top = per_chip.sort_values("peak_bytes", ascending=False).head(10)
-        st.dataframe(top.assign(peak_gib=top["peak_bytes"] / 2**30).drop(columns="peak_bytes"), hide_index=True)
+        st.markdown("**Chips with the highest peak**")
+        st.dataframe(
+            top.assign(peak_gib=top["peak_bytes"] / fmt.GIB).drop(columns="peak_bytes"), hide_index=True,
+            column_config={
+                "chip": st.column_config.NumberColumn("Chip"), "host": st.column_config.NumberColumn("Host"),
+                "x": st.column_config.NumberColumn("x"), "y": st.column_config.NumberColumn("y"), "z": st.column_config.NumberColumn("z"),
+                "peak_gib": st.column_config.NumberColumn("Peak HBM", format="%.2f GiB"),
+            },
+        )  # fmt: skip
     else:
         st.caption("Per-chip peaks are not stored for this run; every chip is taken to hold the same footprint as above.")
 

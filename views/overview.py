@@ -7,25 +7,28 @@ import streamlit as st
 from engine import ScenarioError, load_catalog, scenario_from_dict
 from engine.errors import PodscopeError
 from engine.scenario import apply_overrides
-from profiler import queries
+from profiler import advice_words, queries
+from profiler import format as fmt
 from views import common, figures
 
 
 def _headline(summary: dict) -> None:
     cols = st.columns(5)
     step = summary.get("step_time_s")
-    cols[0].metric("Step time", f"{step * 1e3:,.2f} ms" if step else "n/a")
+    cols[0].metric("Step time", fmt.duration(step) if step else "n/a", help="median of the steady-state steps (steps without a compile)")
     sps = summary.get("samples_per_s")
     tps = summary.get("tokens_per_s")
     if tps:
-        cols[1].metric("Throughput (tokens/s)", common.si(tps))
+        cols[1].metric("Throughput (tokens/s)", fmt.si(tps), help=f"{tps:,.0f} tokens/s, steady state")
     else:
-        cols[1].metric("Throughput (samples/s)", common.si(sps) if sps else "n/a")
+        cols[1].metric("Throughput (samples/s)", fmt.si(sps) if sps else "n/a", help=f"{sps:,.0f} samples/s, steady state" if sps else None)
     mfu = summary.get("mfu")
-    cols[2].metric("MFU", f"{mfu * 100:.1f}%" if mfu is not None else "n/a")
-    cols[3].metric("Chips", f"{summary['chips']:,} x {summary.get('chip') or '?'}")
+    cols[2].metric("MFU", fmt.percent(mfu), help="model FLOP/s achieved over the slice's peak FLOP/s")
+    topo = summary.get("topology")
+    cols[3].metric("Chips", fmt.chips_label(summary.get("chips"), summary.get("chip")),
+                   help=f"{summary.get('chips'):,} x {summary.get('chip')}" + (f", {topo} torus" if topo else ""))  # fmt: skip
     peak, cap = summary.get("peak_hbm_bytes"), summary.get("hbm_capacity_bytes")
-    cols[4].metric("HBM peak", f"{peak / 2**30:.1f} / {cap / 2**30:.0f} GiB" if peak and cap else "n/a")
+    cols[4].metric("HBM peak", fmt.gib_of(peak, cap) if peak and cap else "n/a", help="peak HBM of the busiest chip / capacity per chip")
     if (band := common.step_time_range_text(summary)) is not None:
         st.caption(band)
     if (assumed := _assumptions_text(summary)) is not None:
@@ -69,7 +72,7 @@ def _what_if(run_id: int) -> None:
     raw = apply_overrides(
         scenario,
         {
-            "name": f"{scenario['name']} [what-if {chip} {topology} b{batch}]",
+            "name": common.what_if_name(scenario, {"pod.chip": chip, "pod.topology": topology, "training.global_batch": int(batch)}),
             "pod.chip": chip,
             "pod.topology": topology,
             "training.global_batch": int(batch),
@@ -105,9 +108,17 @@ def _advice(summary: dict) -> None:
         return
     for item in sorted(advice, key=lambda a: _SEVERITY_ORDER.get(a.get("severity"), 3)):
         show = _SEVERITY.get(item.get("severity"), st.info)
-        evidence = item.get("evidence") or {}
-        ev = ", ".join(f"{k} = {v:.4g}" if isinstance(v, (int, float)) else f"{k} = {v}" for k, v in evidence.items())
-        show(f"**{item.get('rule', 'finding')}**: {item.get('message', '')}" + (f"\n\n_{ev}_" if ev else ""))
+        finding = advice_words.describe(item, summary)
+        ev = finding.evidence_text()
+        show(f"**{finding.title}**: {finding.message}" + (f"\n\n_{ev}_" if ev else ""))
+
+
+def _fact(key: str, value) -> str:
+    if value is None:
+        return "n/a"
+    if key in ("params", "events", "chips", "hosts", "steps"):
+        return fmt.count(value)
+    return str(value)
 
 
 def _metadata(run_id: int, summary: dict) -> None:
@@ -117,10 +128,13 @@ def _metadata(run_id: int, summary: dict) -> None:
             for k in ("run_id", "name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "params", "events")
         }
         st.dataframe(
-            [{"field": k, "value": "n/a" if v is None else str(v)} for k, v in facts.items()], hide_index=True, width="stretch"
+            [{"Field": k.replace("_", " "), "Value": _fact(k, v)} for k, v in facts.items()], hide_index=True, width="stretch"
         )
         st.markdown("**Stored tables** (rows of this run)")
-        st.dataframe([{"table": t, "rows": n} for t, n in common.query(queries.run_tables, run_id).items()], hide_index=True)
+        st.dataframe(
+            [{"Table": t, "Rows": n} for t, n in common.query(queries.run_tables, run_id).items()], hide_index=True,
+            column_config={"Rows": st.column_config.NumberColumn("Rows", format="localized")},
+        )  # fmt: skip
         scenario = common.query(queries.run_scenario, run_id)
         if scenario is not None:
             st.markdown("**Scenario**")
@@ -142,7 +156,7 @@ def main() -> None:
     left, right = st.columns([1, 1])
     with left:
         df = common.query(queries.breakdown, run_id)
-        fig = figures.breakdown_bar(df) if not df.empty else figures.empty_figure("No events in this run")
+        fig = figures.breakdown_bar(df, "Where chip time goes (whole run, compile included)") if not df.empty else figures.empty_figure("No events in this run")
         st.plotly_chart(fig, width="stretch")
     with right:
         steps = common.query(queries.step_times, run_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from profiler import format as fmt
 from profiler import queries
 from views import common, figures
 
@@ -46,9 +47,9 @@ def _chip_panel(df, chip: int) -> None:
         if key not in row:
             col.metric(label, "n/a")
         elif key == "hbm_peak_bytes":
-            col.metric(label, f"{r[key] / 2**30:.2f} GiB")
+            col.metric(label, fmt.gib(r[key], 2))
         else:
-            col.metric(label, f"{r[key] * 100:.2f}%")
+            col.metric(label, fmt.percent(r[key], 2), help="of this chip's time over the whole run")
 
 
 def main() -> None:
@@ -73,9 +74,13 @@ def main() -> None:
     view = "Planes"
     if len(axes_used) == 3:
         view = c3.radio("View", ["Planes", "3D"], horizontal=True, key="pod_view")
+    stragglers = summary.get("stragglers") or []
+    if stragglers:
+        shown = ", ".join(str(c) for c in stragglers[:20]) + (f" and {len(stragglers) - 20} more" if len(stragglers) > 20 else "")
+        st.warning(f"Straggler chip{'s' if len(stragglers) > 1 else ''}: {shown} (slowest {summary.get('straggler_slowdown_max', 0):.2f}x); type an id under the plot to see its numbers.")
     links = common.query(queries.link_load, run_id)
     percent = metric.endswith("_frac")
-    plot_df = df_view.assign(**{metric: df_view[metric] / 2**30}) if metric == "hbm_peak_bytes" else df_view
+    plot_df = df_view.assign(**{metric: df_view[metric] / fmt.GIB}) if metric == "hbm_peak_bytes" else df_view
     if view == "3D":
         fig = figures.pod_3d(plot_df, metric, metrics[metric], title=f"{summary.get('topology') or ''} torus", percent=percent)
         event = common.chart(fig, plot_df, f"run{run_id}_chips.csv", "pod3d", on_select="rerun", selection_mode="points")
@@ -96,7 +101,16 @@ def main() -> None:
     elif not links.empty:
         with st.expander("Busiest links"):
             top = links.sort_values("utilization", ascending=False).head(20)
-            st.dataframe(top[["src_chip", "dst_chip", "axis", "bytes_per_step", "busy_ns_per_step", "utilization"]], hide_index=True)
+            table = top[["src_chip", "dst_chip", "axis"]].assign(
+                mib_per_step=top["bytes_per_step"] / 2**20, busy_us_per_step=top["busy_ns_per_step"] / 1e3, utilization=top["utilization"],
+            )  # fmt: skip
+            st.dataframe(table, hide_index=True, column_config={
+                "src_chip": st.column_config.NumberColumn("From chip"), "dst_chip": st.column_config.NumberColumn("To chip"),
+                "axis": st.column_config.TextColumn("Axis"),
+                "mib_per_step": st.column_config.NumberColumn("Data per step", format="%.1f MiB"),
+                "busy_us_per_step": st.column_config.NumberColumn("Busy per step", format="%.1f µs"),
+                "utilization": st.column_config.ProgressColumn("Utilisation (of the step)", format="percent", min_value=0, max_value=1),
+            })  # fmt: skip
             common.download_csv(links, f"run{run_id}_link_load.csv", key="csv_links")
     picked = None
     points = (event.get("selection") or {}).get("points") or [] if event else []

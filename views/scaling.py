@@ -1,4 +1,9 @@
-"""Scaling: step time, throughput, efficiency and MFU against chip count, from stored runs or a sweep."""
+"""Scaling: step time, throughput, efficiency and MFU against chip count, from stored runs or a sweep.
+
+On first start the bundled strong-scaling sweep is seeded, so the page opens on a curve. When a
+sweep run here finishes, its series is selected; points that do not fit in HBM are named rather
+than silently left off.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from engine.scenario import parse_topology
 
 from profiler import queries, validation
 from views import common, figures
-from views.scaling_model import ideal_table, scaling_table
+from views.scaling_model import ideal_table, oom_points, scaling_table, series_labels
 
 _METRICS = {"step_time_s": "Step time", "throughput": "Throughput", "efficiency": "Scaling efficiency", "mfu": "MFU"}
 
@@ -33,7 +38,7 @@ def _sweep(runs) -> None:
     if simulated.empty:
         return
     with st.expander("Sweep: simulate a base run at several slice shapes"):
-        labels = {int(r.run_id): f"#{r.run_id} {r.name} ({r.chips} x {r.chip})" for r in simulated.itertuples()}
+        labels = {int(r.run_id): common.run_label(r) for r in simulated.itertuples()}
         with st.form("sweep"):
             base_id = st.selectbox("Base run", list(labels)[::-1], format_func=labels.get)
             shapes = st.text_input("Topologies (comma-separated)", "2x2x1, 2x2x2, 2x2x4", help="chips per torus axis for each point")
@@ -46,22 +51,71 @@ def _sweep(runs) -> None:
         topologies = [t.strip() for t in shapes.split(",") if t.strip()]
         bar = st.progress(0.0, text="Sweeping...")
         failed: list[str] = []
+        new_ids: list[int] = []
         for i, topo in enumerate(topologies):
             bar.progress(i / len(topologies), text=f"Simulating {topo} ({i + 1}/{len(topologies)})")
-            overrides = {"name": f"{base['name']} [sweep {topo}]", "pod.topology": topo, "parallelism.data": None}
+            overrides = {"pod.topology": topo, "parallelism.data": None}
             if mode.startswith("weak"):
                 try:
                     chips = math.prod(parse_topology(topo)) * int(base["pod"].get("slices", 1))
                 except ValueError:
                     chips = base_chips  # the loader reports the bad topology by key below
                 overrides["training.global_batch"] = max(1, base["training"]["global_batch"] * chips // base_chips)
-            if common.simulate_variant(base, overrides, source=f"sweep {topo}") is None:
+            overrides["name"] = common.what_if_name(base, overrides)
+            summary = common.simulate_variant(base, overrides, source=f"sweep {topo}")
+            if summary is None:
                 failed.append(topo)
+            else:
+                new_ids.append(int(summary["run_id"]))
         bar.progress(1.0, text="Sweep done")
+        _select_series_of(new_ids, "weak" if mode.startswith("weak") else "strong")
         if failed:  # keep the errors on screen; the stored points show on the next interaction
             st.warning(f"Not simulated: {', '.join(failed)} (see above). The other points are stored.")
         else:
             st.rerun()
+
+
+def _select_series_of(run_ids: list[int], mode: str) -> None:
+    """After a sweep: show its series (in the mode it swept in) on the next render."""
+    if not run_ids:
+        return
+    runs = common.query(queries.scaling_runs)
+    mine = runs[runs["run_id"].isin(run_ids)]
+    series = list(dict.fromkeys(series_labels(mine, mode)))
+    st.session_state["sc_pending"] = (mode, series)  # applied before the widgets on the next render
+
+
+def _apply_pending() -> None:
+    pending = st.session_state.pop("sc_pending", None)
+    if pending is not None:
+        mode, series = pending
+        st.session_state["sc_mode"] = mode
+        st.session_state[f"sc_series_{mode}"] = series
+
+
+def _say_oom(runs, shown, mode: str) -> None:
+    """Name the points left off because they do not fit in HBM, and what the ideal line starts from."""
+    oom = oom_points(runs, mode)
+    oom = oom[oom["series"].isin(set(shown["series"]))]
+    for series, part in oom.groupby("series"):
+        fitted = shown[shown["series"] == series]
+        chips = ", ".join(f"{int(c):,}" for c in sorted(part["chips"].unique()))
+        base = f"; the ideal line and efficiency start from the smallest point that fits ({int(fitted['chips'].min()):,} chips)" if not fitted.empty else ""
+        below = not fitted.empty and part["chips"].min() < fitted["chips"].min()
+        st.warning(f"**{series}**: the {chips}-chip point(s) do not fit in HBM (out of memory) and are not drawn"
+                   + (base if below else "") + ".")  # fmt: skip
+
+
+_TABLE_CONFIG = {
+    "run_id": st.column_config.NumberColumn("Run"),
+    "name": st.column_config.TextColumn("Name"),
+    "chips": st.column_config.NumberColumn("Chips", format="localized"),
+    "global_batch": st.column_config.NumberColumn("Global batch", format="localized"),
+    "step_ms": st.column_config.NumberColumn("Step time", format="%.2f ms"),
+    "throughput": st.column_config.NumberColumn("Throughput (per s)", format="compact"),
+    "efficiency": st.column_config.NumberColumn("Scaling efficiency", format="percent"),
+    "mfu": st.column_config.NumberColumn("MFU", format="percent"),
+}
 
 
 def main() -> None:
@@ -70,6 +124,7 @@ def main() -> None:
     if runs.empty:
         st.info("No runs yet. Simulate a few slice sizes (the sweep below, or the CLI) to see how the job scales.")
         return
+    _apply_pending()
     mode = st.radio("Scaling", ["strong", "weak"], horizontal=True, key="sc_mode",
                     help="strong: same global batch on more chips; weak: same per-chip batch")  # fmt: skip
     table = scaling_table(runs, mode)
@@ -78,7 +133,11 @@ def main() -> None:
     else:
         counts = table.groupby("series")["chips"].nunique().sort_values(ascending=False)
         default = [s for s in counts.index if counts[s] > 1][:3] or list(counts.index[:1])
-        series = st.multiselect("Series (runs sharing model, chip and batch)", list(counts.index), default=default, key=f"sc_series_{mode}")
+        key = f"sc_series_{mode}"
+        kept = [s for s in st.session_state.get(key) or [] if s in counts.index]
+        st.session_state[key] = kept if kept or key in st.session_state and st.session_state[key] == [] else default
+        series = st.multiselect("Series (runs sharing model, chip and batch)", list(counts.index), key=key,
+                                format_func=lambda s: f"{s} ({counts[s]} chip count{'s' if counts[s] > 1 else ''})")  # fmt: skip
         shown = table[table["series"].isin(series)]
         if shown.empty:
             st.info("Pick at least one series.")
@@ -90,10 +149,12 @@ def main() -> None:
                     published = _published_for(shown) if metric == "throughput" else None
                     fig = figures.scaling_figure(shown, metric, ideal if metric != "mfu" else None, title=label, published=published)
                     common.chart(fig, None, "", f"sc_{metric}")
+            _say_oom(runs, shown, mode)
             if (counts[series] < 2).all():
                 st.caption("Each series has one chip count so far; add points with the sweep below to see a scaling curve.")
             common.download_csv(shown, "scaling.csv", key="csv_scaling")
-            st.dataframe(shown[["run_id", "name", "chips", "global_batch", "step_time_s", "throughput", "efficiency", "mfu"]], hide_index=True)
+            table_view = shown.assign(step_ms=shown["step_time_s"] * 1e3)
+            st.dataframe(table_view[list(_TABLE_CONFIG)], hide_index=True, column_config=_TABLE_CONFIG)
     _sweep(runs)
 
 

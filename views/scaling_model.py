@@ -10,7 +10,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["scaling_table", "ideal_table"]
+__all__ = ["scaling_table", "ideal_table", "oom_points", "series_labels"]
+
+
+def series_labels(df: pd.DataFrame, mode: str) -> pd.Series:
+    """The series each run belongs to: model, chip and global batch (strong) or per-chip batch (weak)."""
+    if df.empty:
+        return pd.Series(dtype=str, index=df.index)
+    if mode == "strong":
+        return df["model_kind"].astype(str) + " on " + df["chip"].astype(str) + ", batch " + df["global_batch"].astype(int).astype(str)
+    return df["model_kind"].astype(str) + " on " + df["chip"].astype(str) + ", " + df["per_chip_batch"].map("{:g}".format) + "/chip"
+
+
+def oom_points(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """Runs left off the curves because they do not fit in HBM: run_id, name, series, chips."""
+    df = runs.dropna(subset=["global_batch"])
+    df = df[df["oom"].fillna(False).astype(bool)]
+    return df.assign(series=series_labels(df, mode))[["run_id", "name", "series", "chips"]].sort_values(["series", "chips"])
 
 
 def scaling_table(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
@@ -32,10 +48,7 @@ def scaling_table(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
     if df.empty:
         return df.assign(series=pd.Series(dtype=str), throughput=pd.Series(dtype=float), efficiency=pd.Series(dtype=float))
     df["throughput"] = df["tokens_per_s"].where(df["tokens_per_s"].notna(), df["samples_per_s"])
-    if mode == "strong":
-        df["series"] = df["model_kind"].astype(str) + " on " + df["chip"].astype(str) + ", batch " + df["global_batch"].astype(int).astype(str)
-    else:
-        df["series"] = df["model_kind"].astype(str) + " on " + df["chip"].astype(str) + ", " + df["per_chip_batch"].map("{:g}".format) + "/chip"
+    df["series"] = series_labels(df, mode)
     # The newest run of each (series, chips) stands for that point.
     df = df.sort_values("run_id").groupby(["series", "chips"], as_index=False).last()
     base = df.loc[df.groupby("series")["chips"].idxmin(), ["series", "chips", "throughput"]]

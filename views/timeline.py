@@ -1,10 +1,14 @@
-"""Timeline: a per-chip Gantt over a step range, bucketed in DuckDB so any pod size stays fast."""
+"""Timeline: a per-chip Gantt over a step range, bucketed in DuckDB so any pod size stays fast.
+
+It opens on the first steady-state steps (after the opening compile), where the job's rhythm
+shows; slide the range back to step 0 to see the compile, drawn as one labelled block.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from profiler import queries
+from profiler import queries, steady_state
 from views import common, figures
 
 _WINDOW_DEFAULT_STEPS = 5
@@ -13,7 +17,8 @@ _WINDOW_DEFAULT_STEPS = 5
 def _choose_chips(run_id: int, chips_df) -> list[int]:
     how = st.radio("Chips", ["Worst N", "By host", "By coordinate"], horizontal=True, key="tl_how")
     if how == "Worst N":
-        n = st.slider("N (most idle chips)", 1, min(queries.TIMELINE_MAX_CHIPS, len(chips_df)), min(16, len(chips_df)), key="tl_n")
+        most = min(queries.TIMELINE_MAX_CHIPS, len(chips_df))
+        n = st.slider("N (most idle chips)", 1, most, min(16, most), key="tl_n") if most > 1 else most  # one chip: nothing to choose
         return [int(c) for c in common.query(queries.worst_chips, run_id, int(n))["chip"]]
     if how == "By host":
         hosts = common.query(queries.hosts, run_id)
@@ -43,9 +48,13 @@ def main() -> None:
         return
     first, last = rng
     if last > first:
+        start = common.query(steady_state.first_steady_step, run_id)
+        start = first if start is None else max(first, min(int(start), last))
+        start = max(first, min(start, last - _WINDOW_DEFAULT_STEPS + 1))
         step0, step1 = st.slider(
-            "Steps", first, last, (first, min(last, first + _WINDOW_DEFAULT_STEPS - 1)), key="tl_steps",
-            help="Any range works: the window is bucketed in the database to a fixed number of cells.",
+            "Steps", first, last, (start, min(last, start + _WINDOW_DEFAULT_STEPS - 1)), key=f"tl_steps_{run_id}",
+            help="Opens on the first steady-state steps (after the opening compile). Any range works: "
+                 "the window is bucketed in the database to a fixed number of cells.",
         )  # fmt: skip
     else:
         step0, step1 = first, last

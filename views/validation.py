@@ -74,14 +74,6 @@ def _summary(df: pd.DataFrame) -> None:
     )
 
 
-_COLUMNS = {
-    "id": "case", "chip": "chip", "model": "model", "metric": "metric", "predicted": "predicted",
-    "published": "published", "error_pct": "in-sample %", "leave_one_generation_out_error_pct": "generation out %",
-    "leave_one_family_out_error_pct": "family out %", "range_low": "80% range low", "range_high": "80% range high",
-    "held_out_in_range": "inside range", "note": "note",
-}  # fmt: skip
-
-
 def main() -> None:
     st.title("Validation")
     st.caption(
@@ -104,13 +96,24 @@ def main() -> None:
         st.info("No cases match the filter.")
         return
     _summary(view)
-    st.plotly_chart(figures.validation_scatter(view), width="stretch")
-    st.dataframe(
-        view[list(_COLUMNS)].sort_values("error_pct", key=abs, ascending=False),
-        hide_index=True,
-        width="stretch",
-        column_config={k: st.column_config.Column(v) for k, v in _COLUMNS.items()},
-    )
+    st.plotly_chart(figures.validation_errors(view), width="stretch")
+    with st.expander("Predicted against published, one panel per unit"):
+        st.plotly_chart(figures.validation_scatter(view), width="stretch")
+    pct = lambda label, help_: st.column_config.NumberColumn(label, format="%+.1f%%", help=help_)  # noqa: E731
+    num = lambda label: st.column_config.NumberColumn(label, format="%.4g")  # noqa: E731
+    config = {
+        "id": st.column_config.TextColumn("Case"), "chip": st.column_config.TextColumn("Chip"),
+        "model": st.column_config.TextColumn("Model"), "metric": st.column_config.TextColumn("Metric"),
+        "unit": st.column_config.TextColumn("Unit"), "predicted": num("Predicted"), "published": num("Published"),
+        "error_pct": pct("In-sample error", "(predicted - published) / published, calibration fitted on all cases"),
+        "leave_one_generation_out_error_pct": pct("Generation held out", "predicted by a calibration fitted without any case of this chip generation"),
+        "leave_one_family_out_error_pct": pct("Family held out", "predicted by a calibration fitted without this case's family"),
+        "range_low": num("80% range low"), "range_high": num("80% range high"),
+        "held_out_in_range": st.column_config.CheckboxColumn("Inside range", help="published result inside the range built without this chip generation"),
+        "note": st.column_config.TextColumn("Note"),
+    }  # fmt: skip
+    table = view[list(config)].sort_values("error_pct", key=abs, ascending=False)
+    st.dataframe(table, hide_index=True, width="stretch", column_config=config)
 
 
 main()

@@ -1,0 +1,130 @@
+"""The dashboard in headless Chromium at 1400 x 900, on a database the app seeds on first start:
+the picked run survives page changes and a reload (URL query parameters), and no headline number
+is cut off (every metric's scroll width fits its client width)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+VIEWPORT = {"width": 1400, "height": 900}
+METRIC_PAGES = ["", "idle", "pod", "memory", "recompilation", "compare", "validation"]
+
+pytestmark = pytest.mark.browser
+
+_IDLE_JS = """() => {
+  const w = document.querySelector('[data-testid="stStatusWidget"]');
+  return !w || !/Stop|Running/.test(w.innerText);
+}"""
+# Every metric value (and anything inside it) whose content is wider than its box: a cut-off number.
+_TRUNCATED_JS = """() => {
+  const out = [];
+  for (const m of document.querySelectorAll('[data-testid="stMetricValue"]')) {
+    for (const el of [m, ...m.querySelectorAll('*')]) {
+      if (el.scrollWidth > el.clientWidth + 1) { out.push(m.innerText + ' (' + el.scrollWidth + ' > ' + el.clientWidth + ')'); break; }
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("browser_ux")
+    port = _free_port()
+    env = {**os.environ, "PODSCOPE_DB": str(tmp / "fresh.duckdb"), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    log = open(tmp / "streamlit.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--server.address", "127.0.0.1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.terminate()
+        pytest.fail(f"streamlit did not start; log: {(tmp / 'streamlit.log').read_text()}")
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        pg = browser.new_page(viewport=VIEWPORT)
+        pg.goto(server)  # the first visit seeds the database
+        _settle(pg, timeout_ms=180_000)
+        yield pg
+        browser.close()
+
+
+def _settle(pg, timeout_ms: int = 90_000) -> None:
+    pg.wait_for_selector('[data-testid="stApp"]', timeout=timeout_ms)
+    pg.wait_for_timeout(800)
+    pg.wait_for_function(_IDLE_JS, timeout=timeout_ms)
+    pg.wait_for_timeout(800)
+
+
+def _sidebar_run(pg) -> str:
+    return pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input[role="combobox"]').first.input_value()
+
+
+def _pick(pg, run: str) -> None:
+    pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] button[aria-label="Open"]').first.click()
+    pg.get_by_role("option", name=re.compile(rf"^#{run} ")).click()
+    _settle(pg)
+    assert f"#{run} " in _sidebar_run(pg)
+
+
+def test_picked_run_survives_navigation_and_reload(server, page):
+    page.goto(server)
+    _settle(page)
+    _pick(page, "4")
+    assert re.search(r"[?&]run=4\b", page.url), page.url
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Idle time").click()
+    _settle(page)
+    assert "/idle" in page.url and "#4 " in _sidebar_run(page)
+    page.wait_for_function("() => /[?&]run=4\\b/.test(location.search)", timeout=10_000)
+    page.reload()
+    _settle(page)
+    assert "#4 " in _sidebar_run(page), "the run was lost on reload"
+    page.goto(f"{server}/memory?run=7")  # a shared link
+    _settle(page)
+    assert "#7 " in _sidebar_run(page)
+
+
+@pytest.mark.parametrize("run", ["", "4"])  # the default run, and the 128-chip 32B run with the widest numbers
+@pytest.mark.parametrize("path", METRIC_PAGES)
+def test_no_metric_is_truncated_at_1400px(server, page, path, run):
+    page.goto(f"{server}/{path}")
+    _settle(page)
+    if run and path != "validation":  # picked in the sidebar, as a user would
+        _pick(page, run)
+    assert page.locator('[data-testid="stMetricValue"]').count() > 0 or path == "compare"
+    cut = page.evaluate(_TRUNCATED_JS)
+    assert not cut, f"{path or 'overview'} run {run or 'default'}: {cut}"

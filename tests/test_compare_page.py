@@ -1,0 +1,96 @@
+"""Compare / what-if on runs the real engine wrote: an unchanged number is neutral, MFU moves in
+percentage points, the waterfall starts at the steady-state step time of the tile, and a what-if
+run is named by what changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.proto.Metric_pb2 import Metric as MetricProto
+from streamlit.testing.v1 import AppTest
+
+from engine import load_scenario, simulate
+from profiler import queries, write_run
+from profiler import format as fmt
+from profiler.store import Database
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+INPUT_BOUND = ROOT / "data" / "scenarios" / "resnet50-v4-gcs-input-bound.toml"
+
+
+def _page(page: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / page), default_timeout=120).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _metric(at: AppTest, label: str):
+    return next(m for m in at.metric if m.label == label)
+
+
+@pytest.fixture
+def twin_db(tmp_path, monkeypatch, small_scenario) -> tuple[Path, int, int]:
+    """The same scenario stored twice (identical numbers), the first picked as base."""
+    path = tmp_path / "twins.duckdb"
+    a = write_run(Database(path), simulate(small_scenario), name="twin-a")
+    b = write_run(Database(path), simulate(small_scenario), name="twin-b")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    return path, a, b
+
+
+def test_an_unchanged_number_is_neutral_not_red(twin_db):
+    _, a, b = twin_db
+    at = AppTest.from_file(str(ROOT / "views/compare.py"), default_timeout=120)
+    at.query_params["run"] = str(a)
+    at.query_params["vs"] = str(b)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    step = _metric(at, "Step time")
+    assert step.proto.delta == "0.0%"
+    assert step.proto.color == MetricProto.MetricColor.GRAY
+    assert _metric(at, "MFU").proto.delta == "0.0 pp"
+
+
+def test_mfu_moves_in_points_and_the_waterfall_starts_at_the_tile(tmp_path, monkeypatch, small_scenario):
+    path = tmp_path / "cmp.duckdb"
+    db = Database(path)
+    base = write_run(db, simulate(load_scenario(INPUT_BOUND, {"training.steps": 12})), name="64 chips")
+    small = {"training.steps": 12, "pod.topology": "2x4x4", "parallelism.data": 32}
+    fast = write_run(db, simulate(load_scenario(INPUT_BOUND, small)), name="32 chips")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    with db.read() as con:
+        sa, sb = queries.run_summary(con, base), queries.run_summary(con, fast)
+    assert abs(sb["mfu"] - sa["mfu"]) > 0.001
+    with db.read() as con:
+        mean_s = float(queries.step_kind_s(con, base)["s_per_step"].sum())
+    assert mean_s > 1.5 * sa["step_time_s"]  # the mean over all steps carries the compile
+    at = AppTest.from_file(str(ROOT / "views/compare.py"), default_timeout=120)
+    at.query_params["run"] = str(base)
+    at.query_params["vs"] = str(fast)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert _metric(at, "MFU").proto.delta == fmt.points(sb["mfu"] - sa["mfu"])
+    assert _metric(at, "Step time").value == fmt.duration(sa["step_time_s"]) or _metric(at, "Step time").value == fmt.duration(sb["step_time_s"])
+    charts = at.get("plotly_chart")
+    import json
+
+    waterfall = next(json.loads(c.proto.spec) for c in charts if '"waterfall"' in c.proto.spec)
+    y = waterfall["data"][0]["y"]
+    assert y[0] == pytest.approx(sa["step_time_s"] * 1e3)  # the base tile's steady-state step, not the compile-inflated mean
+    assert y[-1] == pytest.approx(sb["step_time_s"] * 1e3)
+    assert sum(y[1:-1]) == pytest.approx(y[-1] - y[0])
+
+
+def test_a_what_if_run_is_named_by_what_changed(tmp_path, monkeypatch, small_scenario):
+    path = tmp_path / "wi.duckdb"
+    write_run(Database(path), simulate(small_scenario), name="small")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/compare.py")
+    at.number_input[1].set_value(512)  # global batch 256 -> 512
+    next(b for b in at.button if b.label == "Simulate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    with Database(path).read() as con:
+        names = list(queries.list_runs(con)["name"])
+    assert names[0] == "small · batch 256 → 512"
