@@ -24,6 +24,7 @@ PAGES = [
     st.Page("views/scaling.py", title="Scaling", icon=":material/trending_up:"),
     st.Page("views/recompilation.py", title="Recompilation", icon=":material/build:"),
     st.Page("views/compare.py", title="Compare / what-if", icon=":material/compare_arrows:"),
+    st.Page("views/plan.py", title="Plan", icon=":material/travel_explore:"),
     st.Page("views/validation.py", title="Validation", icon=":material/fact_check:"),
 ]
 

@@ -5,6 +5,7 @@ from .catalog import ChipSpec, load_catalog
 from .errors import (
     InputError,
     PathNotAllowedError,
+    PlanError,
     PodscopeError,
     ProfilerError,
     ReferenceFileError,
@@ -28,6 +29,7 @@ __all__ = [
     "InputError",
     "ModelCost",
     "PathNotAllowedError",
+    "PlanError",
     "Pod",
     "PodscopeError",
     "ProfilerError",

@@ -2,7 +2,7 @@
 
 Bundled files: ``chips.toml``, ``calibration.toml``, ``compile_cost.toml``, ``advice.toml``,
 ``reference/published.json``, ``scenarios/``, ``hlo/`` (the HLO module the example scenario
-simulates; scenario paths are relative to the scenario file) and ``sweeps/``. An installed wheel carries them
+simulates; scenario paths are relative to the scenario file), ``sweeps/`` and ``plans/``. An installed wheel carries them
 inside the ``engine`` package (``engine/data/``, see ``pyproject.toml``); a source checkout (and an
 editable install of one) has them in the repository's ``data/`` folder. This module is the one
 place that tells the two apart, so no other module looks at the working directory or guesses.

@@ -23,6 +23,7 @@ __all__ = [
     "ReferenceFileError",
     "PathNotAllowedError",
     "InputError",
+    "PlanError",
     "HloError",
 ]
 
@@ -50,6 +51,12 @@ class ScenarioError(InputProblems):
     """A scenario (or override) is invalid."""
 
     what = "scenario"
+
+
+class PlanError(InputProblems):
+    """A plan file (what configurations to search) is invalid."""
+
+    what = "plan"
 
 
 class TopologyError(PodscopeError):

@@ -213,6 +213,7 @@ def hbm_plan(
     capacity_bytes: float,
     reserved_frac: float,
     sparse_off_chip: bool = False,
+    timeline: bool = True,
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -228,6 +229,8 @@ def hbm_plan(
         The chip's HBM, bytes; ``reserved_frac`` of it is unusable headroom.
     sparse_off_chip
         True under the parameter-server strategy: embedding tables live on PS hosts.
+    timeline
+        False leaves the ``timeline`` table empty (the peak is the same; for fast evaluation).
 
     Returns
     -------
@@ -254,42 +257,46 @@ def hbm_plan(
     weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
+    two_largest: dict[int, float] = {}  # the layers share one tensor list: sort it once
+    for t in tensors if fsdp > 1 else ():
+        if id(t) not in two_largest:
+            two_largest[id(t)] = float(np.sort(t)[-2:].sum())
     grad_tmp = (
-        np.array([float(np.sort(t)[-2:].sum()) for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
+        np.array([two_largest[id(t)] for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
         if fsdp > 1
         else np.zeros(n)
     )
 
-    phases: list[str] = []
-    rows: list[tuple[float, float, float, float, float]] = []  # params, grads, optimizer, activations, temporary
-    phases.append("start")
-    rows.append((params_b, 0.0, opt_b, 0.0, 0.0))
+    # Rows: start, forward through each unit, loss, backward through each unit in reverse, optimizer;
+    # columns: params, grads, optimizer, activations, temporary. Built as arrays (a search plans
+    # thousands of steps); the gradients accumulate in backward order with a sequential cumsum.
+    phases = ["start", *["forward"] * n, "loss", *["backward"] * n, "optimizer"]
     cum = np.cumsum(saved)
-    for i in range(n):
-        phases.append("forward")
-        rows.append((params_b, 0.0, opt_b, float(cum[i]), weights_tmp))
-    phases.append("loss")
-    rows.append((params_b, 0.0, opt_b, float(cum[-1]), weights_tmp + loss_b))
-    grads_done = 0.0
-    for i in range(n - 1, -1, -1):
-        phases.append("backward")
-        rows.append((params_b, grads_done + grads_unit[i], opt_b, float(cum[i] + recompute[i]), weights_tmp + float(grad_tmp[i])))
-        grads_done += grads_unit[i]
-    phases.append("optimizer")
-    rows.append((params_b, grads_done, opt_b, 0.0, 0.0))
-
-    arr = np.asarray(rows)
+    grads_after = np.cumsum(grads_unit[::-1])  # gradients held once each backward unit is done
+    grads_done = float(grads_after[-1])
+    arr = np.empty((2 * n + 3, 5))
+    arr[:, 0] = params_b
+    arr[:, 2] = opt_b
+    arr[0, [1, 3, 4]] = 0.0
+    arr[1 : n + 1, 1] = 0.0
+    arr[1 : n + 1, 3] = cum
+    arr[1 : n + 1, 4] = weights_tmp
+    arr[n + 1, [1, 3, 4]] = (0.0, float(cum[-1]), weights_tmp + loss_b)
+    arr[n + 2 : 2 * n + 2, 1] = grads_after
+    arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
+    arr[n + 2 : 2 * n + 2, 4] = weights_tmp + grad_tmp[::-1]
+    arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
-    timeline = MEMORY_TIMELINE.table(
+    table = MEMORY_TIMELINE.table(
         {
             "point": pa.array(np.repeat(np.arange(npts, dtype=np.int32), ncat)),
             "phase": pa.array(np.repeat(np.asarray(phases), ncat).tolist(), pa.string()),
             "category": pa.array(list(CATEGORIES) * npts, pa.string()),
             "bytes": pa.array(arr.reshape(-1), pa.float64()),
         }
-    )
+    ) if timeline else MEMORY_TIMELINE.empty()
     return MemoryPlan(
         breakdown_bytes=dict(zip(CATEGORIES, (float(v) for v in arr[k]))),
         peak_bytes=float(totals[k]),
@@ -297,7 +304,7 @@ def hbm_plan(
         capacity_bytes=float(capacity_bytes),
         usable_bytes=float(capacity_bytes) * (1.0 - reserved_frac),
         model_state_bytes=params_b + opt_b + grads_done,
-        timeline=timeline,
+        timeline=table,
     )
 
 

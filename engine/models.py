@@ -202,13 +202,31 @@ class LayerUnit:
     act_out_elems: float  # elements per sample of the output a tensor-parallel all-reduce carries
 
 
-def layer_units(cost: ModelCost) -> list[LayerUnit]:
+#: layer units of recently seen model costs, by identity (a cost's arrays make it unhashable);
+#: the cost is kept beside its units so an id is never reused for another object while cached
+_UNITS_CACHE: dict[int, tuple[ModelCost, tuple[LayerUnit, ...]]] = {}
+_UNITS_CACHE_SIZE = 64
+
+
+def layer_units(cost: ModelCost) -> tuple[LayerUnit, ...]:
     """Split the model into the units FSDP gathers and TP synchronises, in forward order.
 
     Transformers: the embedding, ``layers`` identical layers, the unembedding.
     Other models: one unit per GEMM row. Parameters not in any GEMM (embeddings,
-    norms, biases) go to the first unit.
+    norms, biases) go to the first unit. Cached per cost object: the communication
+    and memory models both ask for them, and a search asks thousands of times.
     """
+    hit = _UNITS_CACHE.get(id(cost))
+    if hit is not None and hit[0] is cost:
+        return hit[1]
+    units = tuple(_layer_units(cost))
+    if len(_UNITS_CACHE) >= _UNITS_CACHE_SIZE:
+        _UNITS_CACHE.clear()
+    _UNITS_CACHE[id(cost)] = (cost, units)
+    return units
+
+
+def _layer_units(cost: ModelCost) -> list[LayerUnit]:
     ops = cost.ops
     w = np.where(ops.w_is_activation, 0.0, ops.k * ops.n * ops.count)
     flops = ops.flops_per_sample

@@ -40,7 +40,7 @@ from .trace import (
 )
 from .units import MAX_RUN_NS, NS_PER_S, seconds_to_ns
 
-__all__ = ["Segment", "StepCursor", "SimContext", "Assembled", "assemble", "STEP_BLOCK", "SUMMARY_STEP_BLOCK"]
+__all__ = ["Segment", "StepCursor", "SimContext", "seeded_rng", "Assembled", "assemble", "STEP_BLOCK", "SUMMARY_STEP_BLOCK"]
 
 #: steps laid out per block; bounds peak memory at ~STEP_BLOCK x chips x segments x 8 bytes x a few.
 #: Events are chip-major within a block, so a Timeline window reads whole blocks of the chips it
@@ -214,5 +214,10 @@ class SimContext:
 
         Streams are keyed by name, so adding a mechanism never changes another's draws.
         """
-        key = int.from_bytes(hashlib.sha256(stream.encode()).digest()[:8], "little")
-        return np.random.default_rng([self.scenario.sim.seed, key])
+        return seeded_rng(self.scenario.sim.seed, stream)
+
+
+def seeded_rng(seed: int, stream: str) -> np.random.Generator:
+    """The random stream named ``stream`` of a scenario with seed ``seed`` (see :meth:`SimContext.rng`)."""
+    key = int.from_bytes(hashlib.sha256(stream.encode()).digest()[:8], "little")
+    return np.random.default_rng([seed, key])

@@ -100,8 +100,14 @@ class TableSpec:
         return pa.table({c.name: columns[c.name] for c in self.columns}, schema=self.schema)
 
     def empty(self) -> pa.Table:
-        """A table of this shape with no rows."""
-        return self.schema.empty_table()
+        """A table of this shape with no rows (Arrow tables are immutable, so one is shared)."""
+        if self.name not in _EMPTY_TABLES:
+            _EMPTY_TABLES[self.name] = self.schema.empty_table()
+        return _EMPTY_TABLES[self.name]
+
+
+#: one empty table per declared table name (TABLES never changes at run time)
+_EMPTY_TABLES: dict[str, pa.Table] = {}
 
 
 def _spec(name: str, doc: str, *columns: tuple[str, pa.DataType, str]) -> TableSpec:

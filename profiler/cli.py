@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.errors import InputError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
+from engine.errors import InputError, PlanError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
 
-from . import api, cli_output, collective_cli, hlo_cli, queries
+from . import api, cli_output, collective_cli, hlo_cli, plan_cli, queries
 from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -246,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.set_defaults(func=_cmd_sweep)
 
     collective_cli.add_parser(sub)
+    plan_cli.add_parser(sub)
     hlo_cli.add_parser(sub)
     v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst %% error)")
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
@@ -271,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, ReferenceFileError, TraceImportError, InputError) as e:
+    except (ScenarioError, PlanError, ReferenceFileError, TraceImportError, InputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PodscopeError as e:

@@ -83,3 +83,11 @@ def test_links_between_the_readme_and_the_docs_resolve():
                 if anchor not in {_slug(h) for h in headings}:
                     broken.append(f"{page.name}: {target} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_worked_plan_matches_the_current_engine():
+    from scripts import plan_doc
+
+    assert read_block(plan_doc.PAGE, plan_doc.BLOCK) == plan_doc.render(), (
+        "docs/planner.md worked plan is stale: run `python -m scripts.plan_doc --write`"
+    )

@@ -39,6 +39,7 @@ __all__ = [
     "figure_bytes",
     "validation_scatter",
     "validation_errors",
+    "plan_scatter",
 ]
 
 KIND_COLORS = palette.KIND_COLORS
@@ -368,3 +369,42 @@ def delta_waterfall(base_s: float, deltas: pd.DataFrame, new_s: float, title: st
     fig.update_layout(showlegend=False)
     nonneg_y(fig, " ms", title="step time (steady state)")
     return layout(fig, title, height=380)
+
+
+def plan_scatter(df: pd.DataFrame, color_by: str = "remat", unit: str = "tokens/s", title: str = "Throughput per chip against chips") -> go.Figure:
+    """The planner's candidates: chips against throughput per chip (columns of ``profiler.plan.PLAN_COLUMNS``).
+
+    Feasible candidates are coloured by ``color_by`` (``remat`` or ``mesh``), the Pareto front is a line
+    through them; candidates that were costed but do not fit are grey, with their reason on hover;
+    candidates pruned before costing have no throughput and sit on the x axis as grey crosses.
+    """
+    fig = go.Figure()
+    hover = "%{customdata[0]}<br>%{customdata[1]} · mesh %{customdata[2]}<br>%{x} chips: %{y:.4g} " + unit + " per chip<extra>%{customdata[3]}</extra>"
+
+    def custom(part: pd.DataFrame) -> np.ndarray:
+        return part[["topology", "remat", "mesh", "reason"]].astype(str).to_numpy()
+
+    ok = df[df["feasible"]]
+    for group, part in ok.groupby(color_by, sort=True):
+        fig.add_scatter(x=part["chips"], y=part["throughput_per_chip"], mode="markers", name=str(group),
+                        customdata=custom(part), hovertemplate=hover, marker=dict(size=9, opacity=0.85))  # fmt: skip
+    front = ok[ok["pareto"]].sort_values("chips")
+    if not front.empty:
+        fig.add_scatter(x=front["chips"], y=front["throughput_per_chip"], mode="lines", name="Pareto front",
+                        line=dict(color="#222", dash="dot"), hoverinfo="skip")  # fmt: skip
+    costed = df[~df["feasible"] & df["throughput_per_chip"].notna()]
+    if not costed.empty:
+        fig.add_scatter(x=costed["chips"], y=costed["throughput_per_chip"], mode="markers", name="does not fit",
+                        customdata=custom(costed), hovertemplate=hover, marker=dict(color=palette.INFEASIBLE, size=8))  # fmt: skip
+    pruned = df[~df["feasible"] & df["throughput_per_chip"].isna()]
+    if not pruned.empty:
+        counts = pruned.groupby(["chips", "reason"]).size().rename("n").reset_index()
+        fig.add_scatter(
+            x=counts["chips"], y=np.zeros(len(counts)), mode="markers", name="ruled out before costing",
+            marker=dict(color=palette.INFEASIBLE, symbol="x", size=8), customdata=counts[["reason", "n"]].to_numpy(),
+            hovertemplate="%{x} chips: %{customdata[1]} ruled out<br>%{customdata[0]}<extra></extra>",
+        )  # fmt: skip
+    fig.update_xaxes(type="log", title="chips", dtick=np.log10(2))
+    fig.update_yaxes(title=f"{unit} per chip", rangemode="tozero")
+    fig.update_layout(legend_orientation="h")
+    return _layout(fig, title, height=420)

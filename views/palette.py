@@ -8,6 +8,7 @@ Memory chart. Colour scales are named here too, so "how much" reads the same on 
 from __future__ import annotations
 
 __all__ = [
+    "INFEASIBLE",
     "KIND_COLORS",
     "KIND_LABELS",
     "MEMORY_COLORS",
@@ -78,6 +79,10 @@ SEQUENTIAL = "Blues"
 DIVERGING = "RdBu_r"
 #: link utilisation bands: (low, high, colour)
 LINK_BANDS = ((0.0, 0.25, "#C6DBEF"), (0.25, 0.5, "#6BAED6"), (0.5, 0.75, "#2171B5"), (0.75, 10.0, "#08306B"))
+
+
+#: configurations that do not fit or are not valid (the Plan page's scatter)
+INFEASIBLE = "#BBBBBB"
 
 
 def kind_color(kind: str) -> str:

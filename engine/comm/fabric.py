@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import networkx as nx
 import numpy as np
@@ -77,6 +77,8 @@ class Fabric:
     link_bytes_per_s: float
     degraded: dict[tuple[Coord, Coord], float] = field(default_factory=dict)
     failed: tuple[tuple[Coord, Coord], ...] = ()
+    # ring_loads results by (phases, reroute): a search lays the same rings on one slice many times
+    _ring_memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     # -- the links, closed form -------------------------------------------------------
     @cached_property
@@ -203,6 +205,14 @@ class Fabric:
         cut ``p`` once per group spanning it: ``stride`` groups in the middle of the axis,
         fewer at its ends (the wraparound link, if any, carries nothing).
         """
+        key = (tuple(phases), reroute)
+        if key not in self._ring_memo:
+            if len(self._ring_memo) > 256:
+                self._ring_memo.clear()
+            self._ring_memo[key] = self._ring_loads(phases, reroute)
+        return self._ring_memo[key].copy()
+
+    def _ring_loads(self, phases: Sequence[RingPhase], reroute: bool) -> np.ndarray:
         L = self.links
         coords = self.slice.coords
         loads = np.zeros((len(phases), self.n_links))
@@ -294,9 +304,15 @@ def dcn_link_table(
     )
 
 
+@lru_cache(maxsize=32)
+def healthy_fabric(slice_: Slice, link_bytes_per_s: float) -> Fabric:
+    """The fault-free fabric of a slice, built once per shape and bandwidth (its links are closed form)."""
+    return Fabric(slice_, link_bytes_per_s)
+
+
 def slice_fabrics(pod: Pod, link_bytes_per_s: float, degraded: Sequence = (), failed: Sequence = ()) -> dict[int, Fabric]:
     """One fabric per slice that has faults (key: slice index), plus the healthy one at key -1."""
-    out = {-1: Fabric(pod.slice, link_bytes_per_s)}
+    out = {-1: healthy_fabric(pod.slice, link_bytes_per_s)}
     for s in sorted({f.slice for f in (*degraded, *failed)}):
         out[s] = Fabric(
             pod.slice,

@@ -179,6 +179,7 @@ def plan_step_comm(
     remat: str = "none",
     tp_overlap_frac: float = 0.0,
     link_penalties: Mapping[str, LinkPenalty] | None = None,
+    tables: bool = True,
 ) -> StepComm:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -194,6 +195,7 @@ def plan_step_comm(
     ``link_penalties`` (``{"fsdp" | "tensor": LinkPenalty}``) slows the per-layer collectives
     of those mesh axes by what the scenario's degraded/failed links cost them; the
     data-parallel all-reduce is priced on the links by :mod:`engine.comm.gradient_sync` instead.
+    ``tables=False`` leaves ``per_layer`` empty (the times are the same; for fast evaluation).
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
@@ -209,32 +211,53 @@ def plan_step_comm(
     tp_b = np.zeros(n)
     cf = np.array([u.flops_frac for u in units]) * fwd_compute_s
     cb = np.array([u.flops_frac for u in units]) * bwd_compute_s
-    for i, u in enumerate(units):
-        p = u.params - (sparse if i == 0 else 0.0)  # PS keeps the embedding off the chips
-        if fsdp.size > 1 and p > 0:
-            g_bytes = p / tensor.size * wire
-            r_bytes = p / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
-            ag[i] = mesh_collective_s("all-gather", g_bytes, fsdp, link, lat, pen.get("fsdp"))
-            rs[i] = mesh_collective_s("reduce-scatter", r_bytes, fsdp, link, lat, pen.get("fsdp"))
+    memo: dict[tuple[str, float], float] = {}  # identical layers pay identical collectives: price each size once
+
+    def priced(op: str, nbytes: float, axis: MeshAxis) -> float:
+        key = (op + axis.name, nbytes)
+        if key not in memo:
+            memo[key] = mesh_collective_s(op, nbytes, axis, link, lat, pen.get(axis.name))
+        return memo[key]
+
+    p_unit = np.array([u.params for u in units], dtype=np.float64)
+    if n:
+        p_unit[0] = p_unit[0] - sparse  # PS keeps the embedding off the chips
+    act = np.array([u.act_out_elems for u in units], dtype=np.float64)
+
+    def each(op: str, nbytes: np.ndarray, axis: MeshAxis) -> np.ndarray:
+        values, inverse = np.unique(nbytes, return_inverse=True)
+        return np.array([priced(op, float(v), axis) for v in values])[inverse]
+
+    fsdp_on = (p_unit > 0) & (fsdp.size > 1)
+    g_bytes = p_unit / tensor.size * wire
+    r_bytes = p_unit / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
+    if fsdp_on.any():
+        ag[fsdp_on] = each("all-gather", g_bytes[fsdp_on], fsdp)
+        rs[fsdp_on] = each("reduce-scatter", r_bytes[fsdp_on], fsdp)
+    # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
+    # per pass); for other models one per GEMM output.
+    per_layer = 2 if cost.kind == "transformer" else 1
+    tp_on = (act > 0) & (tensor.size > 1)
+    a_bytes = per_chip_batch * act * wire
+    if tp_on.any():
+        tp_f[tp_on] = per_layer * each("all-reduce", a_bytes[tp_on], tensor)
+        tp_b[tp_on] = tp_f[tp_on]
+        if remat == "full":
+            tp_b[tp_on] += tp_f[tp_on]
+    for i, u in enumerate(units if tables else ()):
+        if fsdp_on[i]:
             rows += [
-                (i, u.name, "forward", "all-gather", "fsdp", g_bytes, ag[i]),
-                (i, u.name, "backward", "all-gather", "fsdp", g_bytes, ag[i]),
-                (i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes, rs[i]),
+                (i, u.name, "forward", "all-gather", "fsdp", g_bytes[i], ag[i]),
+                (i, u.name, "backward", "all-gather", "fsdp", g_bytes[i], ag[i]),
+                (i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes[i], rs[i]),
             ]
-        if tensor.size > 1 and u.act_out_elems > 0:
-            # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
-            # per pass); for other models one per GEMM output.
-            per_layer = 2 if cost.kind == "transformer" else 1
-            a_bytes = per_chip_batch * u.act_out_elems * wire
-            t = per_layer * mesh_collective_s("all-reduce", a_bytes, tensor, link, lat, pen.get("tensor"))
-            tp_f[i] = tp_b[i] = t
+        if tp_on[i]:
             rows += [
-                (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes, t),
-                (i, u.name, "backward", "all-reduce", "tensor", per_layer * a_bytes, t),
+                (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
+                (i, u.name, "backward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
             ]
             if remat == "full":
-                tp_b[i] += t
-                rows.append((i, u.name, "recompute", "all-reduce", "tensor", per_layer * a_bytes, t))
+                rows.append((i, u.name, "recompute", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]))
     # Forward: gather of unit i prefetched during compute of unit i-1; the first is exposed.
     fwd_fsdp = ag[0] + float(np.maximum(0.0, ag[1:] - cf[:-1]).sum()) if n else 0.0
     # Backward runs units in reverse: gather of i hides behind backward of i+1, together with the
@@ -274,7 +297,7 @@ def plan_step_comm(
             (0, "embed", "gradient_sync", "ps-push", "dcn", chip_bytes, ps_push),
         ]
     total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push
-    if rows:
+    if rows and tables:
         unit, layer, phase, op, axis, nbytes, t = zip(*rows)
         table = LAYER_COLLECTIVES.table(
             {

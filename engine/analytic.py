@@ -1,0 +1,295 @@
+"""The deterministic cost of one training step, and its fast analytic evaluation.
+
+:func:`step_costs` derives what every steady-state step costs on a chip before any
+randomness: compute by roofline (forward, backward), the exposed per-layer
+collectives, the data-parallel gradient sync on the links, the optimizer update and
+the HBM plan. :func:`engine.simulate.simulate` lays these out on every chip with
+jitter and the idle mechanisms; :func:`evaluate` turns the same numbers into a step
+time without a trace, so the two cannot drift apart.
+
+The analytic step follows the assembler's barrier rule on the slowest chip class.
+Each chip's forward + backward is multiplied by its straggler factor ``f_c`` and its
+per-step jitter ``exp(j z)`` (``z`` standard normal), so the first barrier waits for
+``max_c f_c exp(j z_c)``. The run's reported step time is the median over steps, and
+the median of that maximum is the ``x`` where ``prod_c Phi((ln x - ln f_c) / j) = 1/2``
+(order statistics of independent chips): a deterministic number, solved here per
+distinct factor class. After the barrier every chip runs the sync, the update (times
+its factor) and the step overhead; the step ends at the slowest chip.
+
+What the analytic path does not express: user HLO programs (``kind = "hlo"``, costed op by op by
+:mod:`engine.hlo`), the input pipeline (host queues), recompiles
+of changing shapes, failures and checkpoints. :func:`evaluate` reports the steady-state
+step with those mechanisms off (see :func:`steady_state_scenario`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from .calibration import Calibration, load_calibration
+from .errors import SimulationError
+from .comm import GradientSync, MeshGradientSync, StepComm, gradient_sync, mesh_gradient_sync, mesh_link_penalties, plan_step_comm
+from .compute import ComputeCost, step_compute
+from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan
+from .mesh import Mesh, resolve_mesh, whole_torus_axes
+from .models import ModelCost, model_cost
+from .scenario import ParameterServerSection, Scenario
+from .step import Segment, seeded_rng
+from .stragglers import straggler_factors
+from .topology import Pod, build_pod
+from .units import GB_BYTES
+
+__all__ = ["StepCosts", "step_costs", "Estimate", "evaluate", "slowest_factor", "steady_state_scenario"]
+
+#: bytes read + written per parameter by the optimizer update (fp32 master weights)
+UPDATE_BASE_BYTES_PER_PARAM = 4 + 4 + 4  # read weight and gradient, write weight
+
+#: sections whose mechanisms the analytic step does not express (see the module docstring)
+UNEXPRESSED_SECTIONS = ("input", "compile", "failures")
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The deterministic per-step costs of a scenario on one representative chip (seconds, bytes)."""
+
+    comp: ComputeCost
+    forward_s: float  # forward compute
+    backward_s: float  # backward compute, recomputation included
+    mesh: Mesh
+    comm: StepComm
+    sync: GradientSync | MeshGradientSync | None  # None: no data-parallel gradient sync
+    grad_sync_s: float  # exposed data-parallel gradient sync
+    update_s: float  # optimizer update
+    step_overhead_s: float
+    mem: MemoryPlan
+    replan: Callable[..., MemoryPlan]  # hbm_plan with some arguments changed (for OOM advice)
+    use_ps: bool
+
+    def segments(self, noise: np.ndarray | float = 1.0) -> list[Segment]:
+        """The step's device work as segments; ``noise`` multiplies forward and backward compute."""
+        return [
+            Segment("compute", self.forward_s * noise),
+            Segment("collective", self.comm.forward_s),
+            Segment("compute", self.backward_s * noise),
+            Segment("collective", self.comm.backward_s),
+            Segment("collective", self.grad_sync_s + self.comm.ps_push_s, barrier=True),
+            Segment("compute", self.update_s),
+            Segment("other", self.step_overhead_s),
+        ]
+
+
+def step_costs(
+    scenario: Scenario,
+    cal: Calibration,
+    pod: Pod | None = None,
+    cost: ModelCost | None = None,
+    tables: bool = True,
+) -> StepCosts:
+    """The deterministic per-step costs of ``scenario`` under ``cal``.
+
+    ``pod`` and ``cost`` may be passed in when the caller has them already.
+    ``tables=False`` skips the per-layer collective and memory timeline tables
+    (the numbers are the same).
+    """
+    chip = scenario.chip_spec()
+    pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
+    cost = cost or model_cost(scenario.model)
+    tr = scenario.training
+    par = scenario.parallelism
+    b = scenario.per_chip_batch
+
+    flash = getattr(scenario.model, "attention_kernel", None) == "flash"
+    comp = step_compute(cost, chip, cal, b, tr.precision, tr.remat, tensor=par.tensor, flash=flash)
+    fwd_s = comp.forward_s
+    bwd_s = comp.fwd_bwd_s - fwd_s
+    mesh_sizes = {"data": scenario.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}
+    mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, mesh_sizes, par.mapping)
+    ps = par.parameter_server or ParameterServerSection()
+    use_ps = par.strategy == "parameter_server"
+    comm = plan_step_comm(
+        cost,
+        mesh,
+        fwd_compute_s=fwd_s,
+        bwd_compute_s=bwd_s,
+        per_chip_batch=b,
+        precision=tr.precision,
+        slices=pod.slices,
+        chips_per_host=pod.chips_per_host,
+        link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
+        hop_latency_s=cal.ici_hop_latency_s,
+        dcn_bytes_per_s_per_host=chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
+        dcn_latency_s=cal.dcn_latency_s,
+        ps_hosts=ps.hosts if use_ps else 0,
+        ps_bytes_per_s_per_host=ps.dcn_gbps_per_host * GB_BYTES * cal.dcn_efficiency,
+        remat=tr.remat,
+        tp_overlap_frac=cal.tp_overlap_frac,
+        # [interconnect] faults on the torus axes fsdp/tensor run over slow their per-layer collectives
+        link_penalties=mesh_link_penalties(pod, cal, scenario.interconnect, mesh),
+        tables=tables,
+    )
+    shard = par.fsdp * par.tensor
+    dense_params = cost.params - (cost.sparse_params if use_ps else 0)
+    update_bytes = dense_params / shard * (UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    if par.shard_weight_update:
+        # Each replica updates 1/replicas of the weights (Xu et al. 2020); a ring all-reduce is already
+        # reduce-scatter + all-gather, so the collective's cost is unchanged.
+        update_bytes /= scenario.data_parallel * pod.slices
+    update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
+
+    # Data-parallel gradient sync: on whole torus axes the interconnect model prices it (schedule,
+    # bucketed overlap with the backward pass, link faults, per-link load); a `data` axis that splits
+    # a torus axis keeps the mesh model's strided-ring estimate, with the same links' faults, one-way
+    # links, overlap and link load laid on top (engine/comm/gradient_sync.py mesh_gradient_sync).
+    data_axes = whole_torus_axes(mesh["data"], pod.slice.shape)
+    sync = None
+    grad_sync_s = comm.data_sync_s
+    if comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
+        if data_axes is not None:
+            sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
+        else:
+            sync = mesh_gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s,
+                                      mesh["data"].segments, comm.data_sync_s, mesh["data"].size)  # fmt: skip
+        grad_sync_s = sync.exposed_s
+
+    def replan(**changes) -> MemoryPlan:
+        args = dict(
+            per_chip_batch=b, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
+            tensor=par.tensor, capacity_bytes=chip.hbm_bytes, reserved_frac=cal.hbm_reserved_frac, sparse_off_chip=use_ps,
+            timeline=tables,
+        )  # fmt: skip
+        args.update(changes)
+        return hbm_plan(cost, scenario.model, **args)
+
+    return StepCosts(
+        comp=comp,
+        forward_s=fwd_s,
+        backward_s=bwd_s,
+        mesh=mesh,
+        comm=comm,
+        sync=sync,
+        grad_sync_s=grad_sync_s,
+        update_s=update_s,
+        step_overhead_s=cal.step_overhead_s,
+        mem=replan(),
+        replan=replan,
+        use_ps=use_ps,
+    )
+
+
+def slowest_factor(factors: np.ndarray, jitter_frac: float, chips: int | None = None) -> float:
+    """Median over steps of the slowest chip's compute multiplier ``max_c f_c exp(j z_c)``.
+
+    ``factors`` are the chips' straggler factors; ``z_c`` independent standard normals.
+    Without jitter it is ``max f``; with one class of ``N`` chips it is
+    ``f exp(j Phi^-1(2^(-1/N)))``; with several classes the median solves
+    ``sum_k n_k ln Phi((ln x - ln f_k) / j) = ln 1/2`` (bisection on ``ln x``).
+    ``chips`` with a single factor: that many chips share it (no per-chip array needed).
+    """
+    factors = np.asarray(factors, dtype=np.float64)
+    if jitter_frac <= 0:
+        return float(factors.max())
+    if chips is not None:
+        classes, counts = factors[:1], np.array([chips])
+    else:
+        classes, counts = np.unique(factors, return_counts=True)
+    nd = NormalDist()
+    if len(classes) == 1:
+        return float(classes[0]) * math.exp(jitter_frac * nd.inv_cdf(0.5 ** (1.0 / counts[0])))
+    log_f = np.log(classes)
+    target = math.log(0.5)
+
+    def log_cdf(log_x: float) -> float:
+        z = (log_x - log_f) / jitter_frac
+        return float(sum(n * math.log(max(nd.cdf(v), 1e-300)) for n, v in zip(counts, z)))
+
+    lo, hi = float(log_f.max()) - 10 * jitter_frac, float(log_f.max()) + 10 * jitter_frac
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if log_cdf(mid) < target else (lo, mid)
+    return math.exp(0.5 * (lo + hi))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A scenario's steady-state step, evaluated without a trace."""
+
+    step_time_s: float
+    peak_hbm_bytes: float
+    usable_hbm_bytes: float
+    oom: bool
+    oom_term: str | None  # the largest memory term at the peak, when out of memory
+    chips: int
+    samples_per_step: float
+    tokens_per_step: float | None
+    costs: StepCosts
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples_per_step / self.step_time_s
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.tokens_per_step / self.step_time_s if self.tokens_per_step is not None else None
+
+
+def steady_state_scenario(scenario: Scenario) -> Scenario:
+    """``scenario`` without the sections the analytic step does not express (input, compile, failures)."""
+    return scenario.model_copy(update={k: None for k in UNEXPRESSED_SECTIONS})
+
+
+def evaluate(
+    scenario: Scenario,
+    calibration: Calibration | None = None,
+    *,
+    pod: Pod | None = None,
+    cost: ModelCost | None = None,
+) -> Estimate:
+    """The steady-state step time and peak HBM of ``scenario``, without simulating a trace.
+
+    Uses :func:`step_costs` (what :func:`~engine.simulate.simulate` uses) and the
+    barrier rule on the slowest chip class (module docstring). ``[input]``,
+    ``[compile]`` and ``[failures]`` are ignored: the result is the step a full run
+    of :func:`steady_state_scenario` reports.
+    """
+    cal = calibration or load_calibration()
+    if scenario.model.kind == "hlo":
+        raise SimulationError("the analytic step covers the built-in model families; an HLO program is costed by a full run")
+    chip = scenario.chip_spec()
+    pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
+    cost = cost or model_cost(scenario.model)
+    c = step_costs(scenario, cal, pod=pod, cost=cost, tables=False)
+    jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
+    if scenario.stragglers is not None:
+        factors = straggler_factors(scenario.stragglers, pod.chip_table["host"], seeded_rng(scenario.sim.seed, "stragglers"))
+        slow = slowest_factor(factors, jitter)
+        update_factor = float(factors.max())
+    else:
+        slow = slowest_factor(np.ones(1), jitter, chips=pod.chips)
+        update_factor = 1.0
+    fwd_bwd = c.forward_s + c.backward_s
+    step_s = (
+        fwd_bwd * slow
+        + c.comm.forward_s
+        + c.comm.backward_s
+        + c.grad_sync_s
+        + c.comm.ps_push_s
+        + c.update_s * update_factor
+        + c.step_overhead_s
+    )
+    tr = scenario.training
+    return Estimate(
+        step_time_s=step_s,
+        peak_hbm_bytes=c.mem.peak_bytes,
+        usable_hbm_bytes=c.mem.usable_bytes,
+        oom=c.mem.oom,
+        oom_term=c.mem.largest_term if c.mem.oom else None,
+        chips=pod.chips,
+        samples_per_step=float(tr.global_batch),
+        tokens_per_step=float(tr.global_batch * cost.tokens_per_sample) if cost.tokens_per_sample else None,
+        costs=c,
+    )

@@ -1,0 +1,107 @@
+"""Plans from the profiler's side: run a search, store its best candidates, tabulate it for pages.
+
+The search is :mod:`engine.search`; this module adds what needs storage or pandas:
+:func:`store_best` simulates the best candidates fully and stores them as runs (so
+the dashboard shows them), and :func:`plan_frame` gives every candidate as a
+DataFrame row for the Plan page's figures and tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from engine import scenario_from_dict, simulate
+from engine.data_files import DATA_DIR
+from engine.planner import Plan, load_plan, plan_from_dict
+from engine.search import Candidate, PlanResult, search
+
+from .store import Database, write_run
+
+__all__ = ["BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate", "plan_frame", "PLAN_COLUMNS"]
+
+#: columns of :func:`plan_frame`
+PLAN_COLUMNS = (
+    "index", "chips", "topology", "slices", "remat", "mesh", "data", "fsdp", "tensor", "feasible", "reason",
+    "step_time_s", "tokens_per_s", "samples_per_s", "throughput_per_chip", "peak_hbm_bytes", "objective", "pareto", "rank",
+)  # fmt: skip
+
+
+BUNDLED_PLANS_DIR = DATA_DIR / "plans"
+
+
+def plan_path(text: str | Path) -> Path:
+    """The plan file ``text`` names: a path, or else a bundled plan by name (``llm-7b-v5p``)."""
+    path = Path(text)
+    if path.exists():
+        return path
+    bundled = BUNDLED_PLANS_DIR / (path if path.suffix == ".toml" else path.with_name(path.name + ".toml"))
+    return bundled if bundled.is_file() else path
+
+
+def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    """Load a plan file (or take a loaded plan) and search it."""
+    plan = path_or_plan if isinstance(path_or_plan, Plan) else load_plan(path_or_plan)
+    return search(plan, progress=progress)
+
+
+def store_candidate(db: Database, result: PlanResult, candidate: Candidate, name: str | None = None) -> int:
+    """Simulate one candidate fully (its complete scenario) and store it; returns the run id."""
+    scenario = scenario_from_dict(result.scenario(candidate, name), source=result.plan.source)
+    return write_run(db, simulate(scenario))
+
+
+def store_best(db: Database, result: PlanResult, top: int) -> list[int]:
+    """Simulate and store the ``top`` best candidates as full runs, best first; returns their run ids."""
+    out = []
+    for best in result.to_json(top)["best"]:
+        scenario = scenario_from_dict(best["scenario"], source=result.plan.source)
+        out.append(write_run(db, simulate(scenario)))
+    return out
+
+
+def _value(plan: Plan, overrides: Mapping[str, Any], dotted: str) -> Any:
+    if dotted in overrides:
+        return overrides[dotted]
+    node: Any = plan.base_raw
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def plan_frame(result: PlanResult) -> pd.DataFrame:
+    """Every candidate as a row (PLAN_COLUMNS): feasible ones with their numbers, the rest with their reason."""
+    pareto = {p.index for p in result.pareto()}
+    rank = {p.index: i + 1 for i, p in enumerate(result.ranked())}
+    key = result.throughput_key
+    rows = []
+    for p in result.points:
+        mesh = p.mesh or {}
+        throughput = getattr(p, key)
+        rows.append(
+            {
+                "index": p.index,
+                "chips": p.chips,
+                "topology": _value(result.plan, p.overrides, "pod.topology"),
+                "slices": _value(result.plan, p.overrides, "pod.slices") or 1,
+                "remat": _value(result.plan, p.overrides, "training.remat"),
+                "mesh": p.mesh_text() or "base mesh",
+                "data": mesh.get("data"),
+                "fsdp": mesh.get("fsdp"),
+                "tensor": mesh.get("tensor"),
+                "feasible": p.feasible,
+                "reason": p.reason or "",
+                "step_time_s": p.step_time_s,
+                "tokens_per_s": p.tokens_per_s,
+                "samples_per_s": p.samples_per_s,
+                "throughput_per_chip": throughput / p.chips if throughput is not None and p.chips else None,
+                "peak_hbm_bytes": p.peak_hbm_bytes,
+                "objective": p.objective,
+                "pareto": p.index in pareto,
+                "rank": rank.get(p.index),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(PLAN_COLUMNS))

@@ -1,0 +1,130 @@
+"""``python -m profiler plan PLAN.toml``: search slice, mesh and knobs for the best configuration.
+
+Prints the ranked best candidates and the Pareto front (chips vs throughput), or with
+``--json`` one object (see docs/planner.md); a progress bar goes to stderr. ``--db``
+simulates the best ``--top`` candidates fully and stores them as runs. A bad plan is
+reported before anything is searched or written (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.errors import InputError
+from engine.search import PlanResult
+
+from . import plan as plans
+
+__all__ = ["add_parser", "format_result"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the ``plan`` subcommand on the CLI's subparsers."""
+    p = sub.add_parser("plan", help="search slice, mesh and knobs for the best configuration (the planner)")
+    p.add_argument("plan", help="plan TOML file, or a bundled plan's name (e.g. llm-7b-v5p); see docs/planner.md")
+    p.add_argument("--json", action="store_true", help="print one JSON object: candidates, feasible, infeasible, best, pareto")
+    p.add_argument("--top", type=_positive, default=5, help="best candidates to list (and to store with --db); default 5")
+    p.add_argument("--db", help="store the best --top candidates as fully simulated runs in this DuckDB file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    plan = plans.load_plan(plans.plan_path(args.plan))  # bad input fails here: nothing searched, nothing written
+    if args.db and not Path(args.db).expanduser().resolve().parent.exists():  # a typo must not start a new database
+        raise InputError(f"--db {args.db}: folder {Path(args.db).expanduser().resolve().parent} does not exist; check the path")
+    with Progress(console=Console(stderr=True), transient=True, disable=args.quiet) as bar:
+        task = bar.add_task("planning", total=plan.space_size)
+        result = plans.run_plan(plan, progress=lambda done, total: bar.update(task, completed=done, total=total))
+    out = result.to_json(args.top)
+    if args.db:
+        from .store import Database
+
+        ids = plans.store_best(Database(args.db), result, args.top)
+        out["stored_run_ids"] = ids
+        print(f"stored the best {len(ids)} as runs {', '.join(map(str, ids))} in {args.db}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        Console().print(format_result(result, out))
+    return 0
+
+
+def _seconds(x: float) -> str:
+    return f"{x:,.2f} s" if x >= 1 else f"{x * 1e3:,.1f} ms"
+
+
+def _si(x: float | None) -> str:
+    if x is None:
+        return "-"
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:,.2f} {unit}"
+    return f"{x:,.2f}"
+
+
+def format_result(result: PlanResult, out: dict[str, Any]) -> Any:
+    """The ranked table and the Pareto front as rich renderables."""
+    from rich.console import Group
+    from rich.table import Table
+
+    plan = result.plan
+    head = (
+        f"[b]{plan.base.name}[/b]: {out['candidates']:,} candidates in {out['elapsed_s']:.2f} s "
+        f"({out['candidates'] / max(out['elapsed_s'], 1e-9):,.0f}/s), {out['feasible']:,} feasible; "
+        f"objective {plan.objective} (the last column)"
+    )
+    why = ", ".join(f"{n:,} {reason}" for reason, n in sorted(out["infeasible"].items(), key=lambda kv: -kv[1]))
+    best = Table(title="Best configurations", title_justify="left")
+    knob_cols = [k.split(".")[-1] for k in plan.knobs]
+    for col in ("#", "chips", *knob_cols, MESH_HEADER, "step", "tokens/s", "samples/s", "HBM", "objective"):
+        best.add_column(col, justify="left" if col in knob_cols else "right")
+    for b in out["best"]:
+        knobs = [str(_dotted(b["scenario"], k)) for k in plan.knobs]
+        mesh = _mesh(b["mesh"])
+        best.add_row(str(b["rank"]), str(b["chips"]), *knobs, mesh, _seconds(b["step_time_s"]), _si(b["tokens_per_s"]),
+                     _si(b["samples_per_s"]), f"{b['peak_hbm_bytes'] / 2**30:.1f} GiB", _si(b["objective"]))  # fmt: skip
+    front = Table(title="Pareto front (fewer chips, more throughput)", title_justify="left")
+    key = result.throughput_key
+    for col in ("chips", *knob_cols, MESH_HEADER, "step", key.replace("_per_s", "/s"), "per chip"):
+        front.add_column(col, justify="left" if col in knob_cols else "right")
+    for p in out["pareto"]:
+        mesh = _mesh(p["mesh"])
+        front.add_row(str(p["chips"]), *[str(p["knobs"][k]) for k in plan.knobs], mesh, _seconds(p["step_time_s"]),
+                      _si(p[key]), _si(p[key] / p["chips"]))  # fmt: skip
+    parts: list[Any] = [head]
+    if why:
+        parts.append(f"infeasible: {why}")
+    parts += [best, front] if out["best"] else ["[b]no feasible configuration[/b]: widen the search (bigger slices, remat)"]
+    return Group(*parts)
+
+
+MESH_HEADER = "data×fsdp×tensor"
+
+
+def _mesh(mesh: dict[str, int] | None) -> str:
+    return "×".join(str(v) for v in mesh.values()) if mesh else "base"
+
+
+def _dotted(raw: dict[str, Any], key: str) -> Any:
+    node: Any = raw
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
