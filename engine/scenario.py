@@ -27,6 +27,7 @@ from .failures import FailureSection
 from .hlo.module_file import module_problems
 from .input_pipeline import InputSection
 from .mesh import resolve_mesh
+from .names import name_problem
 from .stragglers import StragglerSection
 from .topology import fault_problems, is_supported_shape, supported_shapes, wraparound_for
 from .validation_messages import problem_from_error
@@ -227,7 +228,7 @@ class InterconnectSection(_Section):
 class Scenario(_Section):
     """A validated scenario. Build with :func:`load_scenario` or :func:`scenario_from_dict`."""
 
-    name: Annotated[str, Field(min_length=1, max_length=200)]
+    name: str
     pod: PodSection
     model: ModelSection
     training: TrainingSection
@@ -302,6 +303,57 @@ MAX_SCENARIO_BYTES = 1024 * 1024
 #: caps a run at ~80 M events (~2 GB in memory, ~1 GB in DuckDB), far past the 4,096-chip,
 #: 100-step runs the engine is built for; longer studies simulate fewer steps.
 MAX_CHIP_STEPS = 16 * 2**20
+#: the same bound for ``sim.trace = "summary"``, which keeps per-step, per-chip arrays but no
+#: events: measured ~40 bytes per chip-step at peak (resnet50-v3-32, 20k vs 80k steps), so
+#: this caps such a run near 1.5 GiB (4,096 chips x 8,192 steps)
+MAX_SUMMARY_CHIP_STEPS = 32 * 2**20
+SUMMARY_BYTES_PER_CHIP_STEP = 48  # the measured ~40, rounded up: the estimate quoted in errors
+#: most chips in one run: above the largest training job reported, 50,944 TPU v5e chips
+#: (Google Cloud blog, "Google Cloud demonstrates the world's largest distributed training job
+#: for large language models across 50000+ TPU v5e chips", Nov 2023)
+MAX_POD_CHIPS = 65_536
+#: deepest nesting of arrays and tables in a scenario or sweep file (real ones nest 3 deep)
+MAX_TOML_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed TOML (tables and arrays), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, d + 1)
+        if deepest > MAX_TOML_DEPTH:
+            return deepest
+        stack.extend((c, d + 1) for c in children)
+    return deepest
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """Parse a scenario or sweep file's TOML, refusing nesting deeper than :data:`MAX_TOML_DEPTH`.
+
+    Raises
+    ------
+    ScenarioError
+        Malformed TOML, or nested too deep (the parser recurses per level: a 2 KB file of
+        brackets would otherwise exhaust Python's stack).
+    """
+    too_deep = ScenarioError(source, [("", f"arrays or tables nested more than {MAX_TOML_DEPTH} deep; "
+                                           "valid: a scenario nests sections a few levels deep")])  # fmt: skip
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(source, [("", f"malformed TOML: {e}")]) from None
+    except RecursionError:
+        raise too_deep from None
+    if _depth(raw) > MAX_TOML_DEPTH:
+        raise too_deep
+    return raw
 
 
 def _example_topology(axes: int) -> str:
@@ -310,6 +362,8 @@ def _example_topology(axes: int) -> str:
 
 def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
     problems: list[tuple[str, str]] = []
+    if (bad_name := name_problem(s.name)) is not None:
+        problems.append(("name", bad_name))
     catalog = load_catalog()
     chip = catalog.get(s.pod.chip)
     if chip is None:
@@ -343,11 +397,24 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
             ("parallelism", f"data x fsdp x tensor = {p.data}x{p.fsdp}x{p.tensor} = {mesh}, but the slice {s.pod.topology!r} has {n} chips; "
                  f"valid: axes whose product is {n} (or leave data unset)")
         )
-    chip_steps = n * s.pod.slices * s.training.steps
-    if chip_steps > MAX_CHIP_STEPS and s.sim.trace == "full":  # summary mode keeps no per-event rows
+    chips = n * s.pod.slices
+    chip_steps = chips * s.training.steps
+    if chips > MAX_POD_CHIPS:
         problems.append(
-            ("training.steps", f"{n * s.pod.slices} chips x {s.training.steps} steps = {chip_steps:,} chip-steps; "
+            ("pod.slices", f"{s.pod.slices:,} slices of {n} chips = {chips:,} chips; valid: at most {MAX_POD_CHIPS:,} chips "
+             f"in one run, e.g. pod.slices = {max(1, MAX_POD_CHIPS // max(n, 1)):,}")
+        )
+    elif chip_steps > MAX_CHIP_STEPS and s.sim.trace == "full":
+        problems.append(
+            ("training.steps", f"{chips} chips x {s.training.steps} steps = {chip_steps:,} chip-steps; "
              f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set sim.trace = \"summary\")")
+        )
+    elif chip_steps > MAX_SUMMARY_CHIP_STEPS:
+        need_gib = chip_steps * SUMMARY_BYTES_PER_CHIP_STEP / 2**30
+        problems.append(
+            ("training.steps", f"{chips} chips x {s.training.steps:,} steps = {chip_steps:,} chip-steps (about {need_gib:,.1f} GiB "
+             f"to simulate); valid: at most {MAX_SUMMARY_CHIP_STEPS:,} chip-steps per run even with sim.trace = \"summary\", "
+             f"i.e. at most {max(1, MAX_SUMMARY_CHIP_STEPS // chips):,} steps on {chips} chips")
         )
     if not problems and chip is not None:
         sizes = {"data": s.data_parallel, "fsdp": p.fsdp, "tensor": p.tensor}
@@ -483,13 +550,12 @@ def load_scenario(path: str | Path, overrides: Mapping[str, Any] | None = None) 
             data = f.read(MAX_SCENARIO_BYTES + 1)
         if len(data) > MAX_SCENARIO_BYTES:
             raise ScenarioError(str(path), [("", f"larger than {MAX_SCENARIO_BYTES // 1024} KiB; a scenario is a few dozen lines of TOML")])
-        raw = tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except OSError as e:
         raise ScenarioError(str(path), [("", f"cannot read file: {e.strerror or e}")]) from None
     except UnicodeDecodeError as e:
         raise ScenarioError(str(path), [("", f"not UTF-8 text: {e}")]) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(str(path), [("", f"malformed TOML: {e}")]) from None
+    raw = parse_toml(text, str(path))
     raw.setdefault("name", path.stem)
     if overrides:
         raw = apply_overrides(raw, overrides)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from . import queries
 from .export import export_run
-from .store import Database, resolve_run, write_run
+from .store import Database, check_run_name, resolve_run, write_run
 from .sweep import make_executor, run_sweep
 from .trace_import import import_trace
 
@@ -68,6 +68,8 @@ def run_file(
     ScenarioError
         If the file is invalid, or valid but too large to simulate (names the file; nothing is stored).
     """
+    if name is not None:
+        check_run_name(name)
     scenario = load_scenario(path, overrides)
     try:
         result = simulate(scenario)

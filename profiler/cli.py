@@ -11,12 +11,14 @@ import argparse
 import json
 import os
 import sys
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, PlanError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
+from engine.names import printable
+from engine.scenario import parse_toml
+from rich.markup import escape as markup_escape
 
 from . import api, cli_output, collective_cli, hlo_cli, plan_cli, queries
 from .store import Database, delete_run
@@ -41,14 +43,18 @@ def _parse_set(items: Sequence[str]) -> dict[str, Any]:
         if not sep or not key:
             raise ScenarioError("--set", [(item, "expected KEY=VALUE, e.g. training.global_batch=1024")])
         try:
-            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
-        except tomllib.TOMLDecodeError:
-            out[key.strip()] = value
+            out[key.strip()] = parse_toml(f"v = {value}", f"--set {key.strip()}")["v"]
+        except ScenarioError as e:
+            if e.problems[0][1].startswith("malformed TOML"):
+                out[key.strip()] = value  # not a TOML literal: a plain string
+            else:
+                raise
+
     return out
 
 
 def _fmt_summary(s: dict[str, Any]) -> str:
-    return cli_output.summary_text(s)
+    return printable(cli_output.summary_text(s), keep_newlines=True)
 
 
 def _database(args: argparse.Namespace) -> Database:
@@ -96,6 +102,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     elif df.empty:
         print(f"no runs in {db.path}")
     else:
+        for col in df.columns:  # names and imported device kinds: no raw control bytes, no rich markup
+            df[col] = df[col].map(lambda v: markup_escape(printable(v)) if isinstance(v, str) else v)
         cli_output.print_table(cli_output.runs_table(df))
     return EXIT_OK
 
@@ -128,6 +136,14 @@ def _cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from .check import check_database
+
+    report = check_database(Database(args.db))
+    print(report.message())
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -145,7 +161,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     with cli_output.status(f"Exporting run {args.run} as {args.format} ..."):
         report = export_run(
             db, args.run, args.format, args.output, steps=args.steps, chips=args.chips,
-            max_events=args.max_events or DEFAULT_MAX_EVENTS,
+            max_events=args.max_events or DEFAULT_MAX_EVENTS, force=args.force,
         )  # fmt: skip
     print(report.message(), file=sys.stderr)
     return EXIT_OK
@@ -187,7 +203,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     for point, error in result.failed:
-        print(f"  failed {point}: {error.splitlines()[0]}", file=sys.stderr)
+        print(f"  failed {point}: {printable(error.splitlines()[0])}", file=sys.stderr)
     return EXIT_ERROR if result.failed else EXIT_OK
 
 
@@ -219,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("run", help="run id, or name (the newest run of that name)")
     db_arg(d)
     d.set_defaults(func=_cmd_delete)
+
+    ck = sub.add_parser("check", help="read every table of the database in full; say which runs still read if damaged")
+    db_arg(ck)
+    ck.set_defaults(func=_cmd_check)
     ex = sub.add_parser("export", help="export a run: Perfetto/chrome://tracing JSON, or its tables as Parquet/CSV")
     ex.add_argument("run", help="run id or name")
     ex.add_argument("--format", required=True, choices=["perfetto", "parquet", "csv"])
@@ -226,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--steps", help="half-open step window A:B (default for perfetto: as many as fit --max-events)")
     ex.add_argument("--chips", help="chips, e.g. 0-7,12 (default for perfetto: all that fit)")
     ex.add_argument("--max-events", type=_positive_int, help="perfetto: cap on events when the window is not given")
+    ex.add_argument("--force", action="store_true", help="perfetto: replace an existing regular file (never a device or folder)")
     db_arg(ex)
     ex.set_defaults(func=_cmd_export)
 
@@ -273,8 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ScenarioError, PlanError, ReferenceFileError, TraceImportError, InputError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e, keep_newlines=True)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except PodscopeError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e, keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR

@@ -22,6 +22,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,6 +348,21 @@ def _write_tables(con: Any, run_id: int, out_dir: Path, fmt: str, window: tuple[
     return files, int(events)
 
 
+def _check_perfetto_target(out: Path, force: bool) -> None:
+    """Refuse to replace what exists at ``out`` unless ``force`` and it is a plain regular file."""
+    try:
+        st = out.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(f"cannot check export path {out}: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file (a device, pipe or socket)"
+        raise InputError(f"{out} exists and is {what}; export to a new file name")
+    if not force:
+        raise InputError(f"{out} exists; pass --force to replace it, or choose a new file name")
+
+
 def export_run(
     db: Database,
     ref: str | int,
@@ -356,6 +372,7 @@ def export_run(
     steps: str | tuple[int, int] | None = None,
     chips: str | tuple[int, ...] | None = None,
     max_events: int = DEFAULT_MAX_EVENTS,
+    force: bool = False,
 ) -> ExportReport:
     """Export one stored run.
 
@@ -370,6 +387,9 @@ def export_run(
         The window: ``"A:B"`` (half-open) and ``"0-7,12"``, or already parsed. Perfetto
         export caps the window at ``max_events`` events when either is omitted; Parquet
         and CSV export the whole run unless a window is given.
+    force
+        Perfetto: replace an existing regular file at ``path`` (never a device, folder or
+        other special file). Without it an existing path is refused.
 
     Returns
     -------
@@ -379,15 +399,18 @@ def export_run(
     Raises
     ------
     InputError
-        Bad window, unknown format, or an output path that exists and is not empty.
+        Bad window, unknown format, an output path that exists (a Perfetto file without
+        ``force``, anything but a regular file even with it; a directory that is not empty).
     RunNotFoundError, ProfilerError
         Missing run; storage or file-system failure.
     """
     if fmt not in ("perfetto", "parquet", "csv"):
         raise InputError(f"unknown export format {fmt!r}; expected perfetto, parquet or csv")
     out = Path(path)
-    if out.exists() and (out.is_file() if fmt != "perfetto" else out.is_dir()):
-        raise InputError(f"{out} exists and is a {'file' if out.is_file() else 'directory'}")
+    if fmt == "perfetto":
+        _check_perfetto_target(out, force)
+    elif out.exists() and out.is_file():
+        raise InputError(f"{out} exists and is a file")
     if not out.parent.is_dir():
         raise InputError(f"{out.parent} is not an existing folder")
     if fmt != "perfetto" and out.is_dir() and any(out.iterdir()):
@@ -416,6 +439,8 @@ def export_run(
             if fmt == "perfetto":
                 tmp = tmp_dir / out.name
                 n = _write_perfetto(con, run_id, tmp, win, sel, summary | {"name": name}, counter_points)
+                _check_perfetto_target(out, force)  # again: something may have appeared meanwhile
+                tmp.chmod(0o644)
                 os.replace(tmp, out)
                 files: list[str] = [out.name]
             else:

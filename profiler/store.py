@@ -24,7 +24,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from engine.errors import RunNotFoundError
+from engine.errors import InputError, RunNotFoundError
+from engine.names import name_problem, printable
 from engine.trace import RunResult
 
 from .chunked_write import collect_abandoned, is_large, write_chunked
@@ -57,8 +58,29 @@ _BATCH_EVENTS_VIEW = "_podscope_in_events"
 _INSERT_EVENTS_BATCH_SQL = f"INSERT INTO events SELECT run_id, {EVENTS_SELECT} FROM {quote_ident(_BATCH_EVENTS_VIEW)}"
 
 
+def check_run_name(name: str) -> None:
+    """Refuse a given run name that breaks :func:`engine.names.name_problem` (before any work is done).
+
+    Raises
+    ------
+    InputError
+    """
+    if (problem := name_problem(name)) is not None:
+        raise InputError(f"run name '{printable(name[:80])}{'...' if len(name) > 80 else ''}': {problem}")
+
+
 def _run_name(result: RunResult, name: str | None) -> str:
-    return name or (result.scenario.name if result.scenario is not None else "run")
+    """The name a run is stored under: ``name`` if given (checked by the one rule), else its scenario's.
+
+    Raises
+    ------
+    InputError
+        ``name`` breaks the rule of :func:`engine.names.name_problem`.
+    """
+    if name is None:
+        return result.scenario.name if result.scenario is not None else "run"
+    check_run_name(name)
+    return name
 
 
 def write_run(db: Database, result: RunResult, *, name: str | None = None, source: str = "simulated") -> int:
@@ -78,10 +100,12 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
         return write_chunked(db, staged, result)
     with db.write() as con:
         collect_abandoned(con)
-        return _write_whole(con, staged, result)
+        return _write_whole(con, staged, result)[0]
 
 
-def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "simulated") -> list[int]:
+def write_runs(
+    db: Database, results: Iterable[RunResult], *, source: str = "simulated", already_stored: set[int] | None = None
+) -> list[int]:
     """Store many runs, several small runs per transaction; returns their run_ids in order.
 
     Opening and checkpointing a DuckDB file costs tens of milliseconds, and every
@@ -95,6 +119,10 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
     Each run is in the database whole or not at all. A failure leaves every run before
     the failing one stored and nothing of the failing one (a batch that fails to insert
     is retried run by run, so only the bad run is missing).
+
+    A sweep point (``facts.extra["sweep"]``) that the file already holds, stored by another
+    sweep, is not stored again: its existing run id is returned, and added to
+    ``already_stored`` when given.
     """
     ids: list[int] = []
     batch: list[tuple[StagedRun, RunResult]] = []
@@ -104,7 +132,10 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
         if batch:
             pending = list(batch)
             batch.clear()  # before writing: a failed batch must not be written again by the handler below
-            ids.extend(_write_batch(db, pending))
+            for run_id, fresh in _write_batch(db, pending):
+                ids.append(run_id)
+                if not fresh and already_stored is not None:
+                    already_stored.add(run_id)
 
     try:
         for result in results:
@@ -126,16 +157,40 @@ def write_runs(db: Database, results: Iterable[RunResult], *, source: str = "sim
     return ids
 
 
-def _write_whole(con: duckdb.DuckDBPyConnection, staged: StagedRun, result: RunResult) -> int:
-    """A run of at most EVENT_CHUNK_ROWS events: one transaction."""
+_STORED_POINT_SQL = (
+    "SELECT min(run_id) FROM runs WHERE json_extract_string(summary, '$.sweep.name') = $sweep "
+    "AND json_extract_string(summary, '$.sweep.point') = $point"
+)
+
+
+def _stored_point(con: duckdb.DuckDBPyConnection, staged: StagedRun) -> int | None:
+    """The run already holding this sweep point (same sweep, same scenario hash), if any.
+
+    Asked inside the transaction that would store the point: DuckDB lets one process at a
+    time write the file, so two sweeps storing the same point cannot both find it missing.
+    """
+    sweep = staged.summary.get("sweep")
+    if not isinstance(sweep, dict) or "point" not in sweep:
+        return None
+    row = con.execute(_STORED_POINT_SQL, {"sweep": sweep.get("name"), "point": sweep["point"]}).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _write_whole(con: duckdb.DuckDBPyConnection, staged: StagedRun, result: RunResult) -> tuple[int, bool]:
+    """A run of at most EVENT_CHUNK_ROWS events: one transaction; (run_id, stored now).
+
+    A sweep point the file already holds is not stored again (its run id, False).
+    """
     with transaction(con):
+        if (existing := _stored_point(con, staged)) is not None:
+            return existing, False
         run_id = new_run_id(con)
         insert_events(con, result.trace.events, run_id)
         publish(con, staged, run_id)
-    return run_id
+    return run_id, True
 
 
-def _write_batch(db: Database, batch: list[tuple[StagedRun, RunResult]]) -> list[int]:
+def _write_batch(db: Database, batch: list[tuple[StagedRun, RunResult]]) -> list[tuple[int, bool]]:
     """Small staged runs in one transaction, one INSERT per table; run by run if that fails.
 
     Their summaries are computed together first (:func:`~profiler.staging.summarise`), without the file.
@@ -156,8 +211,19 @@ def _with_run_id(table: pa.Table, run_id: int) -> pa.Table:
     return table.add_column(0, "run_id", pa.array(np.full(table.num_rows, run_id, dtype=np.int32)))
 
 
-def _insert_batch(con: duckdb.DuckDBPyConnection, batch: list[tuple[StagedRun, RunResult]]) -> list[int]:
-    """The rows of a batch of staged runs: one INSERT per table for all of them, the runs rows last."""
+def _insert_batch(con: duckdb.DuckDBPyConnection, batch: list[tuple[StagedRun, RunResult]]) -> list[tuple[int, bool]]:
+    """The rows of a batch of staged runs: one INSERT per table for all of them, the runs rows last.
+
+    Sweep points already stored (by another sweep into the same file) are not stored again:
+    their existing run id is returned in their place.
+    """
+    existing = [_stored_point(con, staged) for staged, _ in batch]
+    fresh = [item for item, old in zip(batch, existing) if old is None]
+    fresh_ids = iter(_insert_fresh(con, fresh) if fresh else [])
+    return [(old, False) if old is not None else (next(fresh_ids), True) for old in existing]
+
+
+def _insert_fresh(con: duckdb.DuckDBPyConnection, batch: list[tuple[StagedRun, RunResult]]) -> list[int]:
     n = len(batch)
     ids = [int(r[0]) for r in con.execute("SELECT nextval('run_id_seq') FROM range($n)", {"n": n}).fetchall()]
     grouped: dict[tuple[str, bool], list[pa.Table]] = {}  # (table, is_extra) -> per-run tables with run_id

@@ -30,14 +30,15 @@ simulation fails is recorded in ``sweep_failures`` with its error while the swee
 from __future__ import annotations
 
 import concurrent.futures as cf
+import errno
 import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
-import tomllib
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -52,10 +53,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
 from engine.errors import PodscopeError, ProfilerError, ScenarioError
 from engine.jsonable import json_default
+from engine.scenario import MAX_SCENARIO_BYTES, parse_toml
+from engine.names import derived_name, name_problem
 from engine.validation_messages import UNKNOWN_KEY
 
 from .schema import CREATE_TABLE_SQL
-from .store import Database, write_run, write_runs
+from .store import Database, write_runs
 
 __all__ = [
     "SweepSpec",
@@ -109,12 +112,18 @@ class RandomSection(_Model):
 class SweepSpec(_Model):
     """A validated sweep file (see the module docstring)."""
 
-    name: Annotated[str, Field(min_length=1, max_length=100)]
+    name: str  # checked by the one run-name rule (engine.names)
     base: str
     set: dict[str, Any] = {}
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
     zip: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}
     random: RandomSection = RandomSection()
+
+    @model_validator(mode="after")
+    def _name_rule(self) -> "SweepSpec":
+        if (problem := name_problem(self.name)) is not None:
+            raise ValueError(f"name: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _zip_lengths(self) -> "SweepSpec":
@@ -144,6 +153,14 @@ class SweepResult:
     failed: list[tuple[str, str]]
 
 
+def _read_bounded(path: Path) -> str:
+    with path.open("rb") as f:  # a device or a huge file must not exhaust memory
+        data = f.read(MAX_SCENARIO_BYTES + 1)
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(str(path), [("", f"larger than {MAX_SCENARIO_BYTES // 1024} KiB; a sweep file is a few dozen lines")])
+    return data.decode("utf-8")
+
+
 def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     """Load a sweep file and its base scenario (raw dict, name set); validate both.
 
@@ -154,10 +171,10 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
     """
     path = Path(path)
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = parse_toml(_read_bounded(path), str(path))
     except OSError as e:
         raise ScenarioError(str(path), [("", f"cannot read file: {e.strerror or e}")]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise ScenarioError(str(path), [("", f"malformed TOML: {e}")]) from None
     try:
         spec = SweepSpec.model_validate(raw)
@@ -165,11 +182,11 @@ def load_sweep(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
         raise ScenarioError(str(path), [(".".join(str(p) for p in err["loc"]), err["msg"]) for err in e.errors()]) from None
     base_path = (path.parent / spec.base).resolve()
     try:
-        base = tomllib.loads(base_path.read_text())
+        base = parse_toml(_read_bounded(base_path), str(base_path))
     except OSError as e:
         raise ScenarioError(str(path), [("base", f"cannot read base scenario {base_path}: {e.strerror or e}")]) from None
-    except tomllib.TOMLDecodeError as e:
-        raise ScenarioError(str(base_path), [("", f"malformed TOML: {e}")]) from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(str(base_path), [("", f"not UTF-8 text: {e}")]) from None
     base.setdefault("name", base_path.stem)
     return spec, base
 
@@ -206,7 +223,7 @@ def expand_points(spec: SweepSpec, base: Mapping[str, Any], source: str = "<swee
         full = {**spec.set, **overrides}
         raw = apply_overrides(base, full)
         label = " ".join(f"{k}={v}" for k, v in overrides.items())
-        raw["name"] = f"{spec.name} {label}".strip() if label else spec.name
+        raw["name"] = derived_name(f"{spec.name} {label}".strip() if label else spec.name)
         if i == 0:
             _check_keys(raw, source)
         point = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -259,7 +276,13 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
                 writer.write_table(table)
         meta = {"scenario": point.scenario, "facts": asdict(result.facts), "point": point.point, "overrides": point.overrides}
         (tmp / "meta.json").write_text(json.dumps(meta, default=json_default))
-        os.replace(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError as e:
+            # another sweep sharing this folder finished the same point first (same hash: the
+            # same scenario, so the same result); use its folder, or the stored run if it is gone
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -312,17 +335,23 @@ def _stored_points(db: Database, sweep: str) -> set[str]:
         return {r[0] for r in con.execute(_STORED_POINTS_SQL, {"sweep": sweep}).fetchall()}
 
 
-def _store_points(db: Database, sweep: str, ready: list[tuple[SweepPoint, str]]) -> list[tuple[tuple[SweepPoint, str], int, str | None]]:
+def _store_points(
+    db: Database, sweep: str, ready: list[tuple[SweepPoint, str]]
+) -> list[tuple[tuple[SweepPoint, str], int, str | None, bool]]:
     """Store finished points together; on a failure, one by one so only the bad point fails.
 
-    Returns ((point, folder), run_id, error) per point, error None when stored.
+    Returns ((point, folder), run_id, error, stored_now) per point, error None when the
+    point is in the database. A point another sweep into the same file stored first is
+    not stored again (``stored_now`` False): the store decides in the transaction that
+    would store it, and a folder that other sweep already removed means just that.
     """
     if not ready:
         return []
     try:
         results = [_load_point(Path(folder), sweep) for _, folder in ready]
-        ids = write_runs(db, results)
-        return [(item, run_id, None) for item, run_id in zip(ready, ids)]
+        others: set[int] = set()
+        ids = write_runs(db, results, already_stored=others)
+        return [(item, run_id, None, run_id not in others) for item, run_id in zip(ready, ids)]
     except (PodscopeError, OSError, ValueError):
         pass  # fall through: each point reports its own error below
     already = _stored_point_ids(db, sweep)  # write_runs keeps the runs before a failure
@@ -330,18 +359,27 @@ def _store_points(db: Database, sweep: str, ready: list[tuple[SweepPoint, str]])
     for item in ready:
         point, folder = item
         if point.point in already:
-            out.append((item, already[point.point], None))
+            out.append((item, already[point.point], None, False))
             continue
         try:
-            out.append((item, write_run(db, _load_point(Path(folder), sweep), name=point.scenario["name"]), None))
+            others = set()
+            ids = write_runs(db, [_load_point(Path(folder), sweep)], already_stored=others)
+            out.append((item, ids[0], None, ids[0] not in others))
         except (PodscopeError, OSError, ValueError) as e:
-            out.append((item, -1, f"{type(e).__name__}: {e}"))
+            stored_by_other = _stored_point_ids(db, sweep).get(point.point)
+            if stored_by_other is not None:  # its folder went with the other sweep's store
+                out.append((item, stored_by_other, None, False))
+            else:
+                out.append((item, -1, f"{type(e).__name__}: {e}", False))
     return out
 
 
 def default_out_dir(db: Database, sweep: str) -> Path:
     """Where workers write points: beside the database, one folder per sweep."""
-    return db.path.parent / f"{db.path.stem}.sweeps" / sweep
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", sweep).strip("._")[:64] or "sweep"
+    if safe != sweep:  # a name that is not a plain file name: keep folders of different sweeps apart
+        safe += "-" + hashlib.sha256(sweep.encode()).hexdigest()[:8]
+    return db.path.parent / f"{db.path.stem}.sweeps" / safe
 
 
 def run_sweep(
@@ -416,9 +454,9 @@ def run_sweep(
                 done += 1
                 if progress is not None:
                     progress(done, len(points), point.scenario["name"] + " FAILED")
-        for (point, folder), run_id, error in _store_points(db, spec.name, ready):
+        for (point, folder), run_id, error, stored_now in _store_points(db, spec.name, ready):
             if error is None:
-                stored.append(run_id)
+                (stored if stored_now else skipped).append(run_id if stored_now else point.point)
                 if not keep_points:
                     shutil.rmtree(folder, ignore_errors=True)
             else:
@@ -428,6 +466,27 @@ def run_sweep(
             if progress is not None:
                 progress(done, len(points), point.scenario["name"] + (" FAILED" if error else ""))
     return SweepResult(name=spec.name, points=len(points), stored=stored, skipped=skipped, failed=failed)
+
+
+#: how often a pool worker checks that the sweep that started it is still alive
+PARENT_POLL_S = 0.25
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Pool worker initializer: exit as soon as the sweep process that started it is gone.
+
+    A SIGKILLed sweep cannot shut its pool down, and the workers would otherwise finish
+    their points (seconds to minutes, with a simulation's memory) for nobody. The worker
+    is re-parented when its parent dies, so a daemon thread watching ``os.getppid()`` sees it.
+    """
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="podscope-parent-watch", daemon=True).start()
 
 
 def make_executor(kind: str, *, address: str | None = None, workers: int | None = None) -> tuple[cf.Executor, Callable[[], None]]:
@@ -444,7 +503,10 @@ def make_executor(kind: str, *, address: str | None = None, workers: int | None 
         import multiprocessing
 
         # spawn: workers start clean rather than forking a process that may hold DuckDB handles
-        pool = cf.ProcessPoolExecutor(max_workers=workers or os.cpu_count(), mp_context=multiprocessing.get_context("spawn"))
+        pool = cf.ProcessPoolExecutor(
+            max_workers=workers or os.cpu_count(), mp_context=multiprocessing.get_context("spawn"),
+            initializer=exit_with_parent, initargs=(os.getpid(),),
+        )  # fmt: skip
         return pool, lambda: pool.shutdown(wait=True)
     if kind == "dask":
         from distributed import Client, LocalCluster

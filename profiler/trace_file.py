@@ -3,7 +3,12 @@
 Reads ``.json`` or ``.json.gz`` (detected by its magic bytes, not its name) as a stream
 (ijson) through a reader that counts bytes, so memory stays bounded whatever the file
 holds: the file size, the decompressed size (a gzip bomb stops at the limit) and the
-number of events are all capped (:class:`ImportLimits`). Timestamps and durations are
+number of events are all capped (:class:`ImportLimits`). The same reader scans every
+chunk (vectorised, before the JSON parser sees it) for the nesting depth of arrays and
+objects and the length of each string, and stops when either passes its limit or when
+one event takes longer than ``max_seconds_per_event`` to arrive: a 200 KB file of ``[``
+or a multi-GiB string inside gzip then fails in milliseconds instead of exhausting
+memory. Timestamps and durations are
 checked to be finite numbers of believable size. ``B``/``E`` pairs become complete
 events; metadata (``M``) events give process and thread names and Podscope's own
 per-process metadata. What the events mean is :mod:`profiler.trace_import`'s business.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import time
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import ijson
+import numpy as np
 
 from engine.errors import TraceImportError
 
@@ -47,6 +54,17 @@ MAX_SPAN_US = 7 * 24 * 3600 * 1e6
 #: |ts| beyond this (microseconds; ~3,000 years since the epoch) is not a timestamp
 MAX_ABS_TS_US = 1e17
 _READ_CHUNK_BYTES = 1 << 16
+#: deepest nesting of arrays and objects (a Chrome trace nests 4-6 deep: file, traceEvents, event, args)
+DEFAULT_MAX_DEPTH = 64
+#: longest JSON string, in bytes as written (kernel names run to a few KB; a stack in args to tens)
+DEFAULT_MAX_STRING_BYTES = 1 << 20
+#: longest wait for the next event while reading (a normal event takes microseconds)
+DEFAULT_MAX_SECONDS_PER_EVENT = 10.0
+#: longest pid or tid kept, in characters (they name processes and threads)
+MAX_ID_CHARS = 256
+_OPEN = np.frombuffer(b"[{", np.uint8)
+_CLOSE = np.frombuffer(b"]}", np.uint8)
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,9 @@ class ImportLimits:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     max_json_bytes: int = DEFAULT_MAX_JSON_BYTES
     max_events: int = DEFAULT_MAX_EVENTS
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
+    max_seconds_per_event: float = DEFAULT_MAX_SECONDS_PER_EVENT
 
 
 @dataclass
@@ -78,15 +99,93 @@ class RawTrace:
     hints: EventHints = field(default_factory=EventHints)
 
 
-class _BoundedReader(io.RawIOBase):
-    """A binary reader that fails once more than ``limit`` bytes have come through."""
+class _JsonShape:
+    """Nesting depth and string length of JSON text fed chunk by chunk (numpy over each chunk).
 
-    def __init__(self, inner: BinaryIO, limit: int, source: str, owned: tuple[BinaryIO, ...] = ()):
+    A quote is a string delimiter unless an odd run of backslashes precedes it; brackets
+    count only outside strings. State carried between chunks: depth, inside-a-string, the
+    bytes of the open string so far and the backslash run at the chunk's end.
+    """
+
+    def __init__(self, max_depth: int, max_string_bytes: int, source: str):
+        self.max_depth, self.max_string_bytes, self.source = max_depth, max_string_bytes, source
+        self.depth = 0
+        self.in_string = False
+        self.string_run = 0  # bytes of the string still open at the end of the last chunk
+        self.backslashes = 0  # backslash run at the end of the last chunk
+
+    def feed(self, data: bytes) -> None:
+        b = np.frombuffer(data, np.uint8)
+        n = len(b)
+        if n == 0:
+            return
+        idx = np.arange(n)
+        bs = b == _BACKSLASH
+        q = np.flatnonzero(b == _QUOTE)
+        if len(q):
+            last_other = np.maximum.accumulate(np.where(bs, -1, idx))  # last non-backslash at or before i
+            prev = q - 1
+            run = np.where(prev >= 0, prev - np.where(prev >= 0, last_other[np.maximum(prev, 0)], -1), 0)
+            run = run + np.where((prev < 0) | (last_other[np.maximum(prev, 0)] < 0), self.backslashes, 0)
+            q = q[run % 2 == 0]  # unescaped quotes
+        toggles = np.zeros(n, np.int64)
+        toggles[q] = 1
+        inside = ((np.cumsum(toggles) + int(self.in_string)) % 2).astype(bool)  # inside a string after byte i
+        structural = ~inside
+        structural[q] = False
+        delta = np.isin(b, _OPEN).astype(np.int64) - np.isin(b, _CLOSE).astype(np.int64)
+        depth = self.depth + np.cumsum(np.where(structural, delta, 0))
+        if depth.max() > self.max_depth:
+            raise TraceImportError(
+                f"{self.source}: arrays or objects nested more than {self.max_depth} deep (limit max_depth); "
+                "a Chrome trace nests a few levels: file, traceEvents, event, args"
+            )
+        # string lengths: from each opening quote to its closing one (or the chunk's end)
+        opens = q[inside[q]]
+        closes = q[~inside[q]]
+        longest = 0
+        start_run = self.string_run if self.in_string else None
+        if start_run is not None:
+            first_close = closes[0] if len(closes) else n
+            longest = start_run + first_close
+            closes = closes[1:] if len(closes) else closes
+        m = min(len(opens), len(closes))
+        if m:
+            longest = max(longest, int((closes[:m] - opens[:m]).max()))
+        end_inside = bool(inside[-1])
+        if end_inside:
+            tail = (n - opens[-1]) if len(opens) else (self.string_run + n)
+            longest = max(longest, int(tail))
+            self.string_run = int(tail)
+        else:
+            self.string_run = 0
+        if longest > self.max_string_bytes:
+            raise TraceImportError(
+                f"{self.source}: a JSON string longer than {self.max_string_bytes:,} bytes (limit max_string_bytes); "
+                "names, ids and arguments in a trace are short"
+            )
+        self.in_string = end_inside
+        self.depth = int(depth[-1])
+        tail_bs = n - 1 - int(np.flatnonzero(~bs)[-1]) if (~bs).any() else n + self.backslashes
+        self.backslashes = tail_bs
+
+
+class _BoundedReader(io.RawIOBase):
+    """A binary reader that fails once more than ``limit`` bytes have come through, or bad JSON shape or pace."""
+
+    def __init__(self, inner: BinaryIO, limits: "ImportLimits", source: str, owned: tuple[BinaryIO, ...] = ()):
         self._inner = inner
         self._owned = owned  # closed with this reader (GzipFile leaves the file it wraps open)
-        self._limit = limit
+        self._limit = limits.max_json_bytes
         self._seen = 0
         self._source = source
+        self._shape = _JsonShape(limits.max_depth, limits.max_string_bytes, source)
+        self._max_wait_s = limits.max_seconds_per_event
+        self._last_event = time.monotonic()
+
+    def event_read(self) -> None:
+        """The parser delivered an event: the time limit for the next one starts now."""
+        self._last_event = time.monotonic()
 
     def readable(self) -> bool:
         return True
@@ -99,6 +198,12 @@ class _BoundedReader(io.RawIOBase):
             raise TraceImportError(
                 f"{self._source}: more than {self._limit:,} bytes of JSON after decompression "
                 "(a gzip bomb or a trace too large to import); raise max_json_bytes to allow it"
+            )
+        self._shape.feed(data)
+        if time.monotonic() - self._last_event > self._max_wait_s:
+            raise TraceImportError(
+                f"{self._source}: no complete event in {self._max_wait_s:g} s of reading (limit max_seconds_per_event); "
+                "one event is absurdly large"
             )
         buf[: len(data)] = data
         return len(data)
@@ -115,7 +220,7 @@ def _open(path: Path, limits: ImportLimits) -> io.BufferedReader:
     magic = raw.read(2)
     raw.seek(0)
     inner: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw  # type: ignore[assignment]
-    reader = _BoundedReader(inner, limits.max_json_bytes, str(path), owned=(raw,))
+    reader = _BoundedReader(inner, limits, str(path), owned=(raw,))
     return io.BufferedReader(reader, buffer_size=_READ_CHUNK_BYTES)
 
 
@@ -130,6 +235,17 @@ def _num(ev: dict, key: str, index: int, source: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise TraceImportError(f"{source}: event #{index} ({ev.get('name')!r}, ph {ev.get('ph')!r}) has no numeric {key!r}: {v!r}")
     return float(v)
+
+
+def _ident(ev: dict, key: str, index: int, source: str) -> str:
+    """A pid or tid as text: a number or a short string (Chrome writes either)."""
+    v = ev.get(key, "")
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TraceImportError(f"{source}: event #{index} has a {type(v).__name__} as {key!r}; valid: a number or a string")
+    text = str(v)
+    if len(text) > MAX_ID_CHARS:
+        raise TraceImportError(f"{source}: event #{index} has a {key!r} of {len(text):,} characters; valid: at most {MAX_ID_CHARS}")
+    return text
 
 
 def _check_size(path: Path, limits: ImportLimits) -> None:
@@ -160,7 +276,7 @@ def _read_event(out: RawTrace, open_b: dict[tuple[str, str], list[tuple[str, str
     if not isinstance(ev, dict):
         raise TraceImportError(f"{source}: event #{index} is a {type(ev).__name__}, not an object")
     ph = ev.get("ph")
-    pid, tid = str(ev.get("pid", "")), str(ev.get("tid", ""))
+    pid, tid = _ident(ev, "pid", index, source), _ident(ev, "tid", index, source)
     if ph == "M":
         _read_metadata(out, ev, pid, tid)
         return
@@ -217,6 +333,7 @@ def read_raw_trace(path: Path, limits: ImportLimits) -> RawTrace:
         prefix = "traceEvents.item" if first == "{" else "item"
         with _open(path, limits) as f:
             for index, ev in enumerate(ijson.items(f, prefix, use_float=True)):
+                f.raw.event_read()
                 out.total = index + 1
                 if out.total > limits.max_events:
                     raise TraceImportError(f"{source}: more than {limits.max_events:,} events; raise max_events to import it")

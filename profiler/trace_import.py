@@ -54,9 +54,10 @@ import numpy as np
 import pyarrow as pa
 
 from engine.errors import TraceImportError
+from engine.names import derived_name
 from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace, events_batch
 
-from .store import Database, write_run
+from .store import Database, check_run_name, write_run
 from .xla_trace import keras_step_markers, xla_kind
 from .xplane import is_xplane, xplane_as_trace_json
 from .trace_file import DEFAULT_MAX_EVENTS, DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_JSON_BYTES, MAX_SPAN_US, ImportLimits, RawTrace, read_raw_trace
@@ -417,6 +418,8 @@ def import_trace(db: Database, path: str | Path, *, name: str | None = None, lim
     ProfilerError
         Storage failure (nothing written: the run is one transaction).
     """
+    if name is not None:
+        check_run_name(name)  # before the file is read
     if is_xplane(path):  # XProf's own profile: converted to trace-viewer JSON by the optional xprof package
         with xplane_as_trace_json(path, limits.max_file_bytes) as converted:
             trace, facts = read_trace(converted, limits=limits)
@@ -424,5 +427,5 @@ def import_trace(db: Database, path: str | Path, *, name: str | None = None, lim
         facts = replace(facts, extra={**facts.extra, "import": info})
     else:
         trace, facts = read_trace(path, limits=limits)
-    stem = Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace").removesuffix(".pb").removesuffix(".xplane")
+    stem = derived_name(Path(path).name.removesuffix(".gz").removesuffix(".json").removesuffix(".trace").removesuffix(".pb").removesuffix(".xplane"))
     return write_run(db, RunResult(scenario=None, trace=trace, facts=facts), name=name or stem, source="imported")

@@ -94,3 +94,32 @@ def test_a_what_if_run_is_named_by_what_changed(tmp_path, monkeypatch, small_sce
     with Database(path).read() as con:
         names = list(queries.list_runs(con)["name"])
     assert names[0] == "small · batch 256 → 512"
+
+
+def test_cause_differences_rank_by_seconds_and_give_each_runs_share():
+    import pandas as pd
+
+    from views.compare_model import cause_difference_lines, cause_differences
+
+    deltas = pd.DataFrame({"kind": ["compute", "collective", "input_wait", "other"], "a": [0.8, 0.1, 0.1, 0.0], "b": [0.7, 0.6, 0.1, 0.1]})
+    ranked = cause_differences(deltas)
+    assert ranked["kind"].tolist() == ["collective", "compute", "other"]  # input_wait did not change: left out
+    assert ranked["delta_s"].tolist() == pytest.approx([0.5, -0.1, 0.1])
+    assert ranked.loc[0, "a_share"] == pytest.approx(0.1) and ranked.loc[0, "b_share"] == pytest.approx(0.6 / 1.5)
+    assert cause_difference_lines(deltas, top=1) == ["Collective (exposed): 100 ms → 600 ms per step (10.0% → 40.0% of the step)"]
+
+
+def test_a_simulation_beside_an_imported_trace_says_predicted_against_measured(page_db):
+    at = AppTest.from_file(str(ROOT / "views/compare.py"), default_timeout=120)
+    at.query_params["run"] = str(page_db.run_ids["full"])
+    at.query_params["vs"] = str(page_db.run_ids["imported"])
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    text = "\n".join(m.value for m in at.markdown)
+    assert "Predicted against measured: the causes that differ most" in text
+    twin = AppTest.from_file(str(ROOT / "views/compare.py"), default_timeout=120)
+    twin.query_params["run"] = str(page_db.run_ids["full"])
+    twin.query_params["vs"] = str(page_db.run_ids["stragglers"])
+    twin.run()
+    assert not twin.exception
+    assert "Predicted against measured" not in "\n".join(m.value for m in twin.markdown)

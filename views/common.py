@@ -26,6 +26,7 @@ import streamlit as st
 from engine.errors import PodscopeError
 from profiler import api, queries
 from profiler import format as fmt
+from profiler.connection import DatabaseDamagedError
 from profiler.store import Database, DatabaseBusyError, resolve_db_path, write_run
 
 __all__ = [
@@ -96,6 +97,14 @@ def query(fn: Callable[..., Any], *args: Any) -> Any:
         return _cached(path, _recent_version(path), f"{fn.__module__}.{fn.__name__}", args)
     except DatabaseBusyError:
         _busy(Path(path))
+    except DatabaseDamagedError as e:
+        _damaged(e)
+
+
+def _damaged(e: DatabaseDamagedError) -> None:
+    """Say which file is damaged (or not a database) and what to do, and stop this render; nothing is written."""
+    st.error(f"**The database file cannot be used.** {e}")
+    st.stop()
 
 
 def _busy(path: Path) -> None:
@@ -173,6 +182,8 @@ def seed_if_empty() -> None:
         invalidate()
     except DatabaseBusyError:
         return  # another process is writing runs, so there will be something to show; pages say "busy"
+    except DatabaseDamagedError as e:
+        _damaged(e)  # never seed (write) into a damaged file
     except PodscopeError as e:
         st.error(f"Could not simulate the example runs: {e}")
 
@@ -468,6 +479,8 @@ def page_connection() -> Iterator[None]:
         held.open()
     except DatabaseBusyError:
         _busy(held.db.path)
+    except DatabaseDamagedError as e:
+        _damaged(e)
     _render.held = held
     try:
         yield

@@ -13,7 +13,7 @@ import streamlit as st
 from engine import load_catalog
 from profiler import format as fmt
 from profiler import queries, steady_state
-from views import common, figures
+from views import common, compare_model, figures
 
 #: (summary key, label, formatter, lower is better, a fraction whose change is in percentage points)
 _HEADLINES = [
@@ -106,6 +106,17 @@ def _steady_split(run_id: int, summary: dict) -> pd.DataFrame:
     return df
 
 
+def _differences(a: dict, b: dict, deltas: pd.DataFrame) -> None:
+    """Name the causes that differ most; for a simulation beside an imported trace, say it is predicted vs measured."""
+    lines = compare_model.cause_difference_lines(deltas)
+    if not lines:
+        st.caption("Both runs spend their steady-state step the same way, cause by cause.")
+        return
+    sources = {a.get("source"), b.get("source")}
+    title = "Predicted against measured: the causes that differ most" if sources == {"simulated", "imported"} else "The causes that differ most"
+    st.markdown(f"**{title}** (base → other):\n" + "\n".join(f"- {line}" for line in lines))
+
+
 def main() -> None:
     ctx = common.run_context("Compare / what-if", key="run_id")
     if ctx is None:
@@ -150,6 +161,7 @@ def main() -> None:
     deltas = deltas.assign(delta_s=deltas["b"] - deltas["a"]).reset_index()
     order = [k for k in figures.KIND_COLORS if k in set(deltas["kind"])]
     deltas = deltas.set_index("kind").loc[order + sorted(set(deltas["kind"]) - set(order))].reset_index()
+    _differences(base_summary, other_summary, deltas)
     left, right = st.columns(2)
     with left:
         common.chart(figures.compare_bars(both), both, "compare_breakdown.csv", "cmp_bars")
