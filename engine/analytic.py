@@ -122,7 +122,7 @@ def step_costs(
     # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/pipeline.py)
     work = n_mb / stages
 
-    flash = getattr(scenario.model, "attention", "standard") == "flash"
+    flash = getattr(scenario.model, "attention_kernel", None) == "flash"
     comp = step_compute(cost, chip, cal, b_mb, tr.precision, tr.remat, tensor=par.tensor, flash=flash, expert=par.expert)
     fwd_s = comp.forward_s * work
     bwd_s = (comp.fwd_bwd_s - comp.forward_s) * work
@@ -141,7 +141,7 @@ def step_costs(
         per_chip_batch=b_mb,
         precision=tr.precision,
         slices=scenario.dcn_data_parallel,
-        chips_per_host=min(chip.chips_per_host, pod.chips_per_slice),
+        chips_per_host=pod.chips_per_host,
         link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
         hop_latency_s=cal.ici_hop_latency_s,
         dcn_bytes_per_s_per_host=chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
@@ -162,6 +162,10 @@ def step_costs(
     shard = par.fsdp * par.tensor
     dense_params = cost.params - (cost.sparse_params if use_ps else 0) - cost.expert_params * (1 - 1 / par.expert)
     update_bytes = dense_params / shard / stages * (UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    if par.shard_weight_update:
+        # Each replica updates 1/replicas of the weights (Xu et al. 2020); a ring all-reduce is already
+        # reduce-scatter + all-gather, so the collective's cost is unchanged.
+        update_bytes /= scenario.data_parallel * scenario.dcn_data_parallel
     update_s = update_bytes / (chip.hbm_bytes_per_s * cal.hbm_efficiency)
 
     # Data-parallel gradient sync: on whole torus axes the interconnect model prices it (schedule,
@@ -219,7 +223,7 @@ def _pipeline_totals(s: Scenario, pod: Pod, cal: Calibration, comp: ComputeCost,
     send_bytes = b_mb * s.model.seq_len * s.model.d_model * BYTES_PER_ELEMENT[s.training.precision]
     # a send to the next stage's chip: one ICI hop, or a host NIC's share across the DCN
     ici_s = send_bytes / (chip.ici_link_bytes_per_s * cal.ici_efficiency) + cal.ici_hop_latency_s
-    hosts_share = min(chip.chips_per_host, pod.chips_per_slice)
+    hosts_share = pod.chips_per_host
     dcn_s = send_bytes * hosts_share / (chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency) + cal.dcn_latency_s
     boundaries = par.pipeline * v - 1
     over_dcn = (pod.slices - 1) * v if s.pipeline_spans_slices else 0

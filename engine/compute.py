@@ -23,19 +23,32 @@ from .units import BYTES_PER_ELEMENT
 __all__ = ["ComputeCost", "step_compute", "pad_to_mxu", "roofline_terms_s"]
 
 #: forward passes executed per training step by remat policy (forward + backward = 1 + 2);
-#: "selective" recomputes only the attention core, so its ops run 4 passes and the rest 3
+#: "selective" and "minimal" recompute the attention core, so its ops run 4 passes and the rest 3
 PASSES_BY_REMAT = {"none": 3.0, "full": 4.0, "selective": 3.0, "minimal": 3.0}
 
 
 def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
     """Forward-pass equivalents each op runs per training step under a remat policy.
 
-    ``selective``, ``minimal`` and flash attention all recompute the attention core
-    (the ops whose right operand is an activation) in the backward pass.
+    ``selective`` and ``minimal`` recompute the attention core (the ops whose right
+    operand is an activation) in the backward pass. The flash kernel's backward
+    (Dao et al. 2022, "FlashAttention", Algorithm 4) recomputes the scores ``S = Q K^T``
+    block by block from Q, K and the saved softmax statistics, but not ``P V``: the
+    output O is saved. So the scores op runs one more pass than the policy gives and
+    the value op none; its five backward matmuls (S again, dV, dP, dQ, dK) are 2.5
+    forward passes of the core. Under ``selective`` that recompute *is* the policy's
+    attention-core recompute; under ``minimal`` (``checkpoint_dots_with_no_batch_dims``,
+    which saves no kernel output) and ``full`` the kernel's forward is rerun as well.
     """
+    attn = np.asarray(ops.w_is_activation, dtype=bool)
     passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
-    if remat in ("selective", "minimal") or flash:
-        passes[ops.w_is_activation] = 4.0
+    if remat in ("selective", "minimal"):
+        passes[attn] = 4.0
+    if flash:
+        scores = attn & np.concatenate([attn[1:], [False]])  # the first op of each attention pair
+        if remat == "selective":
+            passes[attn] = 3.0
+        passes[scores] += 1.0
     return passes
 
 

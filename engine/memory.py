@@ -122,7 +122,7 @@ def transformer_layer_activation_bytes(model, per_chip_batch: int, precision: st
         per_token = (h + 2 * kv) * q + d + ff_in + d  # weight-matmul outputs only
     else:
         per_token = 4.0 * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff  # LayerNorms, QKV, out-proj, MLP
-        if remat != "selective" and model.attention != "flash":
+        if remat != "selective" and model.attention_kernel != "flash":
             per_token += h * s  # softmax probabilities
     if getattr(model, "moe_layers", 0) and remat != "full":
         per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat)

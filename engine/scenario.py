@@ -82,6 +82,11 @@ class ResNet50Model(_Section):
     classes: PositiveInt = 1000
 
 
+#: shortest sequence for which ``attention = "autoselected"`` takes the flash kernel (MaxText
+#: layers/attentions.py: ``attention_kernel == "autoselected" and length < 128`` -> dot product)
+AUTOSELECT_FLASH_MIN_SEQ = 128
+
+
 class TransformerModel(_Section):
     kind: Literal["transformer"]
     layers: PositiveInt
@@ -95,8 +100,10 @@ class TransformerModel(_Section):
     mlp: Literal["gelu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
     # "flash": blockwise attention (Dao et al. 2022; Pallas splash attention on TPU) never stores the
-    # seq x seq probabilities and recomputes them in the backward pass
-    attention: Literal["standard", "flash"] = "standard"
+    # seq x seq probabilities and recomputes them in the backward pass. "standard": the scores and
+    # probabilities go through HBM. "autoselected" (the default) is what TPU training stacks pick
+    # when the user names no kernel: see :attr:`attention_kernel`.
+    attention: Literal["autoselected", "standard", "flash"] = "autoselected"
     # Mixture of experts (Shazeer et al. 2017; GShard, Lepikhin et al. 2020): every
     # `moe_layer_interval`-th layer replaces its MLP with `experts` routed experts (top-k routing,
     # each expert an MLP of width `d_ff_expert`) and `shared_experts` always-active ones (DeepSeekMoE,
@@ -142,6 +149,20 @@ class TransformerModel(_Section):
     @property
     def kv_heads_eff(self) -> int:
         return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def attention_kernel(self) -> str:
+        """The attention kernel the run assumes: ``"flash"`` or ``"standard"``.
+
+        ``autoselected`` follows MaxText, whose ``configs/base.yml`` sets ``attention:
+        'autoselected'`` and whose ``layers/attentions.py`` (``AttentionOp.apply_attention``)
+        resolves it to the TPU flash kernel (Pallas splash attention,
+        ``jax.experimental.pallas.ops.tpu``) for training and to the plain dot-product
+        einsums only for decoding or sequences shorter than 128.
+        """
+        if self.attention != "autoselected":
+            return self.attention
+        return "flash" if self.seq_len >= AUTOSELECT_FLASH_MIN_SEQ else "standard"
 
 
 class HloModel(_Section):
@@ -195,6 +216,11 @@ class ParallelismSection(_Section):
     # 2-chip part of axis y. Empty: the default mapping of engine/mesh.py (tensor innermost).
     mapping: dict[MeshAxisName, list[str]] = Field(default_factory=dict)
     parameter_server: ParameterServerSection | None = None
+    # Cross-replica weight-update sharding (Xu et al. 2020, "Automatic Cross-Replica Sharding of Weight
+    # Update in Data-Parallel Training"; used by the MLPerf ResNet-50 TPU submissions, Kumar et al. 2019
+    # and 2021): the gradient all-reduce becomes reduce-scatter + all-gather of the updated weights, and
+    # each data-parallel replica applies the optimizer to its 1/replicas share only.
+    shard_weight_update: bool = False
 
 
 class SimSection(_Section):

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from .analytic import step_costs
+from .assumptions import run_assumptions
 from .calibration import Calibration, load_calibration
 from .comm import overlap_table
 from .hlo.run import simulate_hlo
@@ -126,6 +127,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             "hbm_peak_phase": mem.peak_phase,
             "mesh": mesh.describe(),
             "parallelism_strategy": scenario.parallelism.strategy,
+            **run_assumptions(scenario),
             "exposed_layer_collective_s": costs.comm_forward_s + costs.comm_backward_s,
             **grad_extra,
             **idle_facts(idle, laid.step_kind, laid.steps, chips),

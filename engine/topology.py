@@ -31,6 +31,7 @@ Link faults a scenario names are checked against the slice's graph here
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,15 +151,32 @@ class Pod:
 
     @cached_property
     def host_shape(self) -> tuple[int, ...]:
-        """Host block in chips along each slice axis (clipped to the slice)."""
-        hs = list(self.chip.host_shape[: len(self.slice.shape)])
-        hs += [1] * (len(self.slice.shape) - len(hs))
-        # A slice smaller than a host along an axis shares that host's block.
+        """Host block in chips along each slice axis: how one host's chips tile the slice.
+
+        A host's chips are a fixed block (``ChipSpec.host_shape``, e.g. v5e's 8 chips as
+        ``4x2``), which the slice takes in whichever orientation tiles it: Cloud TPU's
+        v5e and v6e tables list ``v5litepod-8`` / ``v6e-8`` as one ``2x4`` host of 8 chips
+        and ``-16`` as ``4x4`` on 2 hosts, which only an upright *or* turned ``4x2``
+        block gives. Of the orientations that divide every axis, the first in the
+        catalog's own order wins. A slice smaller than a host along an axis (v5e
+        ``1x1``, ``2x2``: one host with 1 or 4 chips, docs' ``v5litepod-1`` / ``-4``)
+        shares one host's block there.
+        """
+        n_axes = len(self.slice.shape)
+        hs = list(self.chip.host_shape[:n_axes]) + [1] * max(n_axes - len(self.chip.host_shape), 0)
+        for orient in dict.fromkeys(itertools.permutations(hs)):  # catalog orientation first, no repeats
+            if all(n % h == 0 for h, n in zip(orient, self.slice.shape)):
+                return tuple(orient)
         return tuple(min(h, n) for h, n in zip(hs, self.slice.shape))
 
     @cached_property
     def hosts_per_slice(self) -> int:
         return math.prod(-(-n // h) for n, h in zip(self.slice.shape, self.host_shape))
+
+    @property
+    def chips_per_host(self) -> int:
+        """Chips one host drives (and whose DCN traffic shares its NIC): its block, clipped to the slice."""
+        return math.prod(self.host_shape)
 
     @property
     def hosts(self) -> int:

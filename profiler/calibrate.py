@@ -58,27 +58,35 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Bound:
-    """Physical range of one fitted parameter (in the Calibration field's internal unit)."""
+    """Physical range of one fitted parameter (in the Calibration field's internal unit), and why."""
 
     lo: float
     hi: float
+    why: str = ""
 
 
-#: The fitted parameters and their physically meaningful bounds. Others keep their priors.
+#: The fitted parameters, their physically meaningful bounds and the reason for each bound, fixed
+#: before any fit from what the parameter means (never from residuals). Priors are the
+#: :class:`~engine.calibration.Calibration` defaults. Others keep their priors.
 #: The per-step overhead is deliberately not fitted: every published case has steps of 50 ms
 #: or more, so it is not identifiable there, and a fit used it as a fudge (2.4 ms) that then
 #: hid the input bottleneck of small models, whose steps are ~1 ms.
 FITTED: dict[str, Bound] = {
-    "mxu_efficiency": Bound(0.3, 1.0),  # fraction of peak MXU FLOP/s on large padded GEMMs
-    "hbm_efficiency": Bound(0.3, 1.0),  # fraction of HBM bandwidth for streaming ops
-    "ici_efficiency": Bound(0.3, 1.0),  # fraction of ICI link bandwidth in ring collectives
+    "mxu_efficiency": Bound(0.5, 1.0, "a fraction of peak: at most 1; large MXU-padded bf16 GEMMs (the only FLOPs "
+                            "it prices) run at a high fraction of peak on a systolic array, so below half is ruled out"),
+    "hbm_efficiency": Bound(0.6, 0.95, "a streaming copy reaches ~87% of HBM bandwidth (TPU7x copy microbenchmark, "
+                            "reference coll_tpu7x_hbm_copy_microbench); fused elementwise ops stream the same way, "
+                            "so 0.6-0.95 (no DRAM sustains its pin rate: refresh, bank turnarounds)"),
+    "ici_efficiency": Bound(0.5, 1.0, "a fraction of link bandwidth; ring collectives on large arrays keep links busy "
+                            "but lose packet headers and synchronisation, so not below half"),
     # Fixed cost per op launch and pass: it is what makes small per-chip batches (ResNet-50 at 16-32
-    # images per chip) slower per image than large ones. One engine op stands for the few XLA
-    # fusions of a layer (a conv with its batch-norm statistics and normalisation, and their
-    # gradients), so the bound allows tens of microseconds.
-    "op_overhead_s": Bound(0.0, 50e-6),
-    # Share of tensor-parallel all-reduces hidden behind the layer's matmuls (collective matmul).
-    "tp_overlap_frac": Bound(0.0, 1.0),
+    # images per chip) slower per image than large ones.
+    "op_overhead_s": Bound(0.0, 20e-6, "one engine op stands for the ~4 XLA fusions of a layer per pass (a conv or "
+                           "matmul, its batch-norm / normalisation, its activation, their gradients); a TPU "
+                           "fusion's fixed cost (DMA setup, pipeline fill and drain) is a few microseconds, so "
+                           "0-20 us per engine op"),
+    "tp_overlap_frac": Bound(0.0, 1.0, "a fraction of the tensor-parallel all-reduce hidden behind the layer's own "
+                             "matmuls (collective matmul, Wang et al. 2023): 0 none hidden, 1 all of it"),
 }
 
 #: calibration.toml section, key and unit factor (file unit per internal unit) of every Calibration field
@@ -313,6 +321,17 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         lines += ["", f"[fit.{table}]"]
         for k, v in report[table].items():
             lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    prior = Calibration()
+    for name in report["fitted"]:
+        b = FITTED.get(name)
+        if b is None:
+            continue
+        sec, key, factor = _TOML_KEYS[name]
+        lines += ["", f"[fit.bounds.{key}]"]
+        lines.append(f"prior = {_toml_value(round(getattr(prior, name) * factor, 6))}")
+        lines.append(f"lo = {_toml_value(round(b.lo * factor, 6))}")
+        lines.append(f"hi = {_toml_value(round(b.hi * factor, 6))}")
+        lines.append(f"why = {_toml_value(b.why)}")
     for group, row in report.get("step_time_ranges", {}).items():
         lines += ["", f"[fit.step_time_ranges.{_toml_key(group)}]"]
         for k, v in row.items():
@@ -348,6 +367,17 @@ def format_fit(report: dict[str, Any]) -> str:
             f"their generation ({100 * check['coverage']:.0f}%, nominal {100 * check['nominal_coverage']:.0f}%), "
             f"median width {check['median_width_pct']:.1f}% of the prediction"
         )
+    prior = Calibration()
+    for name in report["fitted"]:
+        b = FITTED.get(name)
+        if b is None:
+            continue
+        sec, key, factor = _TOML_KEYS[name]
+        lines += ["", f"[fit.bounds.{key}]"]
+        lines.append(f"prior = {_toml_value(round(getattr(prior, name) * factor, 6))}")
+        lines.append(f"lo = {_toml_value(round(b.lo * factor, 6))}")
+        lines.append(f"hi = {_toml_value(round(b.hi * factor, 6))}")
+        lines.append(f"why = {_toml_value(b.why)}")
     for group, row in report.get("step_time_ranges", {}).items():
         lines.append(f"  range {group:<36} n={row['n']:<3} x{row['low_factor']:.3f} .. x{row['high_factor']:.3f}")
     lines.append(f"wrote {report['path']}")

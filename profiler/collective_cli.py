@@ -84,7 +84,7 @@ def collective_json(args: argparse.Namespace) -> dict[str, Any]:
         link = link if link is not None else chip.ici_link_bytes_per_s * cal.ici_efficiency
         hop_s = hop_s if hop_s is not None else cal.ici_hop_latency_s
         dcn_bw = dcn_bw if dcn_bw is not None else chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency
-        cph = cph if cph is not None else min(chip.chips_per_host, pod.chips_per_slice)
+        cph = cph if cph is not None else pod.chips_per_host
         dcn_lat = dcn_lat if dcn_lat is not None else cal.dcn_latency_s
     else:
         if link is None or hop_s is None:

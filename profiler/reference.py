@@ -325,9 +325,30 @@ def _map_maxtext_moe(e: Entry) -> Case | Skipped:
     )  # fmt: skip
 
 
+def _with_sharded_update(scenario: dict[str, Any]) -> dict[str, Any]:
+    """The Google MLPerf ResNet-50 submissions shard the weight update across replicas: "Scale MLPerf-0.6
+    models on Google TPU-v3 Pods" (Kumar et al. 2019, arXiv:1909.09756) and "Exploring the limits of
+    concurrency in ML training on Google TPUs" (Kumar et al. 2021) name weight-update sharding (Xu et al.
+    2020) among the techniques of those runs."""
+    scenario["parallelism"]["shard_weight_update"] = True
+    return scenario
+
+
 # Mappers: each returns a Case, a Skipped, or None (not its shape) ---------------------------------
 
 Entry = dict[str, Any]
+
+#: The attention kernel each source's runs used, with where the source says so (inputs, not outcomes).
+#: MaxText's v5p scripts (AI-Hypercomputer/maxtext @ 75a430609ff6875a8a7543e9311cc644b3a53d17,
+#: src/MaxText/configs/v5p/{32b,64b,128b,256b,512b,1024b}.sh and gpt3_175b/gpt3_175b_base.sh) pass
+#: attention='flash' (the Pallas splash kernel).
+MAXTEXT_V5P_ATTENTION = ("flash", "MaxText configs/v5p scripts set attention='flash'")
+#: MaxText's 2023 v4 runs (README @ 28816574b, MaxText/configs/1xv4-128.sh, 1xv4-384.sh) name no kernel and ran
+#: MaxText/configs/base.yml of that commit, which sets enable_flash_attention: False: dot-product attention.
+MAXTEXT_2023_ATTENTION = ("standard", "2023 MaxText base.yml: enable_flash_attention False; the v4 scripts name no kernel")
+#: PaLM (Chowdhery et al. 2022, sec. 2: multi-query attention) trained before TPU flash kernels existed
+#: (JAX's Pallas TPU flash attention, jax.experimental.pallas.ops.tpu, dates from 2023).
+PALM_ATTENTION = ("standard", "PaLM 2022 predates TPU flash-attention kernels")
 
 #: MaxText remat_policy -> the engine's remat policy with the same saved/recomputed split
 _MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none"}
@@ -354,6 +375,7 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
         tp = int(re.search(r"tp=(\d+)", par).group(1)) if "tp=" in par else 1
         remat = str(inp.get("remat_policy", "full"))
         assumed = "dims derived from global_parameter_scale (entry); SwiGLU per the entry"
+        attention, kernel_src = MAXTEXT_V5P_ATTENTION
     elif cfg:
         m = {"layers": cfg["layers"], "d_model": cfg["emb_dim"], "heads": cfg["heads"], "kv_heads": cfg["kv_heads"],
              "d_ff": cfg["mlp_dim"], "vocab": _MAXTEXT_BASE["vocab"]}  # fmt: skip
@@ -361,13 +383,14 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
         tp = 1  # ici_fsdp covers the whole slice
         remat = str(cfg.get("remat", "full"))
         assumed = "head_dim = d_model/heads, vocab 32000 and SwiGLU from MaxText base.yml (not given in the entry)"
+        attention, kernel_src = MAXTEXT_2023_ATTENTION
     else:
         return Skipped(e["id"], e["kind"], "MaxText entry without structured model dims, sequence length or per-device "
                        "batch (configs-README rows, free-text model descriptions): no scenario can be built from its inputs")  # fmt: skip
     seq = _int(inp.get("seq"))
     if not (chips and pdb and seq) or "tflops_per_chip" not in e["expected"]:
         return Skipped(e["id"], e["kind"], "MaxText entry missing chips, seq or per-device batch, or no TFLOP/s/chip figure")
-    m.update(kind="transformer", seq_len=seq, mlp="swiglu")
+    m.update(kind="transformer", seq_len=seq, mlp="swiglu", attention=attention)
     topo, slices = default_topology(chip, chips)
     if slices > 1:
         return Skipped(e["id"], e["kind"], f"{chips} chips exceed one {chip} slice; the entry gives no multislice layout")
@@ -388,8 +411,8 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
         metric="TFLOP/s per chip (MaxText 2023-24 count)", unit="TFLOP/s", published=float(e["expected"]["tflops_per_chip"]),
         how="work_per_step", scenarios=(_scenario(e["id"], chip, topo, 1, m, batch, remat=remat_engine, fsdp=fsdp, tensor=tp),),
         work_per_step=flops / 1e12,
-        note=f"{topo}, fsdp {fsdp} x tp {tp}, {pdb} seq/chip, remat {remat}->{remat_engine}; MaxText FLOP count "
-             f"(6N + causal attention) over Podscope's step time; {assumed}",
+        note=f"{topo}, fsdp {fsdp} x tp {tp}, {pdb} seq/chip, remat {remat}->{remat_engine}, {attention} attention "
+             f"({kernel_src}); MaxText FLOP count (6N + causal attention) over Podscope's step time; {assumed}",
     )  # fmt: skip
 
 
@@ -412,9 +435,10 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
         return Case(
             id=e["id"], kind=e["kind"], family="MLPerf ResNet-50", chip=chip, model="ResNet-50",
             metric="images/s per chip (steady state)", unit="images/s", published=float(exp["steady_images_per_s_per_chip"]),
-            how="work_per_step", scenarios=(_scenario(e["id"], chip, topo, slices, {"kind": "resnet50"}, batch, optimizer="momentum"),),
+            how="work_per_step", scenarios=(_with_sharded_update(_scenario(e["id"], chip, topo, slices, {"kind": "resnet50"}, batch, optimizer="momentum")),),
             work_per_step=per_chip,
-            note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, momentum (LARS-like) optimizer; published "
+            note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, momentum (LARS-like) optimizer, weight update sharded "
+                 "across replicas (Kumar et al. 2019, 2021: the TPU MLPerf ResNet-50 submissions); published "
                  "steady state includes the eval share of each epoch block, which Podscope does not model",
         )  # fmt: skip
     arch = next((a for name, a in KNOWN_ARCHITECTURES.items() if name.lower() in bench.lower()), None)
@@ -427,12 +451,14 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
         seq = _int(inp.get("seq_len")) or 2048
         precision = "int8" if "int8" in str(inp.get("precision", "")).lower() else "bf16"
         remat = "full" if "remat full" in cfg else "none"
-        model = {"kind": "transformer", "seq_len": seq, **arch}
+        attention, kernel_src = MAXTEXT_V5P_ATTENTION if "maxtext" in str(inp.get("framework", "")).lower() else ("standard", "framework names no kernel")
+        model = {"kind": "transformer", "seq_len": seq, **arch, "attention": attention}
         return Case(
             id=e["id"], kind=e["kind"], family="MLPerf GPT-3", chip=chip, model="GPT-3 175B",
             metric="step time (s)", unit="s", published=float(exp["derived_s_per_step_incl_eval_share"]),
             how="step_time", scenarios=(_scenario(e["id"], chip, topo, 1, model, batch, precision=precision, remat=remat, fsdp=fsdp, tensor=tp),),
-            note=f"{topo}, fsdp {fsdp} x tp {tp}, {precision}, remat {remat}; architecture from Brown et al. 2020 Table 2.1; "
+            note=f"{topo}, fsdp {fsdp} x tp {tp}, {precision}, remat {remat}, {attention} attention ({kernel_src}); "
+                 "architecture from Brown et al. 2020 Table 2.1; "
                  "published step includes its share of eval time, which Podscope does not model",
         )  # fmt: skip
     reason = "only time-to-train is given; predicting it needs the samples to converge, which the entry does not give"
@@ -458,6 +484,7 @@ def _palm_model(inp: dict[str, Any]) -> dict[str, Any] | None:
     m["kv_heads"] = 1 if "multi-query" in text else m["heads"]
     m["mlp"] = "swiglu" if "swiglu" in text.lower() else "gelu"
     m["seq_len"] = int(inp.get("seq_len", 2048))
+    m["attention"] = PALM_ATTENTION[0]
     # d_ff is not given: solve the engine's parameter count for it from the stated total (rounded to 256).
     base = {**m, "d_ff": 256}
     per_dff = (_transformer_params({**base, "d_ff": 512}) - _transformer_params(base)) / 256
@@ -506,7 +533,8 @@ def _map_palm(e: Entry, entries: list[Entry]) -> Case | Skipped | None:
             metric="tokens/s per chip", unit="tokens/s", published=float(e["expected"]["tokens_per_s"]) / chips,
             how="work_per_step", scenarios=(job,), work_per_step=float(inp["global_batch_tokens"]) / chips,
             note=f"{job['pod']['slices']} x {job['pod']['topology']} over DCN, fsdp {job['parallelism']['fsdp']} x tp "
-                 f"{job['parallelism']['tensor']}, remat full (paper: 75% of non-attention forward), Adafactor; "
+                 f"{job['parallelism']['tensor']}, remat full (paper: 75% of non-attention forward), Adafactor, "
+                 f"{PALM_ATTENTION[0]} attention ({PALM_ATTENTION[1]}); "
                  f"head_dim = d_model/heads and d_ff = {job['model']['d_ff']} solved from the stated parameter count",
         )  # fmt: skip
     if "two_pod_throughput_vs_one_pod" in e["expected"] and "pod" in str(inp.get("system", "")).lower():

@@ -26,7 +26,8 @@ def test_without_idle_sections_the_step_is_untouched(small_scenario):
 def test_waiting_for_another_hosts_batch_is_input_wait_not_sync_wait():
     # Two hosts with independent production noise, no compute noise: every chip's barrier
     # wait is caused by the later host's batch, so none of it may be called sync_wait.
-    over = {"sim.jitter_frac": 0.0, "input.jitter_frac": 0.3, "training.steps": 60}
+    # A v5e 4x4 slice is two hosts of 8 chips (Cloud TPU v5e docs: v5litepod-16).
+    over = {"sim.jitter_frac": 0.0, "input.jitter_frac": 0.3, "training.steps": 60, "pod.topology": "4x4", "parallelism.data": 16}
     r = simulate(load_scenario(SCENARIOS / "keras-mlp-v5e-8.toml", overrides=over))
     assert r.facts.hosts == 2
     e = r.trace.events.to_pandas()

@@ -104,7 +104,13 @@ class TestKerasExample:
         both, _ = _wait_frac(num_parallel_calls="autotune", prefetch="autotune")
         assert base > 0.5
         assert more_threads < base / 3  # decode spread over cores: most of the gap closes
-        assert both <= more_threads / 2  # a deeper buffer absorbs (at least half of) the remaining bursts
+        # The 2x4 slice is one host of 8 chips, so that host makes all 128 samples a step: its
+        # single-threaded stage (128 x 3.5 us = 0.45 ms) outlasts the step's device work, and a
+        # deeper buffer absorbs the bursts but not that deficit.
+        assert both < more_threads
+        _, r = _wait_frac(num_parallel_calls="autotune", prefetch="autotune")
+        assert r.facts.hosts == 1
+        assert r.facts.extra["input_batch_s"] == pytest.approx(128 * 3.5e-6, rel=0.01)
 
     def test_prefetch_overlaps_production_with_compute(self):
         none, _ = _wait_frac(prefetch=0)

@@ -125,7 +125,7 @@ class TestPlan:
         assert not plan.oom
 
     def test_remat_and_tensor_shrink_the_peak(self):
-        model = _gpt(layers=8, seq_len=256)
+        model = _gpt(layers=8, seq_len=256, attention="standard")  # selective drops the seq x seq term flash never keeps
         cost = model_cost(model)
         peaks = [_plan(cost, model, remat=r).peak_bytes for r in ("none", "selective", "full")]
         assert peaks[0] > peaks[1] > peaks[2]

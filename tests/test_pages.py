@@ -304,3 +304,13 @@ def test_idle_page_counts_the_pipeline_bubble(page_db):
     share = page_db.summary("pipeline")["breakdown"]["bubble"]
     assert share > 0.1
     assert any(m.label == "Pipeline bubble" and m.value == f"{share * 100:.1f}%" for m in at.metric)
+
+
+def test_overview_states_the_kernel_remat_and_precision_the_run_assumed(page_db):
+    summary = page_db.summary("summary")  # llm-1b-v5p-64: no attention kernel named
+    assert summary["attention_kernel"] == "flash"
+    at = _run("views/overview.py", page_db.run_ids["summary"])
+    captions = [c.value for c in at.caption]
+    assumed = next(c for c in captions if c.startswith("Assumed:"))
+    assert "attention kernel **flash**" in assumed and "remat **full**" in assumed
+    assert "`model.attention` = autoselected -> flash" in assumed

@@ -31,8 +31,26 @@ def _headline(summary: dict) -> None:
     cols[4].metric("HBM peak", fmt.gib_of(peak, cap) if peak and cap else "n/a", help="peak HBM of the busiest chip / capacity per chip")
     if (band := common.step_time_range_text(summary)) is not None:
         st.caption(band)
+    if (assumed := _assumptions_text(summary)) is not None:
+        st.caption(assumed)
     if summary.get("oom"):
         st.error("This run does not fit in HBM: it is out of memory. See the Memory page for what overflowed.")
+
+
+def _assumptions_text(summary: dict) -> str | None:
+    """How the run assumed the job runs (summary keys from engine/assumptions.py); None for imported runs."""
+    if "remat_policy" not in summary:
+        return None
+    parts = []
+    if summary.get("attention_kernel"):
+        parts.append(f"attention kernel **{summary['attention_kernel']}**")
+    parts.append(f"remat **{summary['remat_policy']}**")
+    parts.append(f"precision {summary.get('precision_recipe')}")
+    text = "Assumed: " + "; ".join(parts) + "."
+    defaults = summary.get("defaults_assumed") or {}
+    if defaults:
+        text += " Not named by the scenario, so the default was taken: " + ", ".join(f"`{k}` = {v}" for k, v in defaults.items()) + "."
+    return text
 
 
 def _what_if(run_id: int) -> None:

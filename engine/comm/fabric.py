@@ -380,7 +380,7 @@ def collective_on_pod(
         cal.ici_hop_latency_s,
         stage_bw_time_s=list(stage_bw),
         slices=pod.slices if across_slices else 1,
-        chips_per_host=min(pod.chip.chips_per_host, pod.chips_per_slice),
+        chips_per_host=pod.chips_per_host,
         dcn_host_bytes_per_s=pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency,
         dcn_latency_s=cal.dcn_latency_s,
     )

@@ -94,7 +94,7 @@ class GradientSync:
 
 def _dcn_all_reduce_rows(pod: Pod, cal: Calibration, shard_bytes: float, step_s: float) -> pa.Table:
     """``dcn`` link-load rows of the cross-slice all-reduce of each chip's ``shard_bytes``."""
-    cph = min(pod.chip.chips_per_host, pod.chips_per_slice)
+    cph = pod.chips_per_host
     host_bytes = 2 * (pod.slices - 1) / pod.slices * shard_bytes * cph  # ring all-reduce [ring]
     host_bw = pod.chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency
     return dcn_link_table(pod.chip_table["host"], pod.chips_per_slice, pod.slices, host_bytes, host_bw, step_s)

@@ -99,7 +99,7 @@ def _compute(cost: HloModuleCost, pod: Pod, cal: Calibration) -> tuple[float, fl
 def _collective_s(c: CollectiveOp, placement: GroupPlacement | None, pod: Pod, cal: Calibration, interconnect) -> float:
     chip = pod.chip
     link = chip.ici_link_bytes_per_s * cal.ici_efficiency
-    chips_per_host = min(chip.chips_per_host, pod.chips_per_slice)
+    chips_per_host = pod.chips_per_host  # the host block as the slice tiles it (engine/topology.py)
     host_bw = chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency
     if c.op == "collective-permute":
         hops, across = permute_hops(c.groups, pod)

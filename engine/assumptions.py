@@ -1,0 +1,47 @@
+"""What a run assumed about how the job runs: attention kernel, remat policy, precision recipe.
+
+These choices move a transformer's step time by tens of percent, and a scenario may
+leave them out. Each is stated in the run's facts (and so in ``run --json`` and on the
+Overview page) with whether the scenario named it or the engine's default filled it in,
+so a reader sees what the prediction rests on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .scenario import Scenario, TransformerModel
+
+__all__ = ["PRECISION_RECIPES", "run_assumptions"]
+
+#: what each ``training.precision`` means for the chip's work (engine/compute.py, engine/memory.py)
+PRECISION_RECIPES = {
+    "bf16": "bf16 matmuls and activations; fp32 master weights, gradients and optimizer state",
+    "int8": "int8 weight matmuls (AQT); bf16 attention einsums and activations; fp32 master weights, gradients and optimizer state",
+    "fp32": "fp32 matmuls as 3 bf16 MXU passes; fp32 activations, weights, gradients and optimizer state",
+}
+
+
+def run_assumptions(scenario: Scenario) -> dict[str, Any]:
+    """The run-level facts ``attention_kernel``, ``remat_policy``, ``precision_recipe`` and ``defaults_assumed``.
+
+    ``attention_kernel`` is None for models without attention. ``defaults_assumed`` lists
+    the scenario keys among ``model.attention``, ``training.remat`` and
+    ``training.precision`` that the scenario left out, each with the value taken.
+    """
+    model, tr = scenario.model, scenario.training
+    assumed: dict[str, str] = {}
+    kernel = None
+    if isinstance(model, TransformerModel):
+        kernel = model.attention_kernel
+        if model.attention == "autoselected":
+            assumed["model.attention"] = f"autoselected -> {kernel} (MaxText's default on TPU)"
+    for key in ("remat", "precision"):
+        if key not in tr.model_fields_set:
+            assumed[f"training.{key}"] = str(getattr(tr, key))
+    return {
+        "attention_kernel": kernel,
+        "remat_policy": tr.remat,
+        "precision_recipe": f"{tr.precision}: {PRECISION_RECIPES[tr.precision]}",
+        "defaults_assumed": assumed,
+    }
