@@ -19,6 +19,7 @@ PRECISION_RECIPES = {
     "bf16": "bf16 matmuls and activations; fp32 master weights, gradients and optimizer state",
     "int8": "int8 weight matmuls (AQT); bf16 attention einsums and activations; fp32 master weights, gradients and optimizer state",
     "fp32": "fp32 matmuls as 3 bf16 MXU passes; fp32 activations, weights, gradients and optimizer state",
+    "fp8": "fp8 weight matmuls at the chip's fp8 peak, fp8 weights and activations in HBM and on the wire; bf16 attention einsums; fp32 master weights, gradients and accumulation",
 }
 
 

@@ -48,3 +48,13 @@ def test_fp8_on_a_chip_without_it_names_the_key_and_the_chips_that_have_it():
         scenario_from_dict(_llm("tpu-v5p", "fp8"))
     (key, msg), = e.value.problems
     assert key == "training.precision" and "valid: bf16, int8 or fp32 on tpu-v5p, or fp8 on tpu7x" in msg
+
+
+def test_every_precision_a_scenario_accepts_has_a_stated_recipe():
+    import typing
+
+    from engine.assumptions import PRECISION_RECIPES
+    from engine.scenario import TrainingSection
+
+    accepted = set(typing.get_args(TrainingSection.model_fields["precision"].annotation))
+    assert accepted == set(PRECISION_RECIPES)
