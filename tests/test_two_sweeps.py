@@ -58,17 +58,20 @@ def _children(pid: int) -> list[int]:
 
 
 def test_workers_exit_within_seconds_of_their_sweep_being_killed(tmp_path):
-    path, db = _sweep_file(tmp_path, steps="[100, 101, 102, 103, 104, 105]"), tmp_path / "k.duckdb"
-    path.write_text(path.read_text().replace('[set]\n"training.steps" = [100, 101, 102, 103, 104, 105]\n', "")
-                    .replace("[grid]\n", '[grid]\n"training.steps" = [100, 101, 102, 103, 104, 105]\n'))  # fmt: skip
+    # 30 points of 400 steps: enough work that the sweep is still running when it is killed on a quiet machine
+    steps = "[400, 401, 402, 403, 404, 405]"
+    path, db = _sweep_file(tmp_path, steps=steps), tmp_path / "k.duckdb"
+    path.write_text(path.read_text().replace(f'[set]\n"training.steps" = {steps}\n', "")
+                    .replace("[grid]\n", f'[grid]\n"training.steps" = {steps}\n'))  # fmt: skip
     sweep = _sweep(path, db, workers=2)
     try:
         deadline = time.monotonic() + 120
         while len(_children(sweep.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(2)  # the workers have started points
+        time.sleep(1)  # the workers have started points
         kids = _children(sweep.pid)
         assert len(kids) >= 2
+        assert sweep.poll() is None, "the sweep finished before it could be killed: give it more work"
     finally:
         os.kill(sweep.pid, signal.SIGKILL)
         sweep.communicate()
