@@ -1,6 +1,6 @@
 """Screenshot every dashboard page at 1400 x 900 in headless Chromium, on a freshly seeded database.
 
-    python scripts/screenshots.py [--out tests/artifacts/] [--db PATH]
+    python -m scripts.screenshots [--out tests/artifacts/] [--db PATH]
 
 Without ``--db`` the app starts on an empty temporary database and seeds it as on a first
 start, so the shots show what a newcomer sees. The app is started with ``streamlit run app.py`` on a free local port and stopped at the
@@ -11,14 +11,11 @@ git-ignored), named ``page_<url path>.png``.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
+
+from scripts.app_server import running_app
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -37,24 +34,6 @@ _CONTENT_HEIGHT_JS = """() => {
   const inner = m && (m.querySelector('[data-testid="stMainBlockContainer"]') || m.firstElementChild);
   return inner ? inner.scrollHeight + 120 : document.body.scrollHeight;
 }"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"streamlit did not answer on {url} within {timeout_s:.0f} s")
 
 
 def shoot(url: str, out: Path) -> list[Path]:
@@ -94,25 +73,8 @@ def main() -> int:
         db_path = args.db
         if db_path is None:
             db_path = Path(tmp) / "screenshots.duckdb"
-        port = _free_port()
-        env = {**os.environ, "PODSCOPE_DB": str(db_path), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-        log = open(Path(tmp) / "streamlit.log", "w")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.port", str(port), "--server.address", "127.0.0.1"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            url = f"http://127.0.0.1:{port}"
-            _wait_healthy(url)
+        with running_app(db_path, Path(tmp) / "streamlit.log") as url:
             shoot(url, args.out)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            log.close()
     return 0
 
 

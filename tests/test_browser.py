@@ -8,14 +8,11 @@ screenshot per page to tests/artifacts/ (git-ignored).
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from scripts.app_server import AppDidNotStart, running_app
 
 from tests.real_runs import LABELS
 
@@ -52,45 +49,17 @@ if not CHROMIUM.exists():
     pytest.skip("no /usr/bin/chromium (apt-get install chromium)", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, real_db):
     """The dashboard on a copy of the real runs (tests/real_runs.py); the newest, shown first, has
     link load, a compile log, a memory timeline and advice."""
     tmp = tmp_path_factory.mktemp("browser")
     db_path = real_db.copy(tmp / "browser.duckdb").path
-    port = _free_port()
-    env = {**os.environ, "PODSCOPE_DB": str(db_path), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-    log = open(tmp / "streamlit.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.terminate()
-        pytest.fail(f"streamlit did not start; log: {(tmp / 'streamlit.log').read_text()}")
-    yield url
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        with running_app(db_path, tmp / "streamlit.log", timeout_s=60) as url:
+            yield url
+    except AppDidNotStart as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,13 @@ is cut off (every metric's scroll width fits its client width)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, _free_port
+from scripts.app_server import AppDidNotStart, running_app
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEWPORT = {"width": 1400, "height": 900}
@@ -41,33 +37,11 @@ _TRUNCATED_JS = """() => {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("browser_ux")
-    port = _free_port()
-    env = {**os.environ, "PODSCOPE_DB": str(tmp / "fresh.duckdb"), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
-    log = open(tmp / "streamlit.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--server.address", "127.0.0.1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.terminate()
-        pytest.fail(f"streamlit did not start; log: {(tmp / 'streamlit.log').read_text()}")
-    yield url
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+        with running_app(tmp / "fresh.duckdb", tmp / "streamlit.log") as url:
+            yield url
+    except AppDidNotStart as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")
