@@ -21,6 +21,7 @@ from engine.scenario import parse_toml
 from rich.markup import escape as markup_escape
 
 from . import api, cli_output, collective_cli, hlo_cli, plan_cli, queries
+from .cli_output import positive_int
 from .store import Database, delete_run
 
 __all__ = ["main", "EXIT_OK", "EXIT_ERROR", "EXIT_BAD_INPUT", "EXIT_OOM"]
@@ -144,16 +145,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_ERROR
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def _cmd_export(args: argparse.Namespace) -> int:
     from .export import DEFAULT_MAX_EVENTS, export_run
 
@@ -245,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-o", "--output", required=True, help="file (perfetto; .gz to compress) or new directory (parquet/csv)")
     ex.add_argument("--steps", help="half-open step window A:B (default for perfetto: as many as fit --max-events)")
     ex.add_argument("--chips", help="chips, e.g. 0-7,12 (default for perfetto: all that fit)")
-    ex.add_argument("--max-events", type=_positive_int, help="perfetto: cap on events when the window is not given")
+    ex.add_argument("--max-events", type=positive_int, help="perfetto: cap on events when the window is not given")
     ex.add_argument("--force", action="store_true", help="perfetto: replace an existing regular file (never a device or folder)")
     db_arg(ex)
     ex.set_defaults(func=_cmd_export)
@@ -261,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("sweep", help="sweep TOML file (see data/sweeps/)")
     sw.add_argument("--executor", choices=["local", "dask"], default="local")
     sw.add_argument("--address", help="Dask scheduler, e.g. tcp://HOST:8786 (default: a loopback LocalCluster)")
-    sw.add_argument("--workers", type=_positive_int, help="worker processes (local pool or LocalCluster)")
+    sw.add_argument("--workers", type=positive_int, help="worker processes (local pool or LocalCluster)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     db_arg(sw, create=True)
     sw.set_defaults(func=_cmd_sweep)

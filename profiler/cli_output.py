@@ -8,6 +8,7 @@ are formatted by :mod:`profiler.format`, as on the dashboard.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from rich.table import Table
 from . import advice_words
 from . import format as fmt
 
-__all__ = ["summary_text", "runs_table", "validation_text", "status", "stderr_console", "print_table"]
+__all__ = ["summary_text", "runs_table", "validation_text", "status", "stderr_console", "print_table", "positive_int"]
 
 
 def stderr_console() -> Console:
@@ -131,3 +132,14 @@ def validation_text(report: str, n_skipped: int, verbose: bool) -> str:
     else:
         middle = f"not expressible: {n_skipped} entries (run with --verbose to list them and why)"
     return "\n\n".join(part for part in (table, middle, summary) if part)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for counts given on the command line (``--top``, ``--workers``, ...): a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value

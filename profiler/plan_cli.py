@@ -18,6 +18,7 @@ from engine.errors import InputError
 from engine.search import PlanResult
 
 from . import plan as plans
+from .cli_output import positive_int
 
 __all__ = ["add_parser", "format_result"]
 
@@ -27,20 +28,10 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("plan", help="search slice, mesh and knobs for the best configuration (the planner)")
     p.add_argument("plan", help="plan TOML file, or a bundled plan's name (e.g. llm-7b-v5p); see docs/planner.md")
     p.add_argument("--json", action="store_true", help="print one JSON object: candidates, feasible, infeasible, best, pareto")
-    p.add_argument("--top", type=_positive, default=5, help="best candidates to list (and to store with --db); default 5")
+    p.add_argument("--top", type=positive_int, default=5, help="best candidates to list (and to store with --db); default 5")
     p.add_argument("--db", help="store the best --top candidates as fully simulated runs in this DuckDB file")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_plan)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
