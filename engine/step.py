@@ -17,7 +17,7 @@ what every mechanism that contributes segments is given.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,7 +82,7 @@ class StepCursor:
         if segment.barrier:
             front = self.cursor.max(axis=1, keepdims=True)
             parts.append(("sync_wait", self.cursor, front - self.cursor))
-            self.cursor = np.broadcast_to(front, self.cursor.shape)
+            self.cursor = front
         parts.append((segment.kind, self.cursor, dur))
         self.cursor = self.cursor + dur
         return parts
@@ -103,7 +103,14 @@ class Assembled:
     chip_kind: pa.Table
 
 
-def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = "full") -> Assembled:
+def assemble(
+    segments: Sequence[Segment],
+    steps: int,
+    chips: int,
+    detail: str = "full",
+    *,
+    on_events: Callable[[pa.RecordBatch], None] | None = None,
+) -> Assembled:
     """Lay segments out on every chip's timeline.
 
     A segment's duration is a scalar, a (chips,) array, or a 2-D array whose first
@@ -115,6 +122,11 @@ def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = 
     detail
         ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
         per-step and per-chip aggregates (for sweeps and very large pods).
+    on_events
+        Called with each block's events (one record batch of :data:`~engine.trace.EVENTS_SCHEMA`,
+        in table order) as soon as the block is laid out; the events are then not kept, and
+        :attr:`Assembled.events` is empty. A store uses it to insert a block while the next
+        one is laid out. Without it, the events are collected into :attr:`Assembled.events`.
     """
     seg_ns = [seconds_to_ns(seg.kind, seg.dur_s) for seg in segments]
     # A step never exceeds the sum of its segments' longest durations (barrier waits only
@@ -130,46 +142,21 @@ def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = 
     step_kind_sum = np.zeros((steps, n_kinds), dtype=np.int64)
     step_kind_max = np.zeros((steps, n_kinds), dtype=np.int64)
     chip_kind_sum = np.zeros((n_kinds, chips), dtype=np.int64)
-    blocks = []
+    batches: list[pa.RecordBatch] = []
+    emit = batches.append if on_events is None else on_events
+    emitting = None  # the chips whose events are kept: all of them in full detail
     block = STEP_BLOCK if detail == "full" else SUMMARY_STEP_BLOCK
+    block_start_ns = 0
     for s0 in range(0, steps, block):
         s1 = min(steps, s0 + block)
-        shape = (s1 - s0, chips)
-        cursor = StepCursor(np.zeros(shape, dtype=np.int64))
-        placed = []  # (kind, start_rel, dur), each (steps in block, chips)
-        for seg, ns in zip(segments, seg_ns):
-            placed += cursor.place(seg, np.broadcast_to(ns[s0:s1] if ns.ndim == 2 else ns, shape))
-        closing, end = cursor.close()
-        placed.append(closing)
-        parts = [(KIND_CODE[kind], start, dur) for kind, start, dur in placed]
-        step_ns[s0:s1] = end[:, 0]
-        # Exact per-chip totals by kind (a chip may have several events of one kind in a step).
-        per_kind = np.zeros((n_kinds, *shape), dtype=np.int64)
-        for code, _, dur in parts:
-            per_kind[code] += dur
-        step_kind_sum[s0:s1] = per_kind.sum(axis=2).T
-        step_kind_max[s0:s1] = per_kind.max(axis=2).T
-        chip_kind_sum += per_kind.sum(axis=1)
+        parts, end = _lay_out_block(segments, seg_ns, s0, s1)
+        step_ns[s0:s1] = end
+        _add_kind_totals(parts, chips, step_kind_sum[s0:s1], step_kind_max[s0:s1], chip_kind_sum)
         if detail == "full":
-            blocks.append((s0, s1, parts))
+            block_ns = int(end.sum())
+            emit(_block_events(parts, s0, s1, block_start_ns, block_ns, chips, emitting))
+        block_start_ns += int(end.sum())
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
-
-    batches = []
-    chip_ids = np.arange(chips, dtype=np.int32)
-    for s0, s1, parts in blocks:
-        n_steps = s1 - s0
-        k = len(parts)
-        # (chips, steps, parts) order within a block: each chip's events of the block are adjacent
-        # and time-ordered, so DuckDB's row groups (~123k rows) each hold a few hundred chips, and a
-        # timeline of a few chips over many steps reads a few row groups per block, not the table.
-        starts = np.stack([np.broadcast_to(p[1], (n_steps, chips)).T for p in parts], axis=2)
-        durs = np.stack([np.broadcast_to(p[2], (n_steps, chips)).T for p in parts], axis=2)
-        codes = np.broadcast_to(np.array([p[0] for p in parts], dtype=np.int8), (chips, n_steps, k))
-        keep = durs > 0
-        step_col = np.broadcast_to(np.arange(s0, s1, dtype=np.int32)[None, :, None], (chips, n_steps, k))
-        chip_col = np.broadcast_to(chip_ids[:, None, None], (chips, n_steps, k))
-        abs_start = starts + step_start[None, s0:s1, None]
-        batches.append(events_batch(chip_col[keep], step_col[keep], codes[keep], abs_start[keep], durs[keep]))
     events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
     steps_table = pa.table(
         {"step": np.arange(steps, dtype=np.int32), "start_ns": step_start, "step_ns": step_ns}, schema=STEPS_SCHEMA
@@ -190,6 +177,78 @@ def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = 
         schema=CHIP_KIND_SCHEMA,
     )
     return Assembled(events=events, steps=steps_table, step_kind=step_kind, chip_kind=chip_kind)
+
+
+def _lay_out_block(segments: Sequence[Segment], seg_ns: list[np.ndarray], s0: int, s1: int) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
+    """Steps ``s0:s1`` walked segment by segment: the parts ``(kind code, dur_ns)`` in order, and each step's length.
+
+    A part's duration broadcasts to (steps in block, chips); it stays (steps, 1) or scalar-like
+    while every chip stands at the same point, so uniform phases cost no per-chip work. Parts
+    that are zero on every chip of the block are left out (they would emit no event).
+    """
+    cursor = StepCursor(np.zeros((s1 - s0, 1), dtype=np.int64))
+    parts = []
+    for seg, ns in zip(segments, seg_ns):
+        for kind, _, dur in cursor.place(seg, ns[s0:s1] if ns.ndim == 2 else ns):
+            if dur.any():
+                parts.append((KIND_CODE[kind], dur))
+    (kind, _, dur), end = cursor.close()
+    if dur.any():
+        parts.append((KIND_CODE[kind], dur))
+    return parts, end[:, 0]
+
+
+def _add_kind_totals(parts: list[tuple[int, np.ndarray]], chips: int, step_sum: np.ndarray, step_max: np.ndarray, chip_sum: np.ndarray) -> None:
+    """Add a block's exact totals by kind: per step over chips (sum, largest chip) and per chip over steps.
+
+    A chip may have several parts of one kind in a step, so parts of a kind are summed per
+    chip-step before the largest is taken.
+    """
+    n = step_sum.shape[0]
+    by_kind: dict[int, np.ndarray] = {}
+    for code, dur in parts:
+        by_kind[code] = by_kind[code] + dur if code in by_kind else dur
+    for code, total in by_kind.items():
+        total = np.broadcast_to(total, np.broadcast_shapes(total.shape, (n, 1)))  # (n, chips) or (n, 1)
+        step_sum[:, code] = total.sum(axis=1) * (chips // total.shape[1])
+        step_max[:, code] = total.max(axis=1)
+        chip_sum[code] += total.sum(axis=0)
+
+
+def _block_events(
+    parts: list[tuple[int, np.ndarray]], s0: int, s1: int, block_start_ns: int, block_ns: int, chips: int,
+    emitting: np.ndarray | None,
+) -> pa.RecordBatch:
+    """The events of steps ``s0:s1`` (``block_ns`` long from ``block_start_ns``), one record batch.
+
+    ``emitting`` selects the chips whose events are kept (ascending ids); None keeps every chip.
+
+    Rows are (chip, step, part) ordered: each chip's events of the block are adjacent and
+    time-ordered, so DuckDB's row groups (~123k rows) each hold a few hundred chips, and a
+    timeline of a few chips over many steps reads a few row groups per block, not the table.
+    A chip's events tile its time, so a start is the block's start plus the durations before
+    it: one running sum over the kept durations, less the whole block's length per chip before.
+    """
+    chip_ids = np.arange(chips, dtype=np.int32) if emitting is None else emitting
+    n, k, m = s1 - s0, len(parts), len(chip_ids)
+    # (parts, steps, chips) is written contiguously, then transposed once to (chips, steps, parts)
+    laid = np.empty((k, n, m), dtype=np.int64)
+    for j, (_, dur) in enumerate(parts):
+        per_chip = dur.ndim >= 1 and dur.shape[-1] > 1
+        laid[j] = dur[..., emitting] if per_chip and emitting is not None else dur
+    durs = np.ascontiguousarray(laid.transpose(2, 1, 0))
+    keep = durs > 0
+    dur_col = durs[keep]
+    per_chip_step = keep.sum(axis=2)
+    step_col = np.repeat(np.broadcast_to(np.arange(s0, s1, dtype=np.int32), (m, n)).ravel(), per_chip_step.ravel())
+    per_chip = per_chip_step.sum(axis=1)
+    chip_col = np.repeat(chip_ids, per_chip)
+    codes = np.array([code for code, _ in parts], dtype=np.int8)
+    kind_col = np.broadcast_to(codes, durs.shape)[keep]
+    start_col = np.cumsum(dur_col)
+    start_col -= dur_col
+    start_col += np.repeat(block_start_ns - block_ns * np.arange(m, dtype=np.int64), per_chip)
+    return events_batch(chip_col, step_col, kind_col, start_col, dur_col)
 
 
 @dataclass(frozen=True)
