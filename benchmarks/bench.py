@@ -37,6 +37,7 @@ import duckdb
 from engine import scenario_from_dict, simulate
 from profiler import chunked_write
 from profiler.store import Database, write_run, write_runs
+from profiler.streamed_write import simulate_and_write
 
 #: the [input] section of data/scenarios/resnet50-v4-gcs-input-bound.toml, read so the bench
 #: follows that scenario's keys (one read stream per host: the chips really wait for input)
@@ -83,16 +84,23 @@ def _bare_insert_s(path: Path, events) -> float:
 
 
 def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) -> dict[str, Any]:
-    """Sections 1 and 2: simulate 4,096 chips x ``steps`` with full events, store it, compare with a bare insert."""
+    """Sections 1 and 2: simulate 4,096 chips x ``steps`` with full events, store it, compare with a bare insert.
+
+    Simulated and stored is ``simulate_and_write`` (what ``podscope run`` does: events inserted
+    while later steps are laid out); store alone is ``write_run`` of the already simulated run.
+    """
     scenario = scenario_from_dict(all_causes_scenario("16x16x16", steps))
     result, sim_s = _timed(simulate, scenario)
     events = result.trace.events
     peak_sim = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    # side by side, alternating, so load changes hit both: bare, podscope, bare
+    # side by side, alternating, so load changes hit both: bare, simulate + store, bare, store alone
+    load_before = os.getloadavg()
     bare1 = _bare_insert_s(tmp / "bare1.duckdb", events)
     db = Database(tmp / "podscope.duckdb")
-    _, store_s = _timed(write_run, db, result)
+    _, sim_store_s = _timed(simulate_and_write, db, scenario)
     bare2 = _bare_insert_s(tmp / "bare2.duckdb", events)
+    _, store_s = _timed(write_run, Database(tmp / "store-alone.duckdb"), result)
+    (tmp / "store-alone.duckdb").unlink()
     bare_s = (bare1 + bare2) / 2
     out: dict[str, Any] = {
         "chips": 4096,
@@ -101,13 +109,15 @@ def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) ->
         "simulate_s": sim_s,
         "events_per_s": events.num_rows / sim_s,
         "store_s": store_s,
-        "simulate_and_store_s": sim_s + store_s,
+        "simulate_and_store_s": sim_store_s,
+        "simulate_and_store_vs_bare": sim_store_s / bare_s,
         "store_rows_per_s": events.num_rows / store_s,
         "bare_insert_s": bare_s,
         "bare_insert_runs_s": [bare1, bare2],
         "bare_rows_per_s": events.num_rows / bare_s,
         "store_vs_bare_rate": bare_s / store_s,
         "event_chunk_rows": chunked_write.EVENT_CHUNK_ROWS,
+        "load_average": [load_before, os.getloadavg()],
         "peak_rss_bytes_after_simulate_and_store": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "peak_rss_bytes_after_simulate": peak_sim,
         "db_bytes": db.path.stat().st_size,
@@ -260,11 +270,44 @@ def bench_growth(tmp: Path, quick: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _print_storage(sim: dict[str, Any]) -> None:
+    la = sim["load_average"]
+    print(f"1. simulate {sim['chips']} chips x {sim['steps']} steps, all idle causes: {sim['simulate_s']:.2f} s, "
+          f"{sim['events']:,} events ({sim['events_per_s'] / 1e6:.2f} M events/s); simulated + stored {sim['simulate_and_store_s']:.2f} s, "
+          f"{sim['simulate_and_store_vs_bare']:.2f}x the bare insert; peak RSS {sim['peak_rss_bytes_after_simulate_and_store'] / 2**30:.2f} GiB "
+          f"(load {la[0][0]:.1f} -> {la[1][0]:.1f})")  # fmt: skip
+    print(f"2. store alone {sim['store_s']:.2f} s ({sim['store_rows_per_s'] / 1e6:.2f} M rows/s, chunks of {sim['event_chunk_rows']:,}); "
+          f"bare insert {sim['bare_insert_s']:.2f} s ({', '.join(f'{b:.2f}' for b in sim['bare_insert_runs_s'])}); "
+          f"store/bare rate {sim['store_vs_bare_rate']:.0%}")  # fmt: skip
+
+
+def storage_only(repeats: int, steps: int, as_json: bool) -> int:
+    """Sections 1-2 alone, ``repeats`` times in this process: each run's numbers, then min and median of the ratio."""
+    import statistics
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="podscope-bench-") as d:
+        for _ in range(repeats):
+            runs.append(bench_simulation_and_storage(Path(d), steps, chunk_variants=False))
+            (Path(d) / "podscope.duckdb").unlink()
+    ratios = [r["simulate_and_store_vs_bare"] for r in runs]
+    if as_json:
+        print(json.dumps({"runs": runs, "ratio_min": min(ratios), "ratio_median": statistics.median(ratios)}, indent=1))
+        return 0
+    for r in runs:
+        _print_storage(r)
+    print(f"simulated + stored / bare insert: min {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x over {repeats} runs")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (~1 minute)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--storage", type=int, metavar="N", help="only sections 1-2, N times (min and median of the ratio)")
     args = ap.parse_args()
+    if args.storage:
+        return storage_only(args.storage, 100 if args.quick else 1000, args.json)
     steps = 100 if args.quick else 1000
     report: dict[str, Any] = {
         "machine": {
@@ -302,11 +345,7 @@ def main() -> int:
     la0, la1 = report["load_average_start"], report["load_average_end"]
     print(f"machine: {os.cpu_count()} cores, load average {la0[0]:.1f} at start, {la1[0]:.1f} at end; duckdb {duckdb.__version__}")
     sim = report["simulation"]
-    print(f"1. simulate {sim['chips']} chips x {sim['steps']} steps, all idle causes: {sim['simulate_s']:.2f} s, "
-          f"{sim['events']:,} events ({sim['events_per_s'] / 1e6:.2f} M events/s); simulated + stored {sim['simulate_and_store_s']:.2f} s; "
-          f"peak RSS {sim['peak_rss_bytes_after_simulate_and_store'] / 2**30:.2f} GiB")  # fmt: skip
-    print(f"2. store {sim['store_s']:.2f} s ({sim['store_rows_per_s'] / 1e6:.2f} M rows/s, chunks of {sim['event_chunk_rows']:,}); "
-          f"bare insert {sim['bare_insert_s']:.2f} s; store/bare rate {sim['store_vs_bare_rate']:.0%}")  # fmt: skip
+    _print_storage(sim)
     for rows, v in sim.get("chunk_rows_variants", {}).items():
         print(f"   chunk {int(rows):>10,} rows: {v['chunks']:>3} chunks, store {v['store_s']:.2f} s, bare {v['bare_s']:.2f} s, {v['vs_bare']:.0%} of bare")
     for row in report["queries"]["pages"]:

@@ -10,6 +10,8 @@ factors or tables; this module only wires them together.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 
@@ -35,14 +37,22 @@ from .units import BYTES_PER_ELEMENT, NS_PER_S
 __all__ = ["simulate"]
 
 
-def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunResult:
+def simulate(
+    scenario: Scenario, calibration: Calibration | None = None, *, on_events: Callable[[pa.RecordBatch], None] | None = None
+) -> RunResult:
     """Simulate a scenario and return its trace tables and run facts.
 
     Deterministic for a given scenario (including ``sim.seed``) and calibration.
+
+    Parameters
+    ----------
+    on_events
+        Given, it receives the events block by block as they are laid out (see
+        :func:`~engine.step.assemble`), and the returned ``trace.events`` is empty.
     """
     cal = calibration or load_calibration()
     if scenario.model.kind == "hlo":  # the user's own program: engine/hlo/run.py
-        return simulate_hlo(scenario, cal)
+        return simulate_hlo(scenario, cal, on_events=on_events)
     chip = scenario.chip_spec()
     ctx = SimContext(
         scenario=scenario,
@@ -79,7 +89,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         segments[:4] = [Segment("bubble", pp.fill_s), segments[0], Segment("collective", costs.comm_forward_s + pp.send_s / 2),
                         segments[2], Segment("collective", costs.comm_backward_s + pp.send_s / 2), Segment("bubble", pp.drain_s)]  # fmt: skip
     idle = plan_idle(ctx, comp, segments)  # input waits, recompiles, stragglers, failures
-    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace)
+    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace, on_events=on_events)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
     replicas = scenario.batch_shards  # model replicas' worth of chips: each processes per_chip_batch

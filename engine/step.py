@@ -38,7 +38,7 @@ from .trace import (
     events_batch,
     kind_array,
 )
-from .units import MAX_RUN_NS, NS_PER_S, seconds_to_ns
+from .units import MAX_RUN_NS, NS_PER_S, longest_ns, seconds_to_ns
 
 __all__ = ["Segment", "StepCursor", "SimContext", "seeded_rng", "Assembled", "assemble", "STEP_BLOCK", "SUMMARY_STEP_BLOCK"]
 
@@ -128,10 +128,9 @@ def assemble(
         :attr:`Assembled.events` is empty. A store uses it to insert a block while the next
         one is laid out. Without it, the events are collected into :attr:`Assembled.events`.
     """
-    seg_ns = [seconds_to_ns(seg.kind, seg.dur_s) for seg in segments]
     # A step never exceeds the sum of its segments' longest durations (barrier waits only
     # pad up to the slowest chip), so bounding that sum in float keeps every int64 sum exact.
-    longest_step_ns = sum(float(ns.max()) for ns in seg_ns if ns.size)
+    longest_step_ns = sum(longest_ns(seg.kind, seg.dur_s) for seg in segments)
     if longest_step_ns * steps >= MAX_RUN_NS:
         raise SimulationError(
             f"{steps} steps of up to {longest_step_ns / NS_PER_S:.3g} s overflow the trace clock "
@@ -147,15 +146,18 @@ def assemble(
     emitting = None  # the chips whose events are kept: all of them in full detail
     block = STEP_BLOCK if detail == "full" else SUMMARY_STEP_BLOCK
     block_start_ns = 0
+    # per-step durations (2-D) are converted to nanoseconds block by block, the rest once
+    whole_ns = [None if np.ndim(seg.dur_s) == 2 else seconds_to_ns(seg.kind, seg.dur_s) for seg in segments]
     for s0 in range(0, steps, block):
         s1 = min(steps, s0 + block)
+        seg_ns = [seconds_to_ns(seg.kind, seg.dur_s[s0:s1]) if ns is None else ns for seg, ns in zip(segments, whole_ns)]
         parts, end = _lay_out_block(segments, seg_ns, s0, s1)
         step_ns[s0:s1] = end
         _add_kind_totals(parts, chips, step_kind_sum[s0:s1], step_kind_max[s0:s1], chip_kind_sum)
+        block_ns = int(end.sum())
         if detail == "full":
-            block_ns = int(end.sum())
             emit(_block_events(parts, s0, s1, block_start_ns, block_ns, chips, emitting))
-        block_start_ns += int(end.sum())
+        block_start_ns += block_ns
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
     events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
     steps_table = pa.table(
@@ -182,6 +184,8 @@ def assemble(
 def _lay_out_block(segments: Sequence[Segment], seg_ns: list[np.ndarray], s0: int, s1: int) -> tuple[list[tuple[int, np.ndarray]], np.ndarray]:
     """Steps ``s0:s1`` walked segment by segment: the parts ``(kind code, dur_ns)`` in order, and each step's length.
 
+    ``seg_ns`` holds each segment's durations in nanoseconds: its rows ``s0:s1`` when per step, else whole.
+
     A part's duration broadcasts to (steps in block, chips); it stays (steps, 1) or scalar-like
     while every chip stands at the same point, so uniform phases cost no per-chip work. Parts
     that are zero on every chip of the block are left out (they would emit no event).
@@ -189,7 +193,7 @@ def _lay_out_block(segments: Sequence[Segment], seg_ns: list[np.ndarray], s0: in
     cursor = StepCursor(np.zeros((s1 - s0, 1), dtype=np.int64))
     parts = []
     for seg, ns in zip(segments, seg_ns):
-        for kind, _, dur in cursor.place(seg, ns[s0:s1] if ns.ndim == 2 else ns):
+        for kind, _, dur in cursor.place(seg, ns):
             if dur.any():
                 parts.append((KIND_CODE[kind], dur))
     (kind, _, dur), end = cursor.close()

@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import SimulationError
 
-__all__ = ["NS_PER_S", "GIB_BYTES", "MIB_BYTES", "GB_BYTES", "TERA", "BYTES_PER_ELEMENT", "MAX_RUN_NS", "seconds_to_ns"]
+__all__ = ["NS_PER_S", "GIB_BYTES", "MIB_BYTES", "GB_BYTES", "TERA", "BYTES_PER_ELEMENT", "MAX_RUN_NS", "longest_ns", "seconds_to_ns"]
 
 NS_PER_S = 1_000_000_000
 GIB_BYTES = 1024**3
@@ -44,11 +44,30 @@ def seconds_to_ns(what: str, dur_s: np.ndarray | float) -> np.ndarray:
     SimulationError
         If a time is not finite, negative, or at least ``MAX_RUN_NS``.
     """
-    ns = np.asarray(dur_s, dtype=np.float64) * NS_PER_S
-    if not np.all(np.isfinite(ns)) or np.any(ns < 0) or np.any(ns >= MAX_RUN_NS):
+    longest_ns(what, dur_s)
+    return np.rint(np.asarray(dur_s, dtype=np.float64) * NS_PER_S).astype(np.int64)
+
+
+def longest_ns(what: str, dur_s: np.ndarray | float) -> float:
+    """The longest of these durations in (rounded) nanoseconds, after the checks of :func:`seconds_to_ns`.
+
+    Scaling and rounding keep order, so the bounds are taken on the seconds, without
+    converting every element (a full trace converts its durations block by block).
+
+    Raises
+    ------
+    SimulationError
+        If a time is not finite, negative, or at least ``MAX_RUN_NS``.
+    """
+    s = np.asarray(dur_s, dtype=np.float64)
+    if s.size == 0:
+        return 0.0
+    lo, hi = s.min() * NS_PER_S, s.max() * NS_PER_S  # NaN propagates and fails both tests below
+    if not (lo >= 0 and hi < MAX_RUN_NS):
+        ns = s * NS_PER_S
         worst = float(np.nanmax(np.abs(ns))) / NS_PER_S if np.any(~np.isnan(ns)) else float("nan")
         raise SimulationError(
             f"a {what!r} phase lasts {worst:.3g} s (or is not a finite non-negative time); trace times must stay below "
             f"{MAX_RUN_NS / NS_PER_S:.3g} s per run: the model, batch or steps are implausibly large"
         )
-    return np.rint(ns).astype(np.int64)
+    return float(np.rint(hi))

@@ -25,11 +25,12 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 
 import duckdb
+import pyarrow as pa
 
 from engine.errors import ProfilerError
 from engine.trace import RunResult
@@ -45,6 +46,7 @@ __all__ = [
     "WRITER_YIELD_S",
     "HeldWriter",
     "collect_abandoned",
+    "event_chunks",
     "is_large",
     "write_chunked",
 ]
@@ -139,9 +141,19 @@ class HeldWriter:
             raise ProfilerError(f"write failed on {self._db.path}: {e}") from e
 
 
-def write_chunked(db: Database, staged: StagedRun, result: RunResult) -> int:
-    """A large run: reserve the id, append events in chunk transactions, publish last; returns its run_id."""
-    events = result.trace.events
+def event_chunks(events: pa.Table) -> Iterator[pa.Table]:
+    """A stored events table in the chunks a large run is written in (``EVENT_CHUNK_ROWS`` rows each)."""
+    for offset in range(0, events.num_rows, EVENT_CHUNK_ROWS):
+        yield events.slice(offset, EVENT_CHUNK_ROWS)
+
+
+def write_chunked(db: Database, chunks: Iterable[pa.Table], finish: Callable[[], StagedRun]) -> int:
+    """A large run: reserve the id, append event chunks in their own transactions, publish last; returns its run_id.
+
+    ``chunks`` are the run's events, at most ``EVENT_CHUNK_ROWS`` rows each (:func:`event_chunks`);
+    they may still be being simulated while earlier ones are inserted. ``finish`` gives the staged
+    run once every chunk is in; an exception from either leaves no row of the run behind.
+    """
     with db.write() as con:
         collect_abandoned(con)
         with transaction(con):
@@ -152,9 +164,10 @@ def write_chunked(db: Database, staged: StagedRun, result: RunResult) -> int:
             )
     try:
         with HeldWriter(db) as held:
-            for offset in range(0, events.num_rows, EVENT_CHUNK_ROWS):
+            for chunk in chunks:
                 with held.connection() as con, transaction(con):
-                    insert_events(con, events.slice(offset, EVENT_CHUNK_ROWS), run_id)
+                    insert_events(con, chunk, run_id)
+            staged = finish()
             with held.connection() as con, transaction(con):
                 publish(con, staged, run_id)
                 con.execute("DELETE FROM pending_runs WHERE run_id = $id", {"id": run_id})

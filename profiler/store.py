@@ -26,9 +26,10 @@ import pyarrow as pa
 
 from engine.errors import InputError, RunNotFoundError
 from engine.names import name_problem, printable
+from engine.scenario import Scenario
 from engine.trace import RunResult
 
-from .chunked_write import collect_abandoned, is_large, write_chunked
+from .chunked_write import collect_abandoned, event_chunks, is_large, write_chunked
 from .connection import DEFAULT_DB_PATH, Database, DatabaseBusyError, resolve_db_path, transaction
 from .run_rows import EVENTS_SELECT, delete_rows, insert_events, new_run_id, publish
 from .schema import CREATE_TABLE_SQL, quote_ident
@@ -69,7 +70,7 @@ def check_run_name(name: str) -> None:
         raise InputError(f"run name '{printable(name[:80])}{'...' if len(name) > 80 else ''}': {problem}")
 
 
-def _run_name(result: RunResult, name: str | None) -> str:
+def run_name_of(scenario: Scenario | None, name: str | None) -> str:
     """The name a run is stored under: ``name`` if given (checked by the one rule), else its scenario's.
 
     Raises
@@ -78,9 +79,13 @@ def _run_name(result: RunResult, name: str | None) -> str:
         ``name`` breaks the rule of :func:`engine.names.name_problem`.
     """
     if name is None:
-        return result.scenario.name if result.scenario is not None else "run"
+        return scenario.name if scenario is not None else "run"
     check_run_name(name)
     return name
+
+
+def _run_name(result: RunResult, name: str | None) -> str:
+    return run_name_of(result.scenario, name)
 
 
 def write_run(db: Database, result: RunResult, *, name: str | None = None, source: str = "simulated") -> int:
@@ -97,7 +102,7 @@ def write_run(db: Database, result: RunResult, *, name: str | None = None, sourc
     """
     staged = summarise([stage(result, _run_name(result, name), source)])[0]
     if is_large(result.trace.events.num_rows):
-        return write_chunked(db, staged, result)
+        return write_chunked(db, event_chunks(result.trace.events), lambda: staged)
     with db.write() as con:
         collect_abandoned(con)
         return _write_whole(con, staged, result)[0]
@@ -142,7 +147,7 @@ def write_runs(
             if is_large(result.trace.events.num_rows):
                 flush()
                 staged = summarise([stage(result, _run_name(result, None), source)])[0]
-                ids.append(write_chunked(db, staged, result))
+                ids.append(write_chunked(db, event_chunks(result.trace.events), lambda staged=staged: staged))
                 continue
             if not batch:
                 batch_since = time.monotonic()

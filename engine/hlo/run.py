@@ -12,6 +12,7 @@ over the pod's peak; ``mfu`` needs the scenario's ``model_flops_per_step``.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -26,8 +27,11 @@ from .step import hlo_step_cost
 __all__ = ["simulate_hlo"]
 
 
-def simulate_hlo(scenario, cal: Calibration) -> RunResult:
-    """Trace tables and run facts of an HLO scenario (validated by :func:`engine.scenario.load_scenario`)."""
+def simulate_hlo(scenario, cal: Calibration, *, on_events: Callable[[pa.RecordBatch], None] | None = None) -> RunResult:
+    """Trace tables and run facts of an HLO scenario (validated by :func:`engine.scenario.load_scenario`).
+
+    ``on_events`` receives the events block by block, as :func:`engine.simulate.simulate` says.
+    """
     chip = scenario.chip_spec()
     pod = build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     cost = cached_module(scenario.model.path)
@@ -42,7 +46,7 @@ def simulate_hlo(scenario, cal: Calibration) -> RunResult:
         Segment("collective", step.collective_s, barrier=True),
         Segment("other", cal.step_overhead_s),
     ]
-    laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
+    laid = assemble(segments, steps, chips, detail=scenario.sim.trace, on_events=on_events)
 
     usable = chip.hbm_bytes * (1.0 - cal.hbm_reserved_frac)
     peak = cost.peak_live_bytes_per_device
