@@ -20,14 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from engine import Scenario, ScenarioError, SimulationError, load_scenario, simulate
+from engine import Scenario, ScenarioError, SimulationError, load_scenario
 from engine.data_files import DATA_DIR
 
 import pandas as pd
 
 from . import queries
 from .export import export_run
-from .store import Database, check_run_name, resolve_run, write_run
+from .store import Database, check_run_name, resolve_run
+from .streamed_write import simulate_and_write
 from .sweep import make_executor, run_sweep
 from .trace_import import import_trace
 
@@ -52,8 +53,7 @@ BUNDLED_SCENARIOS_DIR = DATA_DIR / "scenarios"
 
 def run_scenario(scenario: Scenario, db: Database, *, name: str | None = None) -> dict[str, Any]:
     """Simulate a validated scenario, store it, and return its summary."""
-    result = simulate(scenario)
-    run_id = write_run(db, result, name=name)
+    run_id, _ = simulate_and_write(db, scenario, name=name)
     with db.read() as con:
         return queries.run_summary(con, run_id)
 
@@ -72,10 +72,9 @@ def run_file(
         check_run_name(name)
     scenario = load_scenario(path, overrides)
     try:
-        result = simulate(scenario)
+        run_id, _ = simulate_and_write(db, scenario, name=name)
     except SimulationError as e:
         raise ScenarioError(str(path), [("", str(e))]) from None
-    run_id = write_run(db, result, name=name)
     with db.read() as con:
         return queries.run_summary(con, run_id)
 

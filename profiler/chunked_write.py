@@ -33,7 +33,6 @@ import duckdb
 import pyarrow as pa
 
 from engine.errors import ProfilerError
-from engine.trace import RunResult
 
 from .connection import POLL_MAX_S, Database, transaction
 from .run_rows import delete_rows, insert_events, new_run_id, publish

@@ -14,12 +14,13 @@ from typing import Any
 
 import pandas as pd
 
-from engine import scenario_from_dict, simulate
+from engine import scenario_from_dict
 from engine.data_files import DATA_DIR
 from engine.planner import Plan, load_plan, plan_from_dict
 from engine.search import Candidate, PlanResult, search
 
-from .store import Database, write_run
+from .store import Database
+from .streamed_write import simulate_and_write
 
 __all__ = ["BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate", "plan_frame", "PLAN_COLUMNS"]
 
@@ -51,7 +52,7 @@ def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], Non
 def store_candidate(db: Database, result: PlanResult, candidate: Candidate, name: str | None = None) -> int:
     """Simulate one candidate fully (its complete scenario) and store it; returns the run id."""
     scenario = scenario_from_dict(result.scenario(candidate, name), source=result.plan.source)
-    return write_run(db, simulate(scenario))
+    return simulate_and_write(db, scenario)[0]
 
 
 def store_best(db: Database, result: PlanResult, top: int) -> list[int]:
@@ -59,7 +60,7 @@ def store_best(db: Database, result: PlanResult, top: int) -> list[int]:
     out = []
     for best in result.to_json(top)["best"]:
         scenario = scenario_from_dict(best["scenario"], source=result.plan.source)
-        out.append(write_run(db, simulate(scenario)))
+        out.append(simulate_and_write(db, scenario)[0])
     return out
 
 

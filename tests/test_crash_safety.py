@@ -46,12 +46,12 @@ def _orphans(db: Database) -> dict[str, int]:
         }
 
 
-def _kill_at(db_path: Path, topology: str, steps: int, mark: str) -> list[str]:
+def _kill_at(db_path: Path, topology: str, steps: int, mark: str, streamed: bool = False) -> list[str]:
     """Start a writer, wait for its milestone ``mark`` (where it stalls), SIGKILL it; return its output."""
     proc = subprocess.Popen(
         # 500k-row chunks whatever the production chunk size, so the large run has the chunks to kill in
         [sys.executable, "-m", "tests.workers", "write", str(db_path), topology, str(steps), "1", "--pause-at", mark,
-         "--chunk-rows", "500000"],  # fmt: skip
+         "--chunk-rows", "500000", *(["--streamed"] if streamed else [])],  # fmt: skip
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -74,21 +74,25 @@ def _kill_at(db_path: Path, topology: str, steps: int, mark: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "topology, steps, mark",
+    "topology, steps, mark, streamed",
     [
-        ("16x16x16", 200, "chunk 0"),  # large run: killed while its first chunk transaction is open
-        ("16x16x16", 200, "chunk 2"),  # large run: two chunks committed (invisible), the third open
-        ("16x16x16", 200, "runs-row"),  # large run: all events committed, publishing transaction open
-        ("8x8x8", 100, "chunk 0"),  # small run: its single transaction open
+        ("16x16x16", 200, "chunk 0", False),  # large run: killed while its first chunk transaction is open
+        ("16x16x16", 200, "chunk 2", False),  # large run: two chunks committed (invisible), the third open
+        ("16x16x16", 200, "runs-row", False),  # large run: all events committed, publishing transaction open
+        ("8x8x8", 100, "chunk 0", False),  # small run: its single transaction open
+        # simulated while stored (podscope run): the engine is laying out later steps while a chunk is open
+        ("16x16x16", 200, "chunk 2", True),
+        ("16x16x16", 200, "runs-row", True),
+        ("8x8x8", 100, "chunk 0", True),
     ],
 )
-def test_sigkill_mid_write_leaves_earlier_runs_intact_and_no_partial_run(tmp_path, small_scenario, topology, steps, mark):
+def test_sigkill_mid_write_leaves_earlier_runs_intact_and_no_partial_run(tmp_path, small_scenario, topology, steps, mark, streamed):
     db = Database(tmp_path / "runs.duckdb")
     write_run(db, simulate(small_scenario), name="before-1")
     write_run(db, simulate(small_scenario), name="before-2 'quoted'; --")
     before = _snapshot(db)
 
-    lines = _kill_at(db.path, topology, steps, mark)
+    lines = _kill_at(db.path, topology, steps, mark, streamed)
     assert mark in lines
 
     # The file opens (DuckDB replays or discards its WAL), read-only and read-write.

@@ -8,6 +8,8 @@
     ``--chunk-rows N`` overrides ``chunked_write.EVENT_CHUNK_ROWS`` (a huge N writes each
     run in one transaction). ``--unclosed`` commits without
     closing the connection (so without DuckDB's checkpoint) and announces ``committed-unclosed``.
+    ``--streamed`` simulates while storing (``simulate_and_write``, as ``podscope run`` does),
+    so a chunk is written while later steps are still being laid out.
 
 ``python -m tests.workers trickle DB``
     A CLI-like writer: stores one small run after another until a ``stop`` file appears
@@ -32,6 +34,7 @@ from engine import PodscopeError, load_scenario, simulate
 from profiler import chunked_write, queries, run_rows, schema, store
 from profiler.connection import Database, DatabaseBusyError
 from profiler.store import write_run
+from profiler.streamed_write import simulate_and_write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +94,16 @@ class _UnclosedDatabase(Database):
         time.sleep(10.0)
 
 
-def write(db_path: str, topology: str, steps: int, runs: int, pause_at: str | None, unclosed: bool = False) -> None:
+def write(
+    db_path: str, topology: str, steps: int, runs: int, pause_at: str | None, unclosed: bool = False, streamed: bool = False
+) -> None:
+    if streamed:
+        _instrument(pause_at)
+        db = Database(db_path)
+        for i in range(runs):
+            run_id, _ = simulate_and_write(db, big_scenario(topology, steps), name=f"big-{i}")
+            _say(f"wrote {run_id}")
+        return
     result = simulate(big_scenario(topology, steps))
     _say(f"simulated {result.trace.events.num_rows}")
     _instrument(pause_at)
@@ -158,7 +170,7 @@ def main(argv: list[str]) -> None:
         pause_at = argv[argv.index("--pause-at") + 1] if "--pause-at" in argv else None
         if "--chunk-rows" in argv:
             chunked_write.EVENT_CHUNK_ROWS = int(argv[argv.index("--chunk-rows") + 1])
-        write(argv[1], argv[2], int(argv[3]), int(argv[4]), pause_at, unclosed="--unclosed" in argv)
+        write(argv[1], argv[2], int(argv[3]), int(argv[4]), pause_at, unclosed="--unclosed" in argv, streamed="--streamed" in argv)
     elif argv[0] == "trickle":
         trickle(argv[1])
     elif argv[0] == "read":

@@ -27,7 +27,7 @@ from engine.errors import PodscopeError
 from profiler import api, queries
 from profiler import format as fmt
 from profiler.connection import DatabaseDamagedError
-from profiler.store import Database, DatabaseBusyError, resolve_db_path, write_run
+from profiler.store import Database, DatabaseBusyError, resolve_db_path
 
 __all__ = [
     "get_db",
@@ -409,13 +409,12 @@ def simulate_and_store(scenario: Any) -> dict[str, Any]:
     Raises
     ------
     PodscopeError
-        As :func:`engine.simulate` and :func:`profiler.store.write_run` do.
+        As :func:`profiler.streamed_write.simulate_and_write` does.
     """
-    from engine import simulate
+    from profiler.streamed_write import simulate_and_write
 
     with released():
-        result = simulate(scenario)
-        run_id = write_run(get_db(), result)
+        run_id, _ = simulate_and_write(get_db(), scenario)
     invalidate()
     return query(queries.run_summary, run_id)
 
