@@ -6,7 +6,7 @@ on a worker thread and hands every block to this process's writer through a boun
 writer, so memory holds about two chunks of events, not the whole run. DuckDB releases the GIL
 while it inserts, so one chunk's insert and the next chunk's layout run side by side.
 
-How the run is written is unchanged (:mod:`profiler.store`, :mod:`profiler.chunked_write`): a
+The run is written as :mod:`profiler.store` and :mod:`profiler.chunked_write` write any run: a
 run of at most ``EVENT_CHUNK_ROWS`` events is one transaction, a larger one is a pending run,
 chunk transactions of exactly ``EVENT_CHUNK_ROWS`` events, and its ``runs`` row last. Nothing
 is written before the first chunk is laid out, so a scenario the engine refuses writes nothing.
