@@ -235,24 +235,31 @@ def _block_events(
     """
     chip_ids = np.arange(chips, dtype=np.int32) if emitting is None else emitting
     n, k, m = s1 - s0, len(parts), len(chip_ids)
-    # (parts, steps, chips) is written contiguously, then transposed once to (chips, steps, parts)
-    laid = np.empty((k, n, m), dtype=np.int64)
+    laid = np.empty((m, n, k), dtype=np.int64)  # (chips, steps, parts): the rows' order
     for j, (_, dur) in enumerate(parts):
-        per_chip = dur.ndim >= 1 and dur.shape[-1] > 1
-        laid[j] = dur[..., emitting] if per_chip and emitting is not None else dur
-    durs = np.ascontiguousarray(laid.transpose(2, 1, 0))
-    keep = durs > 0
-    dur_col = durs[keep]
-    per_chip_step = keep.sum(axis=2)
+        laid[:, :, j] = _chip_major(dur, emitting)
+    kept = laid > 0
+    dur_col = np.compress(kept.ravel(), laid.ravel())  # np.compress: several times faster than a boolean index here
+    as_int = kept.view(np.uint8)
+    per_chip_step = np.zeros((m, n), dtype=np.int64)  # events of each (chip, step): k slices added, faster than .sum(axis=2)
+    for j in range(k):
+        per_chip_step += as_int[:, :, j]
     step_col = np.repeat(np.broadcast_to(np.arange(s0, s1, dtype=np.int32), (m, n)).ravel(), per_chip_step.ravel())
     per_chip = per_chip_step.sum(axis=1)
     chip_col = np.repeat(chip_ids, per_chip)
-    codes = np.array([code for code, _ in parts], dtype=np.int8)
-    kind_col = np.broadcast_to(codes, durs.shape)[keep]
+    kind_col = np.compress(kept.ravel(), np.tile(np.array([code for code, _ in parts], dtype=np.int8), m * n))
     start_col = np.cumsum(dur_col)
     start_col -= dur_col
     start_col += np.repeat(block_start_ns - block_ns * np.arange(m, dtype=np.int64), per_chip)
     return events_batch(chip_col, step_col, kind_col, start_col, dur_col)
+
+
+def _chip_major(dur: np.ndarray, emitting: np.ndarray | None) -> np.ndarray:
+    """A part's durations (broadcastable to (steps, chips)) as (chips, steps) or broadcastable to it, of ``emitting`` only."""
+    if dur.ndim == 0:
+        return dur
+    by_chip = dur.T if dur.ndim == 2 else dur[:, None]
+    return by_chip[emitting] if emitting is not None and by_chip.shape[0] > 1 else by_chip
 
 
 @dataclass(frozen=True)

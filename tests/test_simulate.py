@@ -136,3 +136,25 @@ def test_bundled_scenarios_simulate_sanely(path):
     mfu = r.facts.model_flops_per_step / (np.median(step_ns) / 1e9) / (r.facts.chips * r.facts.peak_flops_per_s_per_chip)
     assert 0 < mfu < 1
     assert not r.facts.oom
+
+
+def test_block_events_of_a_chip_subset_are_those_chips_rows_of_the_whole_block():
+    """The layout's chip selection (``emitting``) keeps exactly the chosen chips' rows, starts included."""
+    from engine.step import _block_events, _lay_out_block
+
+    rng = np.random.default_rng(3)
+    steps, chips = 5, 9
+    segments = [
+        Segment("input_wait", rng.uniform(0, 1e-4, (steps, chips)) * (rng.random((steps, chips)) < 0.5)),
+        Segment("compute", rng.uniform(1e-4, 1e-3, chips)),
+        Segment("collective", rng.uniform(0, 1e-4, (steps, 1)), barrier=True),
+        Segment("other", 5e-6),
+    ]
+    seg_ns = [np.rint(np.asarray(s.dur_s) * 1e9).astype(np.int64) for s in segments]
+    parts, end = _lay_out_block(segments, seg_ns, 0, steps)
+    whole = _block_events(parts, 0, steps, 1_000, int(end.sum()), chips, None).to_pandas()
+    subset = np.array([1, 4, 8], dtype=np.int32)
+    some = _block_events(parts, 0, steps, 1_000, int(end.sum()), chips, subset).to_pandas()
+    expected = whole[whole["chip"].isin(subset)].reset_index(drop=True)
+    assert some.equals(expected)
+    assert len(some) > 3 * steps  # several events per chip-step, not one
