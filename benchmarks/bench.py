@@ -70,6 +70,12 @@ def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
     return out, time.perf_counter() - t0
 
 
+def _cpu_s() -> float:
+    """CPU time of this process so far (all threads, user + system), seconds."""
+    t = os.times()
+    return t.user + t.system
+
+
 def _bare_insert_s(path: Path, events) -> float:
     """The practical limit: one INSERT of the Arrow events table into a fresh file, one transaction."""
     con = duckdb.connect(str(path))
@@ -94,11 +100,16 @@ def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) ->
     events = result.trace.events
     peak_sim = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     # side by side, alternating, so load changes hit both: bare, simulate + store, bare, store alone
+    # (and CPU time of each, which load on a shared machine disturbs less than wall time)
     load_before = os.getloadavg()
+    cpu0 = _cpu_s()
     bare1 = _bare_insert_s(tmp / "bare1.duckdb", events)
+    cpu1 = _cpu_s()
     db = Database(tmp / "podscope.duckdb")
     _, sim_store_s = _timed(simulate_and_write, db, scenario)
+    cpu2 = _cpu_s()
     bare2 = _bare_insert_s(tmp / "bare2.duckdb", events)
+    cpu3 = _cpu_s()
     _, store_s = _timed(write_run, Database(tmp / "store-alone.duckdb"), result)
     (tmp / "store-alone.duckdb").unlink()
     bare_s = (bare1 + bare2) / 2
@@ -111,6 +122,8 @@ def bench_simulation_and_storage(tmp: Path, steps: int, chunk_variants: bool) ->
         "store_s": store_s,
         "simulate_and_store_s": sim_store_s,
         "simulate_and_store_vs_bare": sim_store_s / bare_s,
+        "simulate_and_store_cpu_s": cpu2 - cpu1,
+        "bare_insert_cpu_s": [cpu1 - cpu0, cpu3 - cpu2],
         "store_rows_per_s": events.num_rows / store_s,
         "bare_insert_s": bare_s,
         "bare_insert_runs_s": [bare1, bare2],
@@ -275,7 +288,8 @@ def _print_storage(sim: dict[str, Any]) -> None:
     print(f"1. simulate {sim['chips']} chips x {sim['steps']} steps, all idle causes: {sim['simulate_s']:.2f} s, "
           f"{sim['events']:,} events ({sim['events_per_s'] / 1e6:.2f} M events/s); simulated + stored {sim['simulate_and_store_s']:.2f} s, "
           f"{sim['simulate_and_store_vs_bare']:.2f}x the bare insert; peak RSS {sim['peak_rss_bytes_after_simulate_and_store'] / 2**30:.2f} GiB "
-          f"(load {la[0][0]:.1f} -> {la[1][0]:.1f})")  # fmt: skip
+          f"(load {la[0][0]:.1f} -> {la[1][0]:.1f}); CPU {sim['simulate_and_store_cpu_s']:.2f} s against "
+          f"{', '.join(f'{c:.2f}' for c in sim['bare_insert_cpu_s'])} s for the bare inserts")  # fmt: skip
     print(f"2. store alone {sim['store_s']:.2f} s ({sim['store_rows_per_s'] / 1e6:.2f} M rows/s, chunks of {sim['event_chunk_rows']:,}); "
           f"bare insert {sim['bare_insert_s']:.2f} s ({', '.join(f'{b:.2f}' for b in sim['bare_insert_runs_s'])}); "
           f"store/bare rate {sim['store_vs_bare_rate']:.0%}")  # fmt: skip
