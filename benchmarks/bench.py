@@ -79,6 +79,7 @@ def _cpu_s() -> float:
 def _bare_insert_s(path: Path, events) -> float:
     """The practical limit: one INSERT of the Arrow events table into a fresh file, one transaction."""
     con = duckdb.connect(str(path))
+    con.execute("SET enable_progress_bar = false")  # as Podscope's connections (profiler/connection.py)
     con.execute("CREATE TABLE events (run_id INTEGER, chip INTEGER, step INTEGER, kind VARCHAR, start_ns BIGINT, dur_ns BIGINT)")
     con.register("ev", events)
     t0 = time.perf_counter()
