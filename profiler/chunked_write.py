@@ -153,16 +153,18 @@ def write_chunked(db: Database, chunks: Iterable[pa.Table], finish: Callable[[],
     they may still be being simulated while earlier ones are inserted. ``finish`` gives the staged
     run once every chunk is in; an exception from either leaves no row of the run behind.
     """
-    with db.write() as con:
-        collect_abandoned(con)
-        with transaction(con):
-            run_id = new_run_id(con)
-            con.execute(
-                "INSERT INTO pending_runs VALUES ($id, $pid, $host, $now)",
-                {"id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "now": datetime.now(timezone.utc)},
-            )
+    run_id = None
     try:
+        # one connection for the reservation, the chunks and the publishing, unless a reader waits
         with HeldWriter(db) as held:
+            with held.connection() as con:
+                collect_abandoned(con)
+                with transaction(con):
+                    run_id = new_run_id(con)
+                    con.execute(
+                        "INSERT INTO pending_runs VALUES ($id, $pid, $host, $now)",
+                        {"id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "now": datetime.now(timezone.utc)},
+                    )
             for chunk in chunks:
                 with held.connection() as con, transaction(con):
                     insert_events(con, chunk, run_id)
@@ -171,10 +173,11 @@ def write_chunked(db: Database, chunks: Iterable[pa.Table], finish: Callable[[],
                 publish(con, staged, run_id)
                 con.execute("DELETE FROM pending_runs WHERE run_id = $id", {"id": run_id})
     except BaseException:
-        try:  # best effort; if this fails too, the next writer collects the rows
-            with db.write() as con, transaction(con):
-                delete_rows(con, run_id)
-        except ProfilerError:
-            pass
+        if run_id is not None:
+            try:  # best effort; if this fails too, the next writer collects the rows
+                with db.write() as con, transaction(con):
+                    delete_rows(con, run_id)
+            except ProfilerError:
+                pass
         raise
     return run_id
