@@ -175,6 +175,13 @@ _EXTRA = (
         ("peak_bytes", pa.float64(), "peak HBM in use, bytes"),
     ),
     _spec(
+        "extra_chip_expert_load",
+        "Mixture-of-experts runs: how much of its expert group's routed tokens each chip computes (engine/moe.py).",
+        ("chip", pa.int32(), "chip id"),
+        ("mean_load_ratio", pa.float64(), "tokens its expert GEMMs compute over an even share, mean over steady-state steps, ratio (1 = even)"),
+        ("max_load_ratio", pa.float64(), "the same ratio in the chip's busiest step, ratio"),
+    ),
+    _spec(
         "extra_layer_collectives",
         "Per-layer collectives of one step on a representative chip (FSDP gathers, TP all-reduces, gradient sync, PS pulls).",
         ("unit", pa.int32(), "layer unit index in execution order; -1 for the whole-model gradient sync"),
