@@ -160,6 +160,8 @@ __all__ += [
     "kind_by_step",
     "kind_by_host",
     "chip_metrics",
+    "chip_metrics_sql",
+    "ALL_SLICES",
     "worst_chips",
     "hosts",
     "link_load",
@@ -230,7 +232,8 @@ def kind_by_host(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
     return con.execute(_KIND_BY_HOST_SQL, {"id": run_id}).df()
 
 
-_CHIP_METRICS_SQL = """
+#: every chip of slices $slice0..$slice1 with its shares of time by kind (callers add ORDER BY)
+CHIP_METRICS_SELECT = """
 WITH k AS (
     SELECT chip,
            sum(ns) AS total_ns,
@@ -241,7 +244,9 @@ WITH k AS (
            sum(ns) FILTER (WHERE kind = 'recompile') AS recompile_ns,
            sum(ns) FILTER (WHERE kind = 'bubble') AS bubble_ns,
            sum(ns) FILTER (WHERE kind = 'other') AS other_ns
-    FROM chip_kind WHERE run_id = $id GROUP BY chip
+    FROM chip_kind
+    WHERE run_id = $id AND chip IN (SELECT chip FROM chips WHERE run_id = $id AND slice BETWEEN $slice0 AND $slice1)
+    GROUP BY chip
 )
 SELECT c.chip, c.host, c.slice, c.x, c.y, c.z,
        coalesce(k.compute_ns, 0) / nullif(k.total_ns, 0) AS compute_frac,
@@ -254,24 +259,41 @@ SELECT c.chip, c.host, c.slice, c.x, c.y, c.z,
        1 - (coalesce(k.compute_ns, 0) + coalesce(k.collective_ns, 0)) / nullif(k.total_ns, 0) AS idle_frac,
        k.total_ns / 1e9 AS busy_and_idle_s
 FROM chips c LEFT JOIN k ON k.chip = c.chip
-WHERE c.run_id = $id ORDER BY c.chip
+WHERE c.run_id = $id AND c.slice BETWEEN $slice0 AND $slice1
 """
-_CHIP_MEMORY_JOIN_SQL = "SELECT chip, peak_bytes AS hbm_peak_bytes FROM extra_chip_memory WHERE run_id = $id"
+#: per-chip columns of extra tables, joined when the run stored them: (table, column AS name)
+_CHIP_EXTRA_COLUMNS = (
+    ("extra_chip_memory", "peak_bytes AS hbm_peak_bytes"),
+    ("extra_chip_expert_load", "mean_load_ratio AS expert_load_ratio"),
+)
+#: bounds of $slice0..$slice1 that take every slice
+ALL_SLICES = (0, 2**31 - 1)
 
 
-def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
-    """One row per chip: where it sits and where its time went.
+def chip_metrics_sql(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
+    """SQL of every chip's metrics (:func:`chip_metrics`' columns), with the extra tables this run stored.
+
+    Its parameters are $id, $slice0 and $slice1 (an inclusive slice range, :data:`ALL_SLICES`).
+    """
+    joins, columns = [], []
+    for i, (table, column) in enumerate(_CHIP_EXTRA_COLUMNS):
+        if _extra_rows(con, table, run_id):  # constant table names; values stay bound
+            joins.append(f"LEFT JOIN {quote_ident(table)} e{i} ON e{i}.run_id = $id AND e{i}.chip = m.chip")
+            columns.append(f"e{i}.{column}")
+    return f"SELECT m.*{''.join(', ' + c for c in columns)} FROM ({CHIP_METRICS_SELECT}) m {' '.join(joins)}"
+
+
+def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int, slice_: int | None = None) -> pd.DataFrame:
+    """One row per chip (of one slice, when ``slice_`` is given): where it sits and where its time went.
 
     Columns: chip, host, slice, x, y, z, compute_frac, collective_frac, input_wait_frac,
     sync_wait_frac, recompile_frac, bubble_frac, other_frac, idle_frac (everything but compute and exposed
-    collectives), busy_and_idle_s (the chip's wall time) and, when the run stored per-chip memory,
-    hbm_peak_bytes.
+    collectives), busy_and_idle_s (the chip's wall time) and, when the run stored them, hbm_peak_bytes
+    (per-chip memory) and expert_load_ratio (a mixture-of-experts chip's expert work over an even share).
     """
-    df = con.execute(_CHIP_METRICS_SQL, {"id": run_id}).df()
-    if _extra_rows(con, "extra_chip_memory", run_id):
-        mem = con.execute(_CHIP_MEMORY_JOIN_SQL, {"id": run_id}).df()
-        df = df.merge(mem, on="chip", how="left")
-    return df
+    lo, hi = ALL_SLICES if slice_ is None else (int(slice_), int(slice_))
+    sql = chip_metrics_sql(con, run_id) + " ORDER BY m.chip"
+    return con.execute(sql, {"id": run_id, "slice0": lo, "slice1": hi}).df()
 
 
 _WORST_CHIPS_SQL = """
