@@ -17,7 +17,10 @@ from views import palette
 from views.figure_style import layout, nonneg_y
 from views.figures_pod import color_scale
 
-__all__ = ["slice_grid_shape", "slice_grid", "binned_histogram"]
+__all__ = ["slice_grid_shape", "slice_grid", "binned_histogram", "GRID_WIDTH_PX"]
+
+#: width in pixels the slice grid's cells are sized for (the plot area of a wide page's main column)
+GRID_WIDTH_PX = 760
 
 
 def slice_grid_shape(slices: int) -> tuple[int, int]:
@@ -47,7 +50,10 @@ def slice_grid(
     values = df[value].to_numpy(dtype=float) * (100 if percent else 1)
     marker, caption = color_scale(values, label, percent, unit, across="slices")
     shown = "%" if percent else (unit if unit is not None else " GiB")
-    size = max(8, min(60, int(900 / cols)))
+    # Markers are sized in pixels, not data units: size the grid so a cell is ``unit`` px in a plot
+    # area about GRID_WIDTH_PX wide (a wide page's main column), and the figure as tall as its rows.
+    unit = max(10, min(60, GRID_WIDTH_PX // cols))
+    size = int(unit * 0.86)
     hover = [f"slice {int(s)} · {int(c)} chips on {int(h)} hosts" for s, c, h in zip(df["slice"], df["chips"], df["hosts"])]
     if "dcn_bytes_per_step" in df.columns:
         hover = [
@@ -64,13 +70,13 @@ def slice_grid(
         i = int(np.flatnonzero(df["slice"].to_numpy() == selected)[0])
         fig.add_scatter(
             x=[gx[i]], y=[gy[i]], mode="markers", name=f"slice {selected} (shown below)", hoverinfo="skip",
-            marker=dict(symbol="square-open", size=size + 6, color=palette.TOTAL, line=dict(width=3)),
+            marker=dict(symbol="square-open", size=unit, color=palette.TOTAL, line=dict(width=3)),
         )  # fmt: skip
     fig.update_xaxes(range=[-0.6, cols - 0.4], visible=False, constrain="domain")
     fig.update_yaxes(range=[rows - 0.4, -0.6], visible=False, scaleanchor="x")
     fig.update_layout(legend_orientation="h", clickmode="event+select", dragmode=False)
     full = f"{title}<br><sup>{caption}</sup>" if title else caption
-    return layout(fig, full, height=max(260, min(620, 140 + rows * (size + 4))))
+    return layout(fig, full, height=max(260, 150 + rows * unit))
 
 
 def binned_histogram(
