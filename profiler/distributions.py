@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from .queries import has_table
+from .queries import KIND_BY_GROUP_SQL, has_table
 
 __all__ = ["CHIP_QUANTITIES", "chip_histogram", "chip_quantiles", "top_chips", "worst_hosts", "worst_hosts_by_kind"]
 
@@ -101,12 +101,7 @@ FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
 WHERE k.run_id = $id GROUP BY c.host
 """
 _WORST_HOSTS_SQL = f"SELECT * FROM ({_HOST_IDLE_SQL}) ORDER BY idle_frac DESC NULLS LAST, host LIMIT $n"
-_WORST_HOSTS_BY_KIND_SQL = f"""
-WITH w AS ({_WORST_HOSTS_SQL})
-SELECT c.host, k.kind, sum(k.ns) / 1e9 AS chip_s, sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY c.host) AS frac
-FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
-WHERE k.run_id = $id AND c.host IN (SELECT host FROM w) GROUP BY c.host, k.kind ORDER BY c.host, k.kind
-"""
+_WORST_HOSTS_BY_KIND_SQL = f"WITH w AS ({_WORST_HOSTS_SQL})" + KIND_BY_GROUP_SQL.format(group="host", where="AND c.host IN (SELECT host FROM w)")
 
 
 def worst_hosts(con: duckdb.DuckDBPyConnection, run_id: int, n: int = 10) -> pd.DataFrame:

@@ -219,12 +219,15 @@ def kind_by_step(con: duckdb.DuckDBPyConnection, run_id: int, max_points: int = 
     return con.execute(_KIND_BY_STEP_SQL, {"id": run_id, "max_points": max_points}).df()
 
 
-_KIND_BY_HOST_SQL = """
-SELECT c.host, k.kind, sum(k.ns) / 1e9 AS chip_s,
-       sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY c.host) AS frac
+#: chip time by kind per group of chips: ``{group}`` is a column of chips (host, slice), ``{where}`` an
+#: extra condition on ``c`` (both constants of the callers, never values)
+KIND_BY_GROUP_SQL = """
+SELECT c.{group}, k.kind, sum(k.ns) / 1e9 AS chip_s,
+       sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY c.{group}) AS frac
 FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
-WHERE k.run_id = $id GROUP BY c.host, k.kind ORDER BY c.host, k.kind
+WHERE k.run_id = $id {where} GROUP BY c.{group}, k.kind ORDER BY c.{group}, k.kind
 """
+_KIND_BY_HOST_SQL = KIND_BY_GROUP_SQL.format(group="host", where="")
 
 
 def kind_by_host(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:

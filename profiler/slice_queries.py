@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from .queries import ALL_SLICES, chip_metrics_sql, has_table
+from .queries import ALL_SLICES, KIND_BY_GROUP_SQL, chip_metrics_sql, has_table
 
 __all__ = ["SLICE_METRICS", "slice_metrics", "slice_links", "busiest_links", "kind_by_slice"]
 
@@ -99,12 +99,7 @@ def busiest_links(con: duckdb.DuckDBPyConnection, run_id: int, n: int = 20, slic
     return None if df.empty and slice_ < 0 else df
 
 
-_KIND_BY_SLICE_SQL = """
-SELECT c.slice, k.kind, sum(k.ns) / 1e9 AS chip_s,
-       sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY c.slice) AS frac
-FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
-WHERE k.run_id = $id GROUP BY c.slice, k.kind ORDER BY c.slice, k.kind
-"""
+_KIND_BY_SLICE_SQL = KIND_BY_GROUP_SQL.format(group="slice", where="")
 
 
 def kind_by_slice(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
