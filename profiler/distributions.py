@@ -24,11 +24,11 @@ CHIP_QUANTITIES = {
 }  # fmt: skip
 
 
-def _source(con: duckdb.DuckDBPyConnection, quantity: str) -> str | None:
+def _stored(con: duckdb.DuckDBPyConnection, quantity: str) -> bool:
+    """Whether the database holds the table ``quantity`` is read from (ValueError for an unknown quantity)."""
     if quantity not in CHIP_QUANTITIES:
         raise ValueError(f"no per-chip quantity {quantity!r}; known: {', '.join(CHIP_QUANTITIES)}")
-    table, sql = CHIP_QUANTITIES[quantity]
-    return sql if has_table(con, table) else None
+    return has_table(con, CHIP_QUANTITIES[quantity][0])
 
 
 _HISTOGRAM_SQL = """
@@ -55,10 +55,9 @@ def chip_histogram(con: duckdb.DuckDBPyConnection, run_id: int, quantity: str, b
     ValueError
         For a quantity not in :data:`CHIP_QUANTITIES`.
     """
-    source = _source(con, quantity)
-    if source is None:
+    if not _stored(con, quantity):
         return None
-    df = con.execute(_HISTOGRAM_SQL.format(source=source), {"id": run_id, "bins": max(1, int(bins))}).df()
+    df = con.execute(_HISTOGRAM[quantity], {"id": run_id, "bins": max(1, int(bins))}).df()
     return None if df.empty else df
 
 
@@ -71,10 +70,9 @@ FROM ({source}) WHERE v IS NOT NULL
 
 def chip_quantiles(con: duckdb.DuckDBPyConnection, run_id: int, quantity: str) -> dict[str, float] | None:
     """chips, min, p50, p90, p99, max and mean of a per-chip ``quantity`` (None when not stored)."""
-    source = _source(con, quantity)
-    if source is None:
+    if not _stored(con, quantity):
         return None
-    cur = con.execute(_QUANTILES_SQL.format(source=source), {"id": run_id})
+    cur = con.execute(_QUANTILES[quantity], {"id": run_id})
     row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
     return None if not row["chips"] else {k: float(v) for k, v in row.items()}
 
@@ -88,11 +86,15 @@ WHERE q.v IS NOT NULL ORDER BY q.v DESC, q.chip LIMIT $n
 
 def top_chips(con: duckdb.DuckDBPyConnection, run_id: int, quantity: str, n: int = 10) -> pd.DataFrame | None:
     """The ``n`` chips with the highest ``quantity``: chip, value, host, slice, x, y, z (None when not stored)."""
-    source = _source(con, quantity)
-    if source is None:
+    if not _stored(con, quantity):
         return None
-    return con.execute(_TOP_CHIPS_SQL.format(source=source), {"id": run_id, "n": int(n)}).df()
+    return con.execute(_TOP_CHIPS[quantity], {"id": run_id, "n": int(n)}).df()
 
+
+#: each statement above for each quantity, built once from the constants
+_HISTOGRAM = {q: _HISTOGRAM_SQL.replace("{source}", sql) for q, (_, sql) in CHIP_QUANTITIES.items()}
+_QUANTILES = {q: _QUANTILES_SQL.replace("{source}", sql) for q, (_, sql) in CHIP_QUANTITIES.items()}
+_TOP_CHIPS = {q: _TOP_CHIPS_SQL.replace("{source}", sql) for q, (_, sql) in CHIP_QUANTITIES.items()}
 
 _HOST_IDLE_SQL = """
 SELECT c.host, any_value(c.slice) AS slice,
@@ -101,7 +103,7 @@ FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
 WHERE k.run_id = $id GROUP BY c.host
 """
 _WORST_HOSTS_SQL = f"SELECT * FROM ({_HOST_IDLE_SQL}) ORDER BY idle_frac DESC NULLS LAST, host LIMIT $n"
-_WORST_HOSTS_BY_KIND_SQL = f"WITH w AS ({_WORST_HOSTS_SQL})" + KIND_BY_GROUP_SQL.format(group="host", where="AND c.host IN (SELECT host FROM w)")
+_WORST_HOSTS_BY_KIND_SQL = "WITH w AS (" + _WORST_HOSTS_SQL + ")" + KIND_BY_GROUP_SQL.format(group="host", where="AND c.host IN (SELECT host FROM w)")
 
 
 def worst_hosts(con: duckdb.DuckDBPyConnection, run_id: int, n: int = 10) -> pd.DataFrame:

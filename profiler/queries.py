@@ -8,6 +8,7 @@ more rows than it can draw.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -160,7 +161,8 @@ __all__ += [
     "kind_by_step",
     "kind_by_host",
     "chip_metrics",
-    "chip_metrics_sql",
+    "chip_extras",
+    "CHIP_METRICS_BY_EXTRAS",
     "ALL_SLICES",
     "worst_chips",
     "hosts",
@@ -264,26 +266,31 @@ SELECT c.chip, c.host, c.slice, c.x, c.y, c.z,
 FROM chips c LEFT JOIN k ON k.chip = c.chip
 WHERE c.run_id = $id AND c.slice BETWEEN $slice0 AND $slice1
 """
-#: per-chip columns of extra tables, joined when the run stored them: (table, column AS name)
-_CHIP_EXTRA_COLUMNS = (
-    ("extra_chip_memory", "peak_bytes AS hbm_peak_bytes"),
-    ("extra_chip_expert_load", "mean_load_ratio AS expert_load_ratio"),
-)
+#: per-chip columns of extra tables, joined when the run stored them: (table, join, column, its name)
+CHIP_EXTRAS = (
+    ("extra_chip_memory", "LEFT JOIN extra_chip_memory e0 ON e0.run_id = $id AND e0.chip = m.chip",
+     "e0.peak_bytes AS hbm_peak_bytes", "hbm_peak_bytes"),
+    ("extra_chip_expert_load", "LEFT JOIN extra_chip_expert_load e1 ON e1.run_id = $id AND e1.chip = m.chip",
+     "e1.mean_load_ratio AS expert_load_ratio", "expert_load_ratio"),
+)  # fmt: skip
+#: the per-chip metrics SQL for each combination of CHIP_EXTRAS a run stored (keyed by one bool per extra)
+CHIP_METRICS_BY_EXTRAS = {
+    stored: "SELECT m.*" + "".join(", " + e[2] for e, on in zip(CHIP_EXTRAS, stored) if on)
+    + " FROM (" + CHIP_METRICS_SELECT + ") m " + " ".join(e[1] for e, on in zip(CHIP_EXTRAS, stored) if on)
+    for stored in itertools.product((False, True), repeat=len(CHIP_EXTRAS))
+}
+_CHIP_METRICS_ORDERED = {stored: sql + " ORDER BY m.chip" for stored, sql in CHIP_METRICS_BY_EXTRAS.items()}
 #: bounds of $slice0..$slice1 that take every slice
 ALL_SLICES = (0, 2**31 - 1)
 
 
-def chip_metrics_sql(con: duckdb.DuckDBPyConnection, run_id: int) -> str:
-    """SQL of every chip's metrics (:func:`chip_metrics`' columns), with the extra tables this run stored.
+def chip_extras(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[bool, ...]:
+    """Which of :data:`CHIP_EXTRAS` the run stored: the key of :data:`CHIP_METRICS_BY_EXTRAS` for it.
 
-    Its parameters are $id, $slice0 and $slice1 (an inclusive slice range, :data:`ALL_SLICES`).
+    That SQL has the columns of :func:`chip_metrics` and the parameters $id, $slice0 and $slice1
+    (an inclusive slice range, :data:`ALL_SLICES`).
     """
-    joins, columns = [], []
-    for i, (table, column) in enumerate(_CHIP_EXTRA_COLUMNS):
-        if _extra_rows(con, table, run_id):  # constant table names; values stay bound
-            joins.append(f"LEFT JOIN {quote_ident(table)} e{i} ON e{i}.run_id = $id AND e{i}.chip = m.chip")
-            columns.append(f"e{i}.{column}")
-    return f"SELECT m.*{''.join(', ' + c for c in columns)} FROM ({CHIP_METRICS_SELECT}) m {' '.join(joins)}"
+    return tuple(_extra_rows(con, table, run_id) for table, *_ in CHIP_EXTRAS)
 
 
 def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int, slice_: int | None = None) -> pd.DataFrame:
@@ -295,8 +302,7 @@ def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int, slice_: int | None
     (per-chip memory) and expert_load_ratio (a mixture-of-experts chip's expert work over an even share).
     """
     lo, hi = ALL_SLICES if slice_ is None else (int(slice_), int(slice_))
-    sql = chip_metrics_sql(con, run_id) + " ORDER BY m.chip"
-    return con.execute(sql, {"id": run_id, "slice0": lo, "slice1": hi}).df()
+    return con.execute(_CHIP_METRICS_ORDERED[chip_extras(con, run_id)], {"id": run_id, "slice0": lo, "slice1": hi}).df()
 
 
 _WORST_CHIPS_SQL = """

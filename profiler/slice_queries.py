@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from .queries import ALL_SLICES, KIND_BY_GROUP_SQL, chip_metrics_sql, has_table
+from .queries import ALL_SLICES, CHIP_EXTRAS, CHIP_METRICS_BY_EXTRAS, KIND_BY_GROUP_SQL, chip_extras, has_table
 
 __all__ = ["SLICE_METRICS", "slice_metrics", "slice_links", "busiest_links", "kind_by_slice"]
 
@@ -29,10 +29,18 @@ WHERE l.run_id = $id AND l.axis = 'dcn' GROUP BY c.slice
 """
 
 
-def _present_metrics(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[str, list[str]]:
-    sql = chip_metrics_sql(con, run_id)
-    columns = [d[0] for d in con.execute(f"SELECT * FROM ({sql}) LIMIT 0", {"id": run_id, "slice0": 0, "slice1": 0}).description]
-    return sql, [m for m in SLICE_METRICS if m in columns]
+#: the metrics of SLICE_METRICS each combination of extra per-chip tables has (names from SLICE_METRICS only)
+_METRICS_BY_EXTRAS = {
+    stored: [m for m in SLICE_METRICS if m not in {e[3] for e, on in zip(CHIP_EXTRAS, stored) if not on}]
+    for stored in CHIP_METRICS_BY_EXTRAS
+}
+#: the per-slice SQL for each combination of extra per-chip tables
+_SLICE_METRICS_BY_EXTRAS = {
+    stored: "SELECT slice, count(*) AS chips, count(DISTINCT host) AS hosts, min(chip) AS first_chip"
+    + "".join(f", avg({m}) AS {m}_mean, max({m}) AS {m}_max, min({m}) AS {m}_min" for m in _METRICS_BY_EXTRAS[stored])
+    + " FROM (" + CHIP_METRICS_BY_EXTRAS[stored] + ") GROUP BY slice ORDER BY slice"
+    for stored in CHIP_METRICS_BY_EXTRAS
+}  # fmt: skip
 
 
 def slice_metrics(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
@@ -44,14 +52,7 @@ def slice_metrics(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
     dcn_busy_ns_per_step (the busiest NIC's busy time per step) and dcn_utilization_max (that over the
     median step). Ordered by slice.
     """
-    chips_sql, metrics = _present_metrics(con, run_id)
-    aggregates = "".join(
-        f", avg({m}) AS {m}_mean, max({m}) AS {m}_max, min({m}) AS {m}_min" for m in metrics  # names from SLICE_METRICS only
-    )
-    sql = (
-        f"SELECT slice, count(*) AS chips, count(DISTINCT host) AS hosts, min(chip) AS first_chip{aggregates} "
-        f"FROM ({chips_sql}) GROUP BY slice ORDER BY slice"
-    )
+    sql = _SLICE_METRICS_BY_EXTRAS[chip_extras(con, run_id)]
     df = con.execute(sql, {"id": run_id, "slice0": ALL_SLICES[0], "slice1": ALL_SLICES[1]}).df()
     if has_table(con, "extra_link_load"):
         dcn = con.execute(_DCN_BY_SLICE_SQL, {"id": run_id}).df()
