@@ -69,7 +69,7 @@ def _scaled(df, metric: str):
     return df.assign(**{metric: df[metric] * _SCALE[metric]}) if metric in _SCALE else df
 
 
-def _slices_view(run_id: int, summary: dict, metric: str, controls) -> int:
+def _slices_view(run_id: int, metric: str, controls) -> int:
     """The grid of slices, coloured as chosen; returns the slice to draw."""
     slices = common.query(slice_queries.slice_metrics, run_id)
     ids = [int(s) for s in slices["slice"]]
@@ -146,10 +146,13 @@ def main() -> None:
     run_id, summary = ctx
     multi = int(summary.get("slices") or 1) > 1
     controls = st.columns([2, 2, 1, 1]) if multi else st.columns([2, 1, 1])
+    sl = None  # the slice drawn, chosen below the metric on a multi-slice run
     if multi:
-        sl = None  # known once the metric is
-        present = common.query(slice_queries.slice_metrics, run_id).columns
-        metrics = {k: v for k, v in METRICS.items() if f"{k}_mean" in present}
+        slices = common.query(slice_queries.slice_metrics, run_id)
+        if slices.empty:
+            st.info("This run stored no chips.")
+            return
+        metrics = {k: v for k, v in METRICS.items() if f"{k}_mean" in slices.columns}
     else:
         df_view = common.query(queries.chip_metrics, run_id)
         if df_view.empty:
@@ -162,21 +165,15 @@ def main() -> None:
         shown = ", ".join(str(c) for c in stragglers[:20]) + (f" and {len(stragglers) - 20} more" if len(stragglers) > 20 else "")
         st.warning(f"Straggler chip{'s' if len(stragglers) > 1 else ''}: {shown} (slowest {summary.get('straggler_slowdown_max', 0):.2f}x); type an id under the plot to see its numbers.")
     if multi:
-        sl = _slices_view(run_id, summary, metric, controls)
+        sl = _slices_view(run_id, metric, controls)
         df_view = common.query(queries.chip_metrics, run_id, sl)
         st.subheader(f"Slice {sl}")
-    event = _torus(run_id, summary, df_view, metric, sl if multi else None, controls[-1])
-    _busiest_links(run_id, sl if multi else None)
-    picked = None
-    points = (event.get("selection") or {}).get("points") or [] if event else []
-    for p in points:
-        if p.get("customdata") is not None:
-            cd = p["customdata"]
-            picked = int(cd[0] if isinstance(cd, list) else cd)
-            break
+    event = _torus(run_id, summary, df_view, metric, sl, controls[-1])
+    _busiest_links(run_id, sl)
+    picked = pod_slices.clicked(event)  # the chip clicked in the torus
     lo, hi = int(df_view["chip"].min()), int(df_view["chip"].max())
     start = picked if picked is not None and lo <= picked <= hi else lo
-    chip = st.number_input("Chip", min_value=lo, max_value=hi, value=start, key=f"pod_chip_{sl if multi else ''}_{picked}")
+    chip = st.number_input("Chip", min_value=lo, max_value=hi, value=start, key=f"pod_chip_{sl}_{picked}")
     _chip_panel(df_view, int(chip))
 
 

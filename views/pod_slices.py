@@ -14,7 +14,7 @@ import streamlit as st
 
 from views import common, figures
 
-__all__ = ["URL_PARAM", "SLICE_KEY", "GRID_KEY", "AGGREGATES", "slice_value_options", "chosen_slice", "draw_grid"]
+__all__ = ["URL_PARAM", "SLICE_KEY", "GRID_KEY", "AGGREGATES", "slice_value_options", "clicked", "chosen_slice", "draw_grid"]
 
 #: the URL query parameter holding the chosen slice
 URL_PARAM = "slice"
@@ -39,7 +39,8 @@ def slice_value_options(slices: pd.DataFrame) -> dict[str, str]:
     return {k: label for k, (label, suffix) in AGGREGATES.items() if suffix is not None or k in slices.columns}
 
 
-def _clicked(event: Any) -> int | None:
+def clicked(event: Any) -> int | None:
+    """The ``customdata`` id of the first point a chart's selection event holds (None when nothing is selected)."""
     points = ((event or {}).get("selection") or {}).get("points") or []
     for p in points:
         cd = p.get("customdata")
@@ -61,7 +62,7 @@ def chosen_slice(ids: list[int], run_id: int) -> int:
 
     Call before the select box is drawn (it sets the box's state when the grid was clicked).
     """
-    click = _clicked(st.session_state.get(GRID_KEY))
+    click = clicked(st.session_state.get(GRID_KEY))
     kept = st.session_state.get(_KEPT_KEY)
     if click is not None and click != st.session_state.get(_CLICK_KEY) and click in ids:
         st.session_state[_CLICK_KEY] = click  # a new click: it wins once, then the select box may move on
