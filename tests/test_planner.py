@@ -300,3 +300,21 @@ def test_mesh_that_does_not_divide_the_slice_is_counted_with_a_fixed_mesh(tmp_pa
     assert result.feasible == 1
     with pytest.raises(ScenarioError):
         scenario_from_dict({**base, "pod": {"chip": "tpu-v5p", "topology": "2x2x2"}})
+
+
+def test_context_and_expert_are_searched_with_their_rules(tmp_path):
+    from engine.search import search_axes
+
+    base = {"name": "tiny-moe", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+            "model": {"kind": "transformer", "layers": 2, "d_model": 256, "heads": 2, "d_ff": 512, "vocab": 1000, "seq_len": 6,
+                      "experts": 2, "experts_per_token": 1},
+            "training": {"global_batch": 8, "steps": 2}}  # fmt: skip
+    assert search_axes(base["model"]) == ("data", "fsdp", "tensor", "expert", "context")
+    assert search_axes({"kind": "resnet50"}) == ("data", "fsdp", "tensor")
+    result = search(plan_from_dict({"base": base, "search": {"mesh": "auto"}}, source=str(tmp_path / "moe.toml")))
+    # 4 = 2^2 chips over 5 axes: C(2 + 4, 4) = 15 orderings; tensor 4 splits 2 heads, context 4 does not divide
+    # seq_len 6, expert 4 does not divide 2 experts: one candidate each, everything else is feasible
+    assert result.candidates == 15
+    assert result.infeasible == {REASONS["heads"]: 1, REASONS["seq"]: 1, REASONS["experts"]: 1}
+    best = result.scenario(result.ranked()[0])
+    assert scenario_from_dict(best).model.experts == 2
