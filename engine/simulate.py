@@ -219,7 +219,7 @@ def _sharding_facts(s: Scenario, costs: StepCosts) -> dict:
         })  # fmt: skip
     if par.fsdp_shard != "all":
         out.update({"fsdp_shard": par.fsdp_shard, "zero_weight_gather_s": comm.weight_gather_s,
-                    "zero_grad_all_reduce_s": comm.fsdp_grad_sync_s})  # fmt: skip
+                    "zero_grad_reduce_scatter_s": comm.fsdp_grad_sync_s})  # fmt: skip
     if tr.optimizer_state != "fp32":
         out["optimizer_state"] = tr.optimizer_state
     return out
