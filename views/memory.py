@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from profiler import format as fmt
-from profiler import queries
+from profiler import distributions, queries
 from views import common, figures, palette
 
 
@@ -39,7 +39,7 @@ def _verdict(summary: dict) -> None:
 
 
 def _parallel_terms(summary: dict) -> None:
-    """Mixture-of-experts and pipeline terms of the footprint, when the run has them."""
+    """Mixture-of-experts, pipeline, context-ring, ZeRO-stage and optimizer-state terms of the footprint, when the run has them."""
     items = []
     if summary.get("hbm_expert_weight_bytes") is not None:
         items.append(("Expert weights (states) per chip", _gib(summary["hbm_expert_weight_bytes"]),
@@ -49,6 +49,19 @@ def _parallel_terms(summary: dict) -> None:
         items.append(("Pipeline activations in flight", _gib(summary["hbm_pipeline_activation_bytes"]),
                       f"the first stage's activations for the microbatches in flight under {summary.get('pipeline_schedule')} "
                       f"({summary.get('pipeline_microbatches')} microbatches, {summary.get('pipeline_stages')} stages)"))  # fmt: skip
+    if summary.get("hbm_ring_kv_buffer_bytes") is not None:
+        items.append(("Ring attention K/V buffers", _gib(summary["hbm_ring_kv_buffer_bytes"]),
+                      f"two K/V blocks in flight per chip (with dK/dV in the backward pass) over a {summary.get('context_parallel')}-chip "
+                      "context ring; inside temporary above; activations hold 1 / context of each sequence"))  # fmt: skip
+    if summary.get("fsdp_shard") is not None:
+        stage = {"grads+optimizer": "ZeRO-2", "optimizer": "ZeRO-1"}.get(summary["fsdp_shard"], "ZeRO-3")
+        replicated = "weights" if summary["fsdp_shard"] == "grads+optimizer" else "weights and gradients"
+        items.append(("FSDP shards", f"{stage}: {summary['fsdp_shard']}",
+                      f"{replicated} replicated over the fsdp axis (params/grads above hold the whole tensor shard); "
+                      "the optimizer state stays sharded"))  # fmt: skip
+    if summary.get("optimizer_state") is not None:
+        items.append(("Optimizer moments", str(summary["optimizer_state"]),
+                      "the optimizer's moments in this dtype (the optimizer term above); master weights and gradients fp32"))
     if not items:
         return
     cols = st.columns(len(items))
@@ -78,21 +91,21 @@ def main() -> None:
             common.chart(figures.memory_timeline_area(timeline, cap), timeline, f"run{run_id}_hbm_timeline.csv", "mem_tl")
         else:
             st.info("No in-step memory timeline stored for this run (the engine's memory timeline adds it).")
-    per_chip = common.query(queries.chip_memory, run_id)
-    if per_chip is not None:
-        common.chart(figures.chip_memory_histogram(per_chip, cap), per_chip, f"run{run_id}_chip_memory.csv", "mem_chips")
-        top = per_chip.sort_values("peak_bytes", ascending=False).head(10)
+    bins = common.query(distributions.chip_histogram, run_id, "hbm_peak_bytes", 40)
+    if bins is not None:
+        common.chart(figures.chip_memory_histogram(bins, cap), bins, f"run{run_id}_chip_memory_histogram.csv", "mem_chips")
+        top = common.query(distributions.top_chips, run_id, "hbm_peak_bytes", 10)
         st.markdown("**Chips with the highest peak**")
         st.dataframe(
-            top.assign(peak_gib=top["peak_bytes"] / fmt.GIB).drop(columns="peak_bytes"), hide_index=True,
+            top.assign(peak_gib=top["value"] / fmt.GIB).drop(columns="value"), hide_index=True,
             column_config={
                 "chip": st.column_config.NumberColumn("Chip"), "host": st.column_config.NumberColumn("Host"),
+                "slice": st.column_config.NumberColumn("Slice"),
                 "x": st.column_config.NumberColumn("x"), "y": st.column_config.NumberColumn("y"), "z": st.column_config.NumberColumn("z"),
                 "peak_gib": st.column_config.NumberColumn("Peak HBM", format="%.2f GiB"),
             },
         )  # fmt: skip
     else:
         st.caption("Per-chip peaks are not stored for this run; every chip is taken to hold the same footprint as above.")
-
 
 main()

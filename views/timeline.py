@@ -14,16 +14,17 @@ from views import common, figures
 _WINDOW_DEFAULT_STEPS = 5
 
 
-def _choose_chips(run_id: int, chips_df) -> list[int]:
+def _choose_chips(run_id: int, n_chips: int) -> list[int]:
     how = st.radio("Chips", ["Worst N", "By host", "By coordinate"], horizontal=True, key="tl_how")
     if how == "Worst N":
-        most = min(queries.TIMELINE_MAX_CHIPS, len(chips_df))
+        most = min(queries.TIMELINE_MAX_CHIPS, n_chips)
         n = st.slider("N (most idle chips)", 1, most, min(16, most), key="tl_n") if most > 1 else most  # one chip: nothing to choose
         return [int(c) for c in common.query(queries.worst_chips, run_id, int(n))["chip"]]
     if how == "By host":
         hosts = common.query(queries.hosts, run_id)
         picked = st.multiselect("Hosts", hosts["host"].tolist(), default=hosts["host"].tolist()[:2], key="tl_hosts")
         return sorted(int(c) for h in hosts[hosts["host"].isin(picked)]["chips"] for c in h)
+    chips_df = common.query(queries.chip_metrics, run_id)  # every chip's coordinates: asked only here
     cols = st.columns(3)
     sel = chips_df
     for col, axis in zip(cols, "xyz"):
@@ -39,7 +40,7 @@ def main() -> None:
     ctx = common.run_context("Timeline")
     if ctx is None:
         return
-    run_id, _summary = ctx
+    run_id, summary = ctx
     if not common.require_events(run_id, "timeline to draw"):
         return
     rng = common.query(queries.step_range, run_id)
@@ -58,8 +59,7 @@ def main() -> None:
         )  # fmt: skip
     else:
         step0, step1 = first, last
-    chips_df = common.query(queries.chip_metrics, run_id)
-    chips = _choose_chips(run_id, chips_df)
+    chips = _choose_chips(run_id, int(summary.get("chips") or 1))
     if not chips:
         st.info("No chips selected.")
         return
