@@ -103,7 +103,9 @@ class Assembled:
     chip_kind: pa.Table
 
 
-def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = "full") -> Assembled:
+def assemble(
+    segments: Sequence[Segment], steps: int, chips: int, detail: str = "full", sample: np.ndarray | None = None
+) -> Assembled:
     """Lay segments out on every chip's timeline.
 
     A segment's duration is a scalar, a (chips,) array, or a 2-D array whose first
@@ -114,7 +116,10 @@ def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = 
     ----------
     detail
         ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
-        per-step and per-chip aggregates (for sweeps and very large pods).
+        per-step and per-chip aggregates (for sweeps and very large pods); ``"sampled"``
+        emits those aggregates of every chip and the events of the ``sample`` chips only.
+    sample
+        ``"sampled"`` only: ascending chip ids whose events are kept (engine/sampling.py).
     """
     seg_ns = [seconds_to_ns(seg.kind, seg.dur_s) for seg in segments]
     # A step never exceeds the sum of its segments' longest durations (barrier waits only
@@ -152,22 +157,25 @@ def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = 
         chip_kind_sum += per_kind.sum(axis=1)
         if detail == "full":
             blocks.append((s0, s1, parts))
+        elif detail == "sampled":  # the sampled chips' columns only: ~sample/chips of a full block's memory
+            blocks.append((s0, s1, [(code, np.broadcast_to(start, shape)[:, sample], dur[:, sample]) for code, start, dur in parts]))
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
 
     batches = []
-    chip_ids = np.arange(chips, dtype=np.int32)
+    chip_ids = np.asarray(sample, dtype=np.int32) if detail == "sampled" else np.arange(chips, dtype=np.int32)
+    width = len(chip_ids)  # chips whose events are laid out
     for s0, s1, parts in blocks:
         n_steps = s1 - s0
         k = len(parts)
         # (chips, steps, parts) order within a block: each chip's events of the block are adjacent
         # and time-ordered, so DuckDB's row groups (~123k rows) each hold a few hundred chips, and a
         # timeline of a few chips over many steps reads a few row groups per block, not the table.
-        starts = np.stack([np.broadcast_to(p[1], (n_steps, chips)).T for p in parts], axis=2)
-        durs = np.stack([np.broadcast_to(p[2], (n_steps, chips)).T for p in parts], axis=2)
-        codes = np.broadcast_to(np.array([p[0] for p in parts], dtype=np.int8), (chips, n_steps, k))
+        starts = np.stack([np.broadcast_to(p[1], (n_steps, width)).T for p in parts], axis=2)
+        durs = np.stack([np.broadcast_to(p[2], (n_steps, width)).T for p in parts], axis=2)
+        codes = np.broadcast_to(np.array([p[0] for p in parts], dtype=np.int8), (width, n_steps, k))
         keep = durs > 0
-        step_col = np.broadcast_to(np.arange(s0, s1, dtype=np.int32)[None, :, None], (chips, n_steps, k))
-        chip_col = np.broadcast_to(chip_ids[:, None, None], (chips, n_steps, k))
+        step_col = np.broadcast_to(np.arange(s0, s1, dtype=np.int32)[None, :, None], (width, n_steps, k))
+        chip_col = np.broadcast_to(chip_ids[:, None, None], (width, n_steps, k))
         abs_start = starts + step_start[None, s0:s1, None]
         batches.append(events_batch(chip_col[keep], step_col[keep], codes[keep], abs_start[keep], durs[keep]))
     events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
