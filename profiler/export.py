@@ -32,6 +32,7 @@ import numpy as np
 
 from engine.errors import InputError, ProfilerError
 
+from .format import chip_ranges as format_chips
 from .schema import quote_ident
 from .store import Database, resolve_run
 
@@ -191,17 +192,6 @@ def parse_chips(text: str | None, valid: np.ndarray) -> tuple[int, ...] | None:
     if missing:
         raise InputError(f"--chips {text!r}: the run has chips 0-{int(valid.max())}; no chip {missing[0]}")
     return tuple(sorted(out))
-
-
-def format_chips(chips: tuple[int, ...]) -> str:
-    """``(0, 1, 2, 5)`` -> ``"0-2,5"``."""
-    if not chips:
-        return ""
-    arr = np.asarray(chips)
-    breaks = np.flatnonzero(np.diff(arr) != 1)
-    starts = np.concatenate([[0], breaks + 1])
-    ends = np.concatenate([breaks, [len(arr) - 1]])
-    return ",".join(f"{arr[s]}" if s == e else f"{arr[s]}-{arr[e]}" for s, e in zip(starts, ends))
 
 
 def _choose_window(
