@@ -346,11 +346,14 @@ def _events_parquet(path: str, run_id: int, step0: int, step1: int) -> bytes:
     return buf.getvalue()
 
 
-def export_button(run_id: int, step0: int, step1: int, key: str) -> None:
-    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked)."""
+def export_button(run_id: int, step0: int, step1: int, key: str, chips_note: str = "") -> None:
+    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked).
+
+    ``chips_note`` says which chips the events are of when not every chip has events (a sampled run).
+    """
     path = str(get_db().path)
     st.download_button(
-        f"Export trace, steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
+        f"Export trace, {chips_note}steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
         file_name=f"run{run_id}_steps{step0}-{step1}.parquet", mime="application/vnd.apache.parquet", key=key,
         on_click="ignore", icon=":material/file_export:",
     )  # fmt: skip
