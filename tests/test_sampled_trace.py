@@ -9,12 +9,14 @@ chips by the stored ``chip_kind``, a chip of every slice.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from engine import ScenarioError, scenario_from_dict, simulate
+from engine import InputError, ScenarioError, scenario_from_dict, simulate
 from engine.sampling import SAMPLE_REASONS
 from engine.scenario import DEFAULT_SAMPLE_CHIPS, MAX_CHIP_STEPS
 from profiler import queries, sampled
@@ -166,3 +168,34 @@ def test_store_and_query_round_trip(tmp_path, runs):
         ddl = con.execute("SELECT sql FROM duckdb_tables() WHERE table_name = 'extra_sampled_chips'").fetchone()[0]
         assert "chip INTEGER" in ddl and "reason VARCHAR" in ddl
     np.testing.assert_array_equal(sample.chip.to_numpy(), np.sort(sample.chip.to_numpy()))
+
+
+def test_perfetto_export_and_cli_say_which_chips_of_how_many(real_db, tmp_path, capsys):
+    """The export holds the sampled chips' lanes, names each one's reason, and says N sampled chips of M."""
+    from profiler.cli import main
+    from profiler.export import export_run
+
+    run_id = real_db.run_ids["sampled"]
+    with real_db.db.read() as con:
+        sample = sampled.sampled_chips(con, run_id)
+    out = tmp_path / "sampled.json"
+    report = export_run(real_db.db, run_id, "perfetto", out)
+    doc = json.loads(out.read_text())
+    about = doc["otherData"]["podscope"]["sampled"]
+    assert about["chips"] == len(sample) == 6 and about["of_chips"] == 16
+    assert about["reasons"] == sampled.reason_counts(sample)
+    pids = {e["pid"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert pids == {c + 1 for c in sample["chip"]}
+    names = {e["pid"] - 1: e["args"]["podscope"].get("sampled_reason") for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert names == dict(zip(sample["chip"], sample["reason"]))
+    assert "holds the events of 6 of 16 chips" in report.message() and "all 6 sampled chips" in report.message()
+    # asked for chips of which some were not sampled: only the sampled ones are written
+    other = next(c for c in range(16) if c not in set(sample["chip"]))
+    part = export_run(real_db.db, run_id, "perfetto", tmp_path / "part.json", chips=f"{other},{int(sample['chip'][0])}")
+    assert part.chips == (int(sample["chip"][0]),)
+    with pytest.raises(InputError, match="holds events of chips"):
+        export_run(real_db.db, run_id, "perfetto", tmp_path / "none.json", chips=str(other))
+    assert main(["export", str(run_id), "--format", "perfetto", "-o", str(tmp_path / "cli.json"), "--db", str(real_db.path)]) == 0
+    assert "events of 6 of 16 chips" in capsys.readouterr().err
+    assert main(["export", str(run_id), "--format", "perfetto", "-o", str(tmp_path / "bad.json"), "--chips", str(other),
+                 "--db", str(real_db.path)]) == 2  # fmt: skip
