@@ -10,6 +10,7 @@ chips by the stored ``chip_kind``, a chip of every slice.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +22,8 @@ from engine.sampling import SAMPLE_REASONS
 from engine.scenario import DEFAULT_SAMPLE_CHIPS, MAX_CHIP_STEPS
 from profiler import queries, sampled
 from profiler.store import Database, write_run
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: two v4 2x2x2 slices (16 chips, hosts of 4), a named straggler, random ones, a degraded link on slice 1
 BASE = {
@@ -199,3 +202,16 @@ def test_perfetto_export_and_cli_say_which_chips_of_how_many(real_db, tmp_path, 
     assert "events of 6 of 16 chips" in capsys.readouterr().err
     assert main(["export", str(run_id), "--format", "perfetto", "-o", str(tmp_path / "bad.json"), "--chips", str(other),
                  "--db", str(real_db.path)]) == 2  # fmt: skip
+
+
+def test_an_hlo_scenario_samples_alike():
+    """An HLO model's run (engine/hlo/run.py) samples with the same rules: summary's aggregates, full's events."""
+    from engine import load_scenario
+
+    path = ROOT / "data" / "scenarios" / "jax-transformer-hlo-v5p-8.toml"
+    full, summ = (simulate(load_scenario(path, {"training.steps": 5, "sim.trace": t})) for t in ("full", "summary"))
+    samp = simulate(load_scenario(path, {"training.steps": 5, "sim.trace": "sampled", "sim.sample_chips": 3}))
+    assert samp.trace.chip_kind.equals(summ.trace.chip_kind) and samp.trace.steps.equals(summ.trace.steps)
+    chips = samp.trace.extra["sampled_chips"].column("chip")
+    assert len(chips) == 3
+    assert _sorted(samp.trace.events).equals(_sorted(full.trace.events.filter(pc.is_in(full.trace.events.column("chip"), chips))))
