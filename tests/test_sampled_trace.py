@@ -198,6 +198,14 @@ def test_perfetto_export_and_cli_say_which_chips_of_how_many(real_db, tmp_path, 
     assert part.chips == (int(sample["chip"][0]),)
     with pytest.raises(InputError, match="holds events of chips"):
         export_run(real_db.db, run_id, "perfetto", tmp_path / "none.json", chips=str(other))
+    # and back: the importer reads the export's chips by their podscope metadata
+    from profiler.trace_import import import_trace
+
+    back_db = Database(tmp_path / "back.duckdb")
+    back = import_trace(back_db, out)
+    with back_db.read() as con:
+        imported = {r[0] for r in con.execute("SELECT DISTINCT chip FROM events WHERE run_id = ?", [back]).fetchall()}
+    assert imported == set(sample["chip"])
     assert main(["export", str(run_id), "--format", "perfetto", "-o", str(tmp_path / "cli.json"), "--db", str(real_db.path)]) == 0
     assert "events of 6 of 16 chips" in capsys.readouterr().err
     assert main(["export", str(run_id), "--format", "perfetto", "-o", str(tmp_path / "bad.json"), "--chips", str(other),
