@@ -96,7 +96,7 @@ class Validation:
 
         Keys: ``cases`` [{id, metric, predicted, published, error_pct, leave_one_generation_out_error_pct,
         leave_one_family_out_error_pct, held_out_range, held_out_in_range, ...}], ``summary`` (``end_to_end``,
-        ``checks``, ``all``, ``leave_one_generation_out``, ``leave_one_family_out``, ``step_time_range``),
+        ``end_to_end_never_fitted``, ``checks``, ``all``, ``leave_one_generation_out``, ``leave_one_family_out``, ``step_time_range``),
         ``skipped``.
         """
         return {
@@ -255,9 +255,11 @@ def with_held_out(cases: list[Case], results: list[CaseResult], record: dict[str
 
 
 def summary_of(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
-    """In-sample (``end_to_end``), ``checks`` and ``all`` summaries, the two held-out ones, and the range check."""
+    """In-sample (``end_to_end``), never-fitted end-to-end (``end_to_end_never_fitted``: kinds of job the fit
+    never sees), ``checks`` and ``all`` summaries, the two held-out ones, and the range check."""
     e2e = [r for r in results if r.fit]
-    checks = [r for r in results if not r.fit]
+    never_fitted = [r for r in results if r.kind == "end_to_end" and not r.fit]
+    checks = [r for r in results if r.kind != "end_to_end"]
     gen = [r for r in e2e if r.leave_one_generation_out_error_pct is not None]
     fam = [r for r in e2e if r.leave_one_family_out_error_pct is not None]
     coverage = ranges.coverage_summary(
@@ -269,6 +271,7 @@ def summary_of(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
     )
     return {
         "end_to_end": summarize([r.error_pct for r in e2e], [r.id for r in e2e]),
+        "end_to_end_never_fitted": summarize([r.error_pct for r in never_fitted], [r.id for r in never_fitted]),
         "checks": summarize([r.error_pct for r in checks], [r.id for r in checks]),
         "all": summarize([r.error_pct for r in results], [r.id for r in results]),
         "leave_one_generation_out": summarize([r.leave_one_generation_out_error_pct for r in gen], [r.id for r in gen]),
@@ -322,6 +325,7 @@ def format_report(v: Validation) -> str:
         ("end_to_end", "in-sample"),
         ("leave_one_generation_out", "generation held out"),
         ("leave_one_family_out", "family held out"),
+        ("end_to_end_never_fitted", "never fitted"),
         ("checks", "checks"),
         ("all", "all"),
     )

@@ -55,6 +55,8 @@ def tables(v: Validation) -> dict[str, str]:
         summary.append(_summary_row("end-to-end, chip generation held out", v.summary["leave_one_generation_out"]))
     if v.summary["leave_one_family_out"]["n"]:
         summary.append(_summary_row("end-to-end, family held out", v.summary["leave_one_family_out"]))
+    if v.summary["end_to_end_never_fitted"]["n"]:
+        summary.append(_summary_row("end-to-end, never fitted (mixture-of-experts)", v.summary["end_to_end_never_fitted"]))
     summary.append(_summary_row("collective / formula checks (not fitted)", v.summary["checks"]))
     rng = v.summary["step_time_range"]
     if rng["n"]:
@@ -119,9 +121,10 @@ def plot(df: pd.DataFrame, out: str) -> None:
     d = df.sort_values("error_pct")
     y = list(range(len(d)))
     bx.barh(y, d["error_pct"], color=[colors[f] for f in d["family"]], zorder=3)
-    for yi, (fit, err) in zip(y, zip(d["fit"], d["error_pct"])):
+    for yi, (fit, kind, err) in zip(y, zip(d["fit"], d["kind"], d["error_pct"])):
         if not fit:
-            bx.text(err, yi, " check", va="center", fontsize=6, color="#555555")
+            label = " never fitted" if kind == "end_to_end" else " check"
+            bx.text(err, yi, label, va="center", fontsize=6, color="#555555")
     # Held out: the error of a fit that never saw the case's chip generation (its 80% range as a line: the case
     # is inside when the line crosses 0) or its family.
     lo = 100 * (d["range_low"] - d["published"]) / d["published"]
@@ -141,7 +144,7 @@ def plot(df: pd.DataFrame, out: str) -> None:
     e2e = d[d["fit"] & d["held_out_in_range"].notna()]
     inside = int(e2e["held_out_in_range"].astype(bool).sum())
     bx.set_title(
-        f"Error per case ('check' = collective / formula example, not fitted)\n"
+        f"Error per case ('check' = collective / formula example; 'never fitted' = a kind of job no fit sees)\n"
         f"published result inside its held-out 80% range: {inside} of {len(e2e)}",
         fontsize=9,
     )

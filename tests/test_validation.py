@@ -290,3 +290,22 @@ def test_published_scaling_points_are_per_chip_figures_times_chips():
     assert (row["chip"], row["model_kind"], row["chips"]) == ("tpu-v4", "resnet50", 64)
     assert row["throughput"] == pytest.approx(cases[row["id"]].published * 64)
     assert set(points["metric"].str.split(" ").str[0]) <= {"images/s", "tokens/s"}  # TFLOP/s rows are not throughput
+
+
+def test_mixture_of_experts_cases_are_predicted_but_never_fitted():
+    """The published MoE results stay pure predictions: out of the fit, the in-sample row and the folds,
+    reported in a row of their own."""
+    from profiler.reference import load_reference, map_entries
+    from profiler.validation import expressible
+
+    cases, _ = expressible(*map_entries(load_reference()))
+    moe = [c for c in cases if c.family == "MaxText MoE"]
+    assert moe and all(c.kind == "end_to_end" and not c.fit for c in moe)
+    v = validation.run_validation()
+    ids = {c.id for c in moe}
+    never = v.summary["end_to_end_never_fitted"]
+    assert never["n"] == len(moe) and never["worst_id"] in ids
+    fitted = [r for r in v.cases if r.fit]
+    assert v.summary["end_to_end"]["n"] == len(fitted) and not ids & {r.id for r in fitted}
+    assert v.summary["checks"]["n"] == sum(r.kind != "end_to_end" for r in v.cases)
+    assert all(r.leave_one_generation_out_error_pct is None for r in v.cases if r.id in ids)

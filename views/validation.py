@@ -32,14 +32,18 @@ _ERRORS = (
 )
 
 
-def _error_table(e2e: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for label, col in _ERRORS:
-        held = e2e.dropna(subset=[col])
-        s = validation.summarize(held[col].to_numpy(), list(held["id"]))
-        rows.append({"predicted by": label, "cases": s["n"], "median |error|": _pct(s["median_abs_pct"]),
-                     "90th pct |error|": _pct(s["p90_abs_pct"]), "worst |error|": _pct(s["worst_abs_pct"]),
-                     "worst case": s["worst_id"] or ""})  # fmt: skip
+def _error_row(label: str, cases: pd.DataFrame, col: str) -> dict:
+    held = cases.dropna(subset=[col])
+    s = validation.summarize(held[col].to_numpy(), list(held["id"]))
+    return {"predicted by": label, "cases": s["n"], "median |error|": _pct(s["median_abs_pct"]),
+            "90th pct |error|": _pct(s["p90_abs_pct"]), "worst |error|": _pct(s["worst_abs_pct"]),
+            "worst case": s["worst_id"] or ""}  # fmt: skip
+
+
+def _error_table(e2e: pd.DataFrame, never_fitted: pd.DataFrame) -> pd.DataFrame:
+    rows = [_error_row(label, e2e, col) for label, col in _ERRORS]
+    if not never_fitted.empty:  # kinds of job no fit has seen (mixture-of-experts): pure predictions
+        rows.append(_error_row("never fitted (mixture-of-experts)", never_fitted, "error_pct"))
     return pd.DataFrame(rows)
 
 
@@ -57,7 +61,8 @@ def _summary(df: pd.DataFrame) -> None:
             "(`python -m profiler calibrate` computes them)."
         )
         return
-    st.table(_error_table(e2e).set_index("predicted by"))
+    never_fitted = df[(df["kind"] == "end_to_end") & ~df["fit"]]
+    st.table(_error_table(e2e, never_fitted).set_index("predicted by"))
     ranged = e2e[e2e["held_out_in_range"].notna()]
     if not ranged.empty:
         inside = int(ranged["held_out_in_range"].astype(bool).sum())
