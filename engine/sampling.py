@@ -138,8 +138,9 @@ def choose_sample(
                 chosen[c] = reason
                 taken += 1
 
-    listed = [c for c in dict.fromkeys(listed_stragglers) if c in set(stragglers)]
-    rest = sorted(set(stragglers) - set(listed), key=lambda c: (-busy_s[c], c))
+    slow = set(stragglers)
+    listed = [c for c in dict.fromkeys(listed_stragglers) if c in slow]
+    rest = sorted(slow - set(listed), key=lambda c: (-busy_s[c], c))
     take(listed + rest, "straggler", quota)
     take(_link_chips(pod, links), "degraded_link", quota)
     take(by_busy, "slowest", quota)
