@@ -162,20 +162,22 @@ def assemble(
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
 
     batches = []
-    chip_ids = np.asarray(sample, dtype=np.int32) if detail == "sampled" else np.arange(chips, dtype=np.int32)
-    width = len(chip_ids)  # chips whose events are laid out
+    chip_ids = np.arange(chips, dtype=np.int32)
+    if detail == "sampled":  # the blocks hold the sampled chips' columns only: lay those out
+        chip_ids = np.asarray(sample, dtype=np.int32)
+        chips = len(chip_ids)
     for s0, s1, parts in blocks:
         n_steps = s1 - s0
         k = len(parts)
         # (chips, steps, parts) order within a block: each chip's events of the block are adjacent
         # and time-ordered, so DuckDB's row groups (~123k rows) each hold a few hundred chips, and a
         # timeline of a few chips over many steps reads a few row groups per block, not the table.
-        starts = np.stack([np.broadcast_to(p[1], (n_steps, width)).T for p in parts], axis=2)
-        durs = np.stack([np.broadcast_to(p[2], (n_steps, width)).T for p in parts], axis=2)
-        codes = np.broadcast_to(np.array([p[0] for p in parts], dtype=np.int8), (width, n_steps, k))
+        starts = np.stack([np.broadcast_to(p[1], (n_steps, chips)).T for p in parts], axis=2)
+        durs = np.stack([np.broadcast_to(p[2], (n_steps, chips)).T for p in parts], axis=2)
+        codes = np.broadcast_to(np.array([p[0] for p in parts], dtype=np.int8), (chips, n_steps, k))
         keep = durs > 0
-        step_col = np.broadcast_to(np.arange(s0, s1, dtype=np.int32)[None, :, None], (width, n_steps, k))
-        chip_col = np.broadcast_to(chip_ids[:, None, None], (width, n_steps, k))
+        step_col = np.broadcast_to(np.arange(s0, s1, dtype=np.int32)[None, :, None], (chips, n_steps, k))
+        chip_col = np.broadcast_to(chip_ids[:, None, None], (chips, n_steps, k))
         abs_start = starts + step_start[None, s0:s1, None]
         batches.append(events_batch(chip_col[keep], step_col[keep], codes[keep], abs_start[keep], durs[keep]))
     events = pa.Table.from_batches(batches, schema=EVENTS_SCHEMA)
