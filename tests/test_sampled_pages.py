@@ -76,6 +76,9 @@ def test_timeline_by_host_offers_only_hosts_with_sampled_chips(page_db):
 def test_aggregate_pages_show_a_sampled_run_whole(page_db, page):
     at = _page(page, page_db.run_ids["sampled"])
     assert not [i.value for i in at.info if 'trace = "summary"' in i.value]
+    exports = [b.proto.label for b in at.get("download_button") if b.proto.label.startswith("Export trace")]
+    assert all("6 sampled chips" in label for label in exports), exports  # the events it holds are the sample's
+    assert exports or page != "views/overview.py"
 
 
 @pytest.fixture(scope="module")

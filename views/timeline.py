@@ -95,8 +95,7 @@ def main() -> None:
     fig = figures.timeline_gantt(cells, steps, chips, title=f"Steps {step0}-{step1}, {len(chips)} chips")
     common.chart(fig, cells, f"run{run_id}_timeline_{step0}-{step1}.csv", "timeline")
     st.caption("Each cell shows the cause that covered most of its time bucket; zoom the step range in for exact events.")
-    common.export_button(run_id, int(step0), int(step1), key="tl_export",
-                         chips_note="" if sample is None else f"{len(sample)} sampled chips, ")  # fmt: skip
+    common.export_button(run_id, int(step0), int(step1), key="tl_export")
 
 
 main()
