@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 import numpy as np
+import pyarrow as pa
 
 from .calibration import Calibration, load_calibration
 from .errors import SimulationError
 from .comm import GradientSync, MeshGradientSync, StepComm, gradient_sync, mesh_gradient_sync, mesh_link_penalties, plan_step_comm
 from .compute import ComputeCost, step_compute
-from .memory import OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, hbm_plan
+from .context import RingAttention, plan_ring_attention
+from .memory import MemoryPlan, hbm_plan, optimizer_state_bytes_per_param
 from .mesh import Mesh, resolve_mesh, whole_torus_axes
 from .models import ModelCost, model_cost
 from .moe import plan_routing
@@ -46,7 +48,8 @@ from .stragglers import straggler_factors
 from .topology import Pod, build_pod
 from .units import BYTES_PER_ELEMENT, GB_BYTES
 
-__all__ = ["StepCosts", "step_costs", "Estimate", "evaluate", "slowest_factor", "steady_state_scenario"]
+__all__ = ["StepCosts", "step_costs", "scenario_compute", "activation_send_bytes", "Estimate", "evaluate", "slowest_factor",
+           "steady_state_scenario"]
 
 #: bytes read + written per parameter by the optimizer update (fp32 master weights)
 UPDATE_BASE_BYTES_PER_PARAM = 4 + 4 + 4  # read weight and gradient, write weight
@@ -78,6 +81,7 @@ class StepCosts:
     micro_batch: int = 1  # samples per chip per microbatch
     bubble_s: float = 0.0  # a pipeline stage's fill + drain wait (engine/pipeline.py)
     pipeline_send_s: float = 0.0  # stage-to-stage sends on the critical path
+    ring: RingAttention | None = None  # context parallelism's K/V ring, one pass (engine/context.py)
 
     def segments(self, noise: np.ndarray | float = 1.0, forward_s=None, backward_s=None) -> list[Segment]:
         """The step's device work as segments; ``noise`` multiplies forward and backward compute.
@@ -92,8 +96,10 @@ class StepCosts:
             Segment("collective", self.comm_forward_s),
             Segment("compute", bwd * noise),
             Segment("collective", self.comm_backward_s),
-            Segment("collective", self.grad_sync_s + self.comm.ps_push_s + self.comm.expert_sync_s, barrier=True),
+            Segment("collective", self.grad_sync_s + self.comm.ps_push_s + self.comm.expert_sync_s + self.comm.context_sync_s
+                    + self.comm.fsdp_grad_sync_s, barrier=True),
             Segment("compute", self.update_s),
+            Segment("collective", self.comm.weight_gather_s),  # ZeRO-1/2: the updated weights gathered
             Segment("other", self.step_overhead_s),
         ]
 
@@ -122,8 +128,7 @@ def step_costs(
     # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/pipeline.py)
     work = n_mb / stages
 
-    flash = getattr(scenario.model, "attention_kernel", None) == "flash"
-    comp = step_compute(cost, chip, cal, b_mb, tr.precision, tr.remat, tensor=par.tensor, flash=flash, expert=par.expert)
+    comp = scenario_compute(scenario, cost, cal, b_mb, chip)
     fwd_s = comp.forward_s * work
     bwd_s = (comp.fwd_bwd_s - comp.forward_s) * work
     mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, scenario.mesh_sizes, par.mapping)
@@ -131,6 +136,9 @@ def step_costs(
     moe = getattr(model, "moe_layers", 0) > 0
     # each MoE layer's dispatch: this chip's tokens, k copies each, d_model wide
     dispatch_bytes = b_mb * model.seq_len * model.experts_per_token * model.d_model * BYTES_PER_ELEMENT[tr.precision] if moe else 0.0
+    cp = par.context
+    if cp > 1:
+        dispatch_bytes /= cp  # this chip's seq_len / context tokens
     ps = par.parameter_server or ParameterServerSection()
     use_ps = par.strategy == "parameter_server"
     comm = plan_step_comm(
@@ -138,7 +146,7 @@ def step_costs(
         mesh,
         fwd_compute_s=comp.forward_s,
         bwd_compute_s=comp.fwd_bwd_s - comp.forward_s,
-        per_chip_batch=b_mb,
+        per_chip_batch=b_mb / cp if cp > 1 else b_mb,  # TP all-reduces and PS rows carry this chip's tokens
         precision=tr.precision,
         slices=scenario.dcn_data_parallel,
         chips_per_host=pod.chips_per_host,
@@ -156,12 +164,23 @@ def step_costs(
         moe_layer_interval=getattr(model, "moe_layer_interval", 1),
         dispatch_bytes=dispatch_bytes,
         pipeline=stages,
+        fsdp_shard=par.fsdp_shard,
     )
+    ring = None
+    if cp > 1:
+        ring = plan_ring_attention(model, mesh["context"], micro_batch=b_mb, precision=tr.precision, tensor=par.tensor,
+                                   remat=tr.remat, attention_forward_s=comp.attention_forward_s,
+                                   attention_fwd_bwd_s=comp.attention_fwd_bwd_s, tables=tables,
+                                   link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
+                                   hop_latency_s=cal.ici_hop_latency_s)  # fmt: skip
+        comm = replace(comm, forward_s=comm.forward_s + ring.forward_exposed_s, backward_s=comm.backward_s + ring.backward_exposed_s,
+                       total_comm_s=comm.total_comm_s + ring.send_s,
+                       per_layer=pa.concat_tables([comm.per_layer, ring.per_layer]) if tables else comm.per_layer)  # fmt: skip
     # per-microbatch collectives (FSDP gathers, TP all-reduces, expert all-to-alls) repeat per microbatch
     comm_fwd_s, comm_bwd_s = comm.forward_s * work, comm.backward_s * work
     shard = par.fsdp * par.tensor
     dense_params = cost.params - (cost.sparse_params if use_ps else 0) - cost.expert_params * (1 - 1 / par.expert)
-    update_bytes = dense_params / shard / stages * (UPDATE_BASE_BYTES_PER_PARAM + 2 * OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    update_bytes = dense_params / shard / stages * (UPDATE_BASE_BYTES_PER_PARAM + 2 * optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
     if par.shard_weight_update:
         # Each replica updates 1/replicas of the weights (Xu et al. 2020); a ring all-reduce is already
         # reduce-scatter + all-gather, so the collective's cost is unchanged.
@@ -191,6 +210,8 @@ def step_costs(
             tensor=par.tensor, capacity_bytes=chip.hbm_bytes, reserved_frac=cal.hbm_reserved_frac, sparse_off_chip=use_ps,
             timeline=tables, expert=par.expert, pipeline=stages, grad_accumulator=n_mb > 1 and stages == 1,
             in_flight=in_flight_microbatches(stages, n_mb, par.pipeline_schedule, par.virtual_stages),
+            context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state,
+            ring_buffer_bytes=ring.buffer_bytes if ring is not None else (0.0, 0.0),
         )  # fmt: skip
         args.update(changes)
         return hbm_plan(cost, scenario.model, **args)
@@ -212,15 +233,35 @@ def step_costs(
         comm_backward_s=comm_bwd_s,
         work=work,
         micro_batch=b_mb,
+        ring=ring,
         **(_pipeline_totals(scenario, pod, cal, comp, comm, b_mb) if stages > 1 else {}),
     )
+
+
+def scenario_compute(scenario: Scenario, cost: ModelCost, cal: Calibration, micro_batch: float, chip=None) -> ComputeCost:
+    """:func:`~engine.compute.step_compute` of one microbatch of ``scenario``'s model on one chip.
+
+    The mesh (tensor, expert, context), precision, remat and the attention kernel the model
+    picks come from the scenario; ``cost`` is its model's (or a reshaped copy's, e.g. another
+    sequence length) cost, ``micro_batch`` the samples of one pass.
+    """
+    tr, par = scenario.training, scenario.parallelism
+    flash = getattr(scenario.model, "attention_kernel", None) == "flash"
+    return step_compute(cost, chip or scenario.chip_spec(), cal, micro_batch, tr.precision, tr.remat, tensor=par.tensor,
+                        flash=flash, expert=par.expert, context=par.context)  # fmt: skip
+
+
+def activation_send_bytes(s: Scenario, micro_batch: float) -> float:
+    """Bytes of one microbatch's activations sent between pipeline stages (this chip's tokens)."""
+    out = micro_batch * s.model.seq_len * s.model.d_model * BYTES_PER_ELEMENT[s.training.precision]
+    return out / s.parallelism.context if s.parallelism.context > 1 else out
 
 
 def _pipeline_totals(s: Scenario, pod: Pod, cal: Calibration, comp: ComputeCost, comm: StepComm, b_mb: int) -> dict:
     """A pipeline stage's bubble (fill + drain) and the stage-to-stage sends on the critical path."""
     par, chip = s.parallelism, pod.chip
     v = par.virtual_stages if par.pipeline_schedule == "interleaved" else 1
-    send_bytes = b_mb * s.model.seq_len * s.model.d_model * BYTES_PER_ELEMENT[s.training.precision]
+    send_bytes = activation_send_bytes(s, b_mb)
     # a send to the next stage's chip: one ICI hop, or a host NIC's share across the DCN
     ici_s = send_bytes / (chip.ici_link_bytes_per_s * cal.ici_efficiency) + cal.ici_hop_latency_s
     hosts_share = pod.chips_per_host
@@ -344,6 +385,9 @@ def evaluate(
         + c.comm.expert_sync_s
         + c.update_s * update_factor
         + c.step_overhead_s
+        + c.comm.context_sync_s
+        + c.comm.fsdp_grad_sync_s
+        + c.comm.weight_gather_s
     )
     tr = scenario.training
     return Estimate(

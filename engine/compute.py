@@ -76,6 +76,10 @@ class ComputeCost:
     # the routed-expert GEMMs' share of forward_s and of fwd_bwd_s (what a busier expert stretches)
     expert_forward_s: float = 0.0
     expert_fwd_bwd_s: float = 0.0
+    # the attention core's (scores and values GEMMs) share of forward_s and of fwd_bwd_s: what a
+    # ring-attention K/V send hides behind (engine/context.py)
+    attention_forward_s: float = 0.0
+    attention_fwd_bwd_s: float = 0.0
 
 
 def step_compute(
@@ -88,6 +92,7 @@ def step_compute(
     tensor: int = 1,
     flash: bool = False,
     expert: int = 1,
+    context: int = 1,
 ) -> ComputeCost:
     """Roofline compute time of forward + backward for one chip.
 
@@ -101,6 +106,13 @@ def step_compute(
         Expert-parallel degree: each chip holds ``experts / expert`` of every routed-expert
         GEMM's weights and, after the dispatch all-to-all, computes the tokens routed to them:
         on average as many rows as its own batch routes (the load imbalance is applied per step).
+    context
+        Context-parallel degree: each chip holds ``seq_len / context`` of every sequence, so every
+        op's rows (tokens) are divided by it; the attention core's keys and values still span the
+        whole sequence (their blocks arrive over the ring, engine/context.py), so its FLOPs per chip
+        are ``1 / context`` of the sequence's. Attention is counted unmasked (PaLM's convention), so
+        the split is even; under a causal mask the striped layout (Brandon et al. 2023, "Striped
+        Attention", arXiv:2311.09431) or MaxText's load-balanced zig-zag reordering keeps it so.
     """
     ops = cost.ops
     b = float(per_chip_batch)
@@ -112,16 +124,16 @@ def step_compute(
     heads_split = ops.w_is_activation
     n_shard = np.where(heads_split, ops.n, ops.n / tensor)
     count = np.where(heads_split, ops.count / tensor, ops.count)
-    m_rows = b * ops.m
+    m_rows = b * ops.m / context
     flops_useful = 2.0 * m_rows * ops.k * n_shard * count
     d = chip.mxu_dim
     flops_padded = 2.0 * pad_to_mxu(m_rows, d) * pad_to_mxu(ops.k, d) * pad_to_mxu(n_shard, d) * count
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * count
     if ops.w_copies is not None:
         w_elems = w_elems * np.where(ops.is_expert, ops.copies / expert, 1.0)
-    in_elems = b * ops.in_elems_per_repeat * count
+    in_elems = b * ops.in_elems_per_repeat * count / context
     out_elems = m_rows * n_shard * count
-    elementwise_elems = b * ops.elementwise_elems_total / tensor
+    elementwise_elems = b * ops.elementwise_elems_total / tensor / context
     if flash:
         # Flash attention (Dao et al. 2022; Pallas splash attention on TPU) tiles the attention core
         # in on-chip memory: the seq x seq scores, their softmax and the probabilities (one attention
@@ -151,10 +163,12 @@ def step_compute(
     flop_bound = t_flops >= t_bytes
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
-    ex = ops.is_expert
+    ex, attn = ops.is_expert, ops.w_is_activation
     return ComputeCost(
         expert_forward_s=float(per_pass[ex].sum()),
         expert_fwd_bwd_s=float((per_pass * passes)[ex].sum()),
+        attention_forward_s=float(per_pass[attn].sum()),
+        attention_fwd_bwd_s=float((per_pass * passes)[attn].sum()),
         fwd_bwd_s=total,
         model_flops=float(flops_useful.sum()) * 3.0,
         hardware_flops=float((flops_useful * passes).sum()),

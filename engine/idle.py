@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compilation import COMPILES, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
-from .compute import PASSES_BY_REMAT, ComputeCost, step_compute
+from .analytic import scenario_compute
+from .compute import PASSES_BY_REMAT, ComputeCost
 from .failures import (
     FailurePlan,
     FailureSection,
@@ -42,7 +43,7 @@ from .failures import (
     young_interval_s,
 )
 from .input_pipeline import run_input_queue, step_lengths_s
-from .memory import MASTER_WEIGHT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM
+from .memory import MASTER_WEIGHT_BYTES_PER_PARAM, optimizer_state_bytes_per_param
 from .models import model_cost
 from .step import Segment, SimContext, StepCursor
 from .stragglers import straggler_factors
@@ -81,7 +82,7 @@ class IdlePlan:
 def _fwd_bwd_for(ctx: SimContext, comp: ComputeCost, jit: bool) -> Callable[[int, int], float]:
     """Seconds of forward + backward at a (per-chip batch, seq) shape, jitted or eager."""
     s = ctx.scenario
-    tr, par = s.training, s.parallelism
+    tr = s.training
     params = load_compile_cost()
     default_seq = ctx.cost.tokens_per_sample or 0
     passes = PASSES_BY_REMAT.get(tr.remat, 3.0)
@@ -91,8 +92,11 @@ def _fwd_bwd_for(ctx: SimContext, comp: ComputeCost, jit: bool) -> Callable[[int
             c = comp
             cost = ctx.cost
         else:
-            cost = model_cost(s.model.model_copy(update={"seq_len": seq})) if seq else ctx.cost
-            c = step_compute(cost, ctx.pod.chip, ctx.cal, batch, tr.precision, tr.remat, tensor=par.tensor, expert=par.expert)
+            # the same pass as ``comp``: one microbatch (comp is one of ``microbatches``), the attention
+            # kernel the model picks at this length, the scenario's tensor / expert / context split
+            shaped = s.model_copy(update={"model": s.model.model_copy(update={"seq_len": seq})}) if seq else s
+            cost = model_cost(shaped.model) if seq else ctx.cost
+            c = scenario_compute(shaped, cost, ctx.cal, -(-batch // tr.microbatches), ctx.pod.chip)
         if jit:
             return c.fwd_bwd_s
         return eager_fwd_bwd_s(c.matmul_s, c.memory_s, float(cost.ops.launches.sum()) * passes, params)
@@ -190,7 +194,7 @@ def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePl
     tail = [scaled(seg, shape=False) for seg in tail]
 
     fl = s.failures
-    ckpt_bytes = ctx.cost.params * (MASTER_WEIGHT_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM[tr.optimizer])
+    ckpt_bytes = ctx.cost.params * (MASTER_WEIGHT_BYTES_PER_PARAM + optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
     ckpt_s = np.zeros(steps)
     if fl is not None:
         size = fl.checkpoint_bytes if fl.checkpoint_bytes is not None else ckpt_bytes

@@ -67,13 +67,22 @@ __all__ = [
     "oom_detail",
     "CATEGORIES",
     "OPTIMIZER_STATE_BYTES_PER_PARAM",
+    "OPTIMIZER_STATE_BYTES_PER_ELEMENT",
+    "optimizer_state_bytes_per_param",
+    "zero_shards",
     "MASTER_WEIGHT_BYTES_PER_PARAM",
     "GRADIENT_BYTES_PER_PARAM",
 ]
 
 MASTER_WEIGHT_BYTES_PER_PARAM = 4.0
 GRADIENT_BYTES_PER_PARAM = 4.0
+#: the optimizer's state per parameter in fp32 (``training.optimizer_state = "fp32"``)
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"sgd": 0.0, "momentum": 4.0, "adam": 8.0, "adafactor": 0.0}
+#: bytes per element of the optimizer's moments by ``training.optimizer_state``. "bf16": DeepSeek-V3
+#: (arXiv:2412.19437, sec. 3.3.3) tracks AdamW's first and second moments in BF16 and keeps the master
+#: weights and gradients in FP32; optax offers it per moment (``adam(mu_dtype=...)``,
+#: ``sgd(accumulator_dtype=...)``).
+OPTIMIZER_STATE_BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0}
 #: bytes of the per-layer compute copy of a weight (cast from the fp32 master before the matmul)
 COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0, "fp8": 1.0}
 #: logits are upcast to fp32 for the softmax cross-entropy (as in MaxText / t5x losses)
@@ -95,27 +104,45 @@ class BytesPerParam:
         return self.params + self.grads + self.optimizer
 
 
-def bytes_per_param(optimizer: str, precision: str) -> BytesPerParam:
+def optimizer_state_bytes_per_param(optimizer: str, optimizer_state: str = "fp32") -> float:
+    """Bytes per parameter of the optimizer's state: Adam's two moments are 8 in fp32, 4 in bf16."""
+    return OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * OPTIMIZER_STATE_BYTES_PER_ELEMENT[optimizer_state] / 4.0
+
+
+def bytes_per_param(optimizer: str, precision: str, optimizer_state: str = "fp32") -> BytesPerParam:
     """Bytes per parameter of the model states (fp32 master weights, fp32 gradients, optimizer)."""
     return BytesPerParam(
         MASTER_WEIGHT_BYTES_PER_PARAM,
         GRADIENT_BYTES_PER_PARAM,
-        OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer],
+        optimizer_state_bytes_per_param(optimizer, optimizer_state),
         COMPUTE_COPY_BYTES_PER_PARAM[precision],
     )
 
 
-def transformer_layer_activation_bytes(model, per_chip_batch: int, precision: str, remat: str, tensor: int = 1) -> float:
+def zero_shards(fsdp_shard: str) -> tuple[bool, bool]:
+    """(weights sharded over fsdp, gradients sharded over fsdp) of a ZeRO stage; optimizer state always is.
+
+    ``"all"`` is ZeRO-3 (Rajbhandari et al. 2020, Figure 1: ``(2 + 2 + K) Psi / Nd``), ``"grads+optimizer"``
+    ZeRO-2 (``2 Psi + (2 + K) Psi / Nd``), ``"optimizer"`` ZeRO-1 (``4 Psi + K Psi / Nd``).
+    """
+    return fsdp_shard == "all", fsdp_shard in ("all", "grads+optimizer")
+
+
+def transformer_layer_activation_bytes(
+    model, per_chip_batch: int, precision: str, remat: str, tensor: int = 1, context: int = 1
+) -> float:
     """Bytes one transformer layer keeps for its backward pass on one chip (Korthikanti et al. 2022).
 
     ``model`` is a :class:`~engine.scenario.TransformerModel`. Under ``full`` remat
-    this is the layer's input only; the recomputed layer is a separate term.
+    this is the layer's input only; the recomputed layer is a separate term. ``context``
+    splits the sequence: the chip keeps ``seq_len / context`` tokens of each sample (the
+    softmax probabilities of its queries still span every key, ``h s`` per token).
     """
     d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
     kv = model.kv_heads_eff
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
     elem = BYTES_PER_ELEMENT[precision]
-    tokens = float(per_chip_batch) * s
+    tokens = float(per_chip_batch) * s / context
     if remat == "full":
         per_token = d
     elif remat == "minimal":
@@ -173,7 +200,7 @@ class MemoryPlan:
 
 
 def _unit_activations(
-    cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units
+    cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units, context: int = 1
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes)."""
     n = len(units)
@@ -181,11 +208,11 @@ def _unit_activations(
     saved = np.zeros(n)
     recompute = np.zeros(n)
     if cost.kind == "transformer":
-        layer = transformer_layer_activation_bytes(model, b, precision, remat, tensor)
+        layer = transformer_layer_activation_bytes(model, b, precision, remat, tensor, context)
         saved[1:-1] = layer
         if remat == "full":
-            recompute[1:-1] = transformer_layer_activation_bytes(model, b, precision, "none", tensor)
-        tokens = float(b) * model.seq_len
+            recompute[1:-1] = transformer_layer_activation_bytes(model, b, precision, "none", tensor, context)
+        tokens = float(b) * model.seq_len / context
         saved[-1] = tokens * 2 * model.d_model * elem  # final LayerNorm input and output
         loss = tokens * model.vocab / tensor * LOGIT_BYTES
         return saved, recompute, loss
@@ -239,6 +266,10 @@ def hbm_plan(
     in_flight: float = 1.0,
     grad_accumulator: bool = False,
     timeline: bool = True,
+    context: int = 1,
+    fsdp_shard: str = "all",
+    optimizer_state: str = "fp32",
+    ring_buffer_bytes: tuple[float, float] = (0.0, 0.0),
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -265,6 +296,16 @@ def hbm_plan(
         microbatch's backward pass to the update, so they are counted at every point.
     timeline
         False leaves the ``timeline`` table empty (the peak is the same; for fast evaluation).
+    context
+        Context-parallel degree: activations keep ``seq_len / context`` tokens per sample.
+    fsdp_shard
+        What ``fsdp`` shards (:func:`zero_shards`): under ``"grads+optimizer"`` the weights are
+        replicated over it, under ``"optimizer"`` the weights and gradients; neither gathers weights.
+    optimizer_state
+        ``"fp32"`` or ``"bf16"`` moments (:data:`OPTIMIZER_STATE_BYTES_PER_ELEMENT`).
+    ring_buffer_bytes
+        Ring attention's blocks in flight (engine/context.py), temporary bytes during the forward
+        and the backward pass.
 
     Returns
     -------
@@ -273,41 +314,42 @@ def hbm_plan(
     """
     units = layer_units(cost)
     n = len(units)
-    bpp = bytes_per_param(optimizer, precision)
-    shard = float(fsdp * tensor)
+    bpp = bytes_per_param(optimizer, precision, optimizer_state)
+    weights_sharded, grads_sharded = zero_shards(fsdp_shard)
     p_unit = np.array([u.params for u in units], dtype=np.float64)
     if sparse_off_chip:
         p_unit[0] = max(0.0, p_unit[0] - cost.sparse_params)
-    if cost.expert_params:
-        p_unit_chip = p_unit - np.array([u.expert_params for u in units]) * (1.0 - 1.0 / expert)
-        p_chip = p_unit_chip / shard
-    else:
-        p_chip = p_unit / shard
+    p_here = p_unit - np.array([u.expert_params for u in units]) * (1.0 - 1.0 / expert) if cost.expert_params else p_unit
+    p_chip = p_here / float(fsdp * tensor)  # the optimizer state's shard, whatever the ZeRO stage
+    p_tensor = p_here / float(tensor)  # a shard replicated over fsdp
     if pipeline > 1:
-        p_chip = p_chip / pipeline
-    params_b = float(p_chip.sum()) * bpp.params
+        p_chip, p_tensor = p_chip / pipeline, p_tensor / pipeline
+    params_b = float((p_chip if weights_sharded else p_tensor).sum()) * bpp.params
     opt_b = float(p_chip.sum()) * bpp.optimizer
-    grads_unit = p_chip * bpp.grads
-    saved, recompute, loss_b = _unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units)
+    grads_unit = (p_chip if grads_sharded else p_tensor) * bpp.grads
+    saved, recompute, loss_b = _unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context)
     if pipeline > 1:
         saved = saved * (in_flight / pipeline)  # this stage's layers, for every microbatch in flight
     # GSPMD gathers (or casts) weights one tensor at a time: each dot's weight operand gets its own
     # all-gather, and XLA's scheduler prefetches the next while the current one computes. So two
     # weight tensors are in compute form at once (in use + prefetched): gathered under FSDP, else cast.
     tensors = _unit_weight_tensors(cost, units, p_unit, expert)
-    copy_bytes = bpp.compute_copy if bpp.compute_copy else (MASTER_WEIGHT_BYTES_PER_PARAM if fsdp > 1 else 0.0)
+    gathered = fsdp > 1 and weights_sharded
+    copy_bytes = bpp.compute_copy if bpp.compute_copy else (MASTER_WEIGHT_BYTES_PER_PARAM if gathered else 0.0)
     weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
+    scattered = fsdp > 1 and grads_sharded
     two_largest: dict[int, float] = {}  # the layers share one tensor list: sort it once
-    for t in tensors if fsdp > 1 else ():
+    for t in tensors if scattered else ():
         if id(t) not in two_largest:
             two_largest[id(t)] = float(np.sort(t)[-2:].sum())
     grad_tmp = (
         np.array([two_largest[id(t)] for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
-        if fsdp > 1
+        if scattered
         else np.zeros(n)
     )
+    ring_fwd_b, ring_bwd_b = ring_buffer_bytes
 
     # Rows: start, forward through each unit, loss, backward through each unit in reverse, optimizer;
     # columns: params, grads, optimizer, activations, temporary. Built as arrays (a search plans
@@ -322,11 +364,11 @@ def hbm_plan(
     arr[0, [1, 3, 4]] = 0.0
     arr[1 : n + 1, 1] = 0.0
     arr[1 : n + 1, 3] = cum
-    arr[1 : n + 1, 4] = weights_tmp
+    arr[1 : n + 1, 4] = weights_tmp + ring_fwd_b
     arr[n + 1, [1, 3, 4]] = (0.0, float(cum[-1]), weights_tmp + loss_b)
     arr[n + 2 : 2 * n + 2, 1] = grads_after
     arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
-    arr[n + 2 : 2 * n + 2, 4] = weights_tmp + grad_tmp[::-1]
+    arr[n + 2 : 2 * n + 2, 4] = weights_tmp + grad_tmp[::-1] + ring_bwd_b
     arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
     if grad_accumulator:  # the fp32 accumulator is present from the first microbatch to the update
         arr[1:-1, 1] = grads_done

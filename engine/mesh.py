@@ -1,7 +1,7 @@
 """The device mesh on the torus: how the mesh axes (:data:`MESH_AXES`) are laid onto a slice's axes.
 
 Inside a slice the chips form a logical mesh ``data x fsdp x tensor x expert x
-pipeline`` (GSPMD, Xu et al. 2021; the MaxText/pjit convention; axes of
+pipeline x context`` (GSPMD, Xu et al. 2021; the MaxText/pjit convention; axes of
 size 1 take no torus axis); across slices the job is data parallel over the DCN
 (or a pipeline spans them, engine/pipeline.py). Each mesh axis is laid onto torus axes:
 
@@ -37,11 +37,12 @@ __all__ = ["MESH_AXES", "LAYOUT_ORDER", "axis_index_of_chips", "Segment1D", "Mes
 
 #: Every mesh axis, in the one order the rest of Podscope (scenario keys, summaries, a mesh search)
 #: lists them. The first three are the classic SPMD axes; the others are 1 unless a scenario asks.
-MESH_AXES = ("data", "fsdp", "tensor", "expert", "pipeline")
+MESH_AXES = ("data", "fsdp", "tensor", "expert", "pipeline", "context")
 #: inner to outer: the axis with the most traffic per step gets the shortest, contiguous rings
-#: (tensor's per-layer all-reduces, expert's all-to-alls, fsdp's gathers;
-#: pipeline sends one activation per microbatch; data all-reduces once per step)
-LAYOUT_ORDER = ("tensor", "expert", "fsdp", "pipeline", "data")
+#: (tensor's per-layer all-reduces, context's per-layer K/V ring passes (next-neighbour sends, which a
+#: whole wraparound ring serves best), expert's all-to-alls, fsdp's gathers; pipeline sends one
+#: activation per microbatch; data all-reduces once per step)
+LAYOUT_ORDER = ("tensor", "context", "expert", "fsdp", "pipeline", "data")
 #: axes every mesh description names even at size 1 (the others only when larger than 1)
 _ALWAYS_DESCRIBED = ("data", "fsdp", "tensor")
 

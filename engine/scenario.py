@@ -190,6 +190,10 @@ class TrainingSection(_Section):
     remat: Literal["none", "full", "selective", "minimal"] = "none"
     # with parallelism.pipeline > 1: pipeline microbatches; otherwise gradient accumulation steps
     microbatches: PositiveInt = 1
+    # dtype of the optimizer's moments (Adam m and v, momentum); master weights and gradients stay fp32.
+    # "bf16": DeepSeek-V3 (arXiv:2412.19437, sec. 3.3.3) tracks AdamW's moments in BF16; optax exposes
+    # it as adam(mu_dtype=...) and sgd(accumulator_dtype=...) (engine/memory.py).
+    optimizer_state: Literal["fp32", "bf16"] = "fp32"
 
 
 class ParameterServerSection(_Section):
@@ -199,7 +203,7 @@ class ParameterServerSection(_Section):
     dcn_gbps_per_host: Annotated[float, Field(gt=0)] = 25.0  # each PS host's NIC, GB/s (same class as a TPU host's)
 
 
-MeshAxisName = Literal["data", "fsdp", "tensor", "expert", "pipeline"]  # engine.mesh.MESH_AXES
+MeshAxisName = Literal["data", "fsdp", "tensor", "expert", "pipeline", "context"]  # engine.mesh.MESH_AXES
 
 
 class ParallelismSection(_Section):
@@ -212,6 +216,12 @@ class ParallelismSection(_Section):
     pipeline: PositiveInt = 1
     pipeline_schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
     virtual_stages: PositiveInt = 1  # stages per chip under "interleaved"
+    # context (sequence) parallelism: each chip holds seq_len / context of every sequence, and
+    # attention passes K/V blocks around a ring over this axis (ring attention, engine/context.py)
+    context: PositiveInt = 1
+    # what FSDP shards (ZeRO stages, Rajbhandari et al. 2020): "all" = weights, gradients and optimizer
+    # state (ZeRO-3); "grads+optimizer" (ZeRO-2); "optimizer" (ZeRO-1). engine/comm/mesh_comm.py, memory.py
+    fsdp_shard: Literal["all", "grads+optimizer", "optimizer"] = "all"
     strategy: Literal["spmd", "parameter_server"] = "spmd"
     # mesh axis -> torus axes it spans, e.g. {tensor = ["z"], fsdp = ["x", "y"]}; "y:2" takes a
     # 2-chip part of axis y. Empty: the default mapping of engine/mesh.py (tensor innermost).
@@ -317,7 +327,8 @@ class Scenario(_Section):
     @property
     def mesh_sizes_given(self) -> dict[str, int]:
         p = self.parallelism
-        return {"data": p.data or 1, "fsdp": p.fsdp, "tensor": p.tensor, "expert": p.expert, "pipeline": self.pipeline_in_slice}
+        return {"data": p.data or 1, "fsdp": p.fsdp, "tensor": p.tensor, "expert": p.expert, "pipeline": self.pipeline_in_slice,
+                "context": p.context}
 
     @property
     def pipeline_spans_slices(self) -> bool:
@@ -570,12 +581,21 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
             valid = [q for q in range(1, layers + 1) if layers % (q * v) == 0]
             problems.append(("parallelism.pipeline", f"{p.pipeline} stages x {v} virtual stages do not divide the "
                              f"model's {layers} layers; valid: {', '.join(map(str, valid))}"))  # fmt: skip
+    seq = getattr(s.model, "seq_len", None)
+    if p.context > 1 and seq is None:
+        problems.append(("parallelism.context", f"context parallelism splits a transformer's sequence; the {s.model.kind} "
+                         "model has none to split; valid: 1"))  # fmt: skip
+    elif p.context > 1 and seq % p.context:
+        valid = [c for c in range(1, min(seq, n) + 1) if seq % c == 0 and n % c == 0]
+        problems.append(("parallelism.context", f"{p.context} does not divide the model's seq_len of {seq}; valid: a divisor "
+                         f"of {seq} that also divides the slice's {n} chips: {', '.join(map(str, valid))}"))  # fmt: skip
     if p.virtual_stages > 1 and p.pipeline_schedule != "interleaved":
         problems.append(("parallelism.virtual_stages", f"{p.virtual_stages} virtual stages need pipeline_schedule = "
                          f"\"interleaved\" (got {p.pipeline_schedule!r}); valid: 1, or the interleaved schedule"))  # fmt: skip
-    if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1 or p.pipeline > 1):
+    if p.strategy == "parameter_server" and (p.fsdp > 1 or p.tensor > 1 or p.pipeline > 1 or p.context > 1):
         problems.append(
-            ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp and tensor must be 1")
+            ("parallelism.strategy", "parameter_server keeps the dense part data parallel: fsdp, tensor, pipeline and "
+             "context must be 1")
         )
     if not problems and s.model.kind == "hlo":
         problems += module_problems(s.model.path, n * s.pod.slices)

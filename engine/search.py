@@ -7,16 +7,21 @@ is its reason (counted in :attr:`PlanResult.infeasible`):
 
 1. the chip budget (``max_chips``, ``min_chips``);
 2. mesh rules, vectorised over all factorisations of a slice at once: attention heads
-   divisible by ``tensor``; the global batch divisible by ``data x fsdp x slices``;
+   divisible by ``tensor``; ``seq_len`` divisible by ``context``; the experts divisible by
+   ``expert``; the global batch divisible by ``data x fsdp x expert x slices``;
 3. a memory lower bound, vectorised too: the model states alone (fp32 master weights,
-   gradients and optimizer state over ``fsdp x tensor``) exceed the usable HBM;
+   gradients and optimizer state over ``fsdp x tensor``, as the ZeRO stage shards them, the
+   routed experts also over ``expert``) exceed the usable HBM;
 4. full scenario validation (the mesh must lie on the torus; every other scenario rule);
 5. the analytic step (:func:`engine.analytic.evaluate`): same cost functions as a full
    run; a peak above usable HBM is out of memory, named by its largest term.
 
-Mesh axes are data-driven (:data:`SEARCH_AXES` and :func:`_axis_rules`), so a model
-with more axes (expert, pipeline) adds its axis name and its divisibility rule there;
-knobs such as microbatches are ordinary dotted keys.
+Mesh axes are data-driven (:func:`search_axes` and :func:`_axis_rules`): every model is
+searched over ``data x fsdp x tensor``, a transformer also over ``context``, a mixture of
+experts also over ``expert``. ``pipeline`` is not searched: a pipeline is only worth its
+bubble with enough microbatches, a second knob the mesh search does not choose, so it stays
+the base's value (vary it by hand with ``mesh = "fixed"``). Knobs such as microbatches are ordinary
+dotted keys.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import numpy as np
 from .analytic import evaluate
 from .calibration import Calibration, load_calibration
 from .errors import ScenarioError
-from .memory import bytes_per_param
+from .memory import bytes_per_param, zero_shards
 from .models import ModelCost, model_cost
 from .planner import OBJECTIVES, Plan
 from .scenario import Scenario, apply_overrides, parse_topology, scenario_from_dict
@@ -42,6 +47,7 @@ from .topology import Pod, build_pod
 
 __all__ = [
     "SEARCH_AXES",
+    "search_axes",
     "REASONS",
     "Candidate",
     "PlanResult",
@@ -49,14 +55,16 @@ __all__ = [
     "search",
 ]
 
-#: mesh axes the search factorises each slice over, in scenario order
-SEARCH_AXES = ("data", "fsdp", "tensor")
+#: mesh axes the search may factorise a slice over, in scenario order (:func:`search_axes` picks per model)
+SEARCH_AXES = ("data", "fsdp", "tensor", "expert", "context")
 
 #: infeasibility reasons (out-of-memory reasons also name the term: "out of memory (activations)")
 REASONS = {
     "budget": "outside the chip budget",
     "heads": "heads not divisible by tensor",
-    "batch": "batch not divisible by data x fsdp x slices",
+    "batch": "batch not divisible by data x fsdp x expert x slices",
+    "seq": "seq_len not divisible by context",
+    "experts": "experts not divisible by expert",
     "indivisible": "indivisible mesh",
     "torus": "mesh does not fit the torus",
     "model_states": "out of memory (model states)",
@@ -66,6 +74,8 @@ _KEY_REASONS = {
     "parallelism": REASONS["indivisible"],
     "parallelism.mapping": REASONS["torus"],
     "parallelism.tensor": REASONS["heads"],
+    "parallelism.context": REASONS["seq"],
+    "parallelism.expert": REASONS["experts"],
     "training.global_batch": REASONS["batch"],
 }
 
@@ -194,7 +204,8 @@ def _base_value(plan: Plan, dotted: str) -> Any:
 def _apply(plan: Plan, overrides: Mapping[str, Any]) -> dict[str, Any]:
     raw = apply_overrides(plan.base_raw, {k: v for k, v in overrides.items() if not k.startswith("parallelism.")})
     if plan.mesh == "auto":
-        par = {k: v for k, v in (raw.get("parallelism") or {}).items() if k not in (*SEARCH_AXES, "mapping")}
+        axes = search_axes(raw.get("model") or {})
+        par = {k: v for k, v in (raw.get("parallelism") or {}).items() if k not in (*axes, "mapping")}
         raw["parallelism"] = par
     return apply_overrides(raw, {k: v for k, v in overrides.items() if k.startswith("parallelism.")})
 
@@ -216,12 +227,24 @@ def mesh_factorisations(chips: int, axes: int) -> np.ndarray:
     return np.concatenate([rows, rest[:, None]], axis=1)
 
 
+def search_axes(model: Any) -> tuple[str, ...]:
+    """The mesh axes a model is searched over (a subset of :data:`SEARCH_AXES`, in its order)."""
+    kind = model.get("kind") if isinstance(model, Mapping) else getattr(model, "kind", None)
+    experts = (model.get("experts") if isinstance(model, Mapping) else getattr(model, "experts", 0)) or 0
+    extra = {"context": kind == "transformer", "expert": experts > 0}
+    return tuple(a for a in SEARCH_AXES if a in ("data", "fsdp", "tensor") or extra[a])
+
+
 def _axis_rules(model: Any, sizes: Mapping[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
     """(reason, bad mask) of each mesh-axis rule the model imposes, over arrays of axis sizes."""
     rules = []
     heads = getattr(model, "heads", None)
     if heads is not None:  # tensor parallelism gives each chip whole heads (Megatron-LM)
         rules.append((REASONS["heads"], heads % sizes["tensor"] != 0))
+    if "context" in sizes:  # each chip holds seq_len / context of every sequence
+        rules.append((REASONS["seq"], model.seq_len % sizes["context"] != 0))
+    if "expert" in sizes:  # each chip holds experts / expert of every MoE layer
+        rules.append((REASONS["experts"], model.experts % sizes["expert"] != 0))
     return rules
 
 
@@ -296,11 +319,20 @@ def _budget_ok(plan: Plan, chips: int) -> bool:
     return (plan.max_chips is None or chips <= plan.max_chips) and (plan.min_chips is None or chips >= plan.min_chips)
 
 
-def _model_state_bytes(cost: ModelCost, s: Scenario, shard: np.ndarray | int) -> np.ndarray:
+def _model_state_bytes(cost: ModelCost, s: Scenario, fsdp: np.ndarray | int, tensor: np.ndarray | int,
+                       expert: np.ndarray | int = 1) -> np.ndarray:  # fmt: skip
     """Bytes of params, gradients and optimizer state per chip: a lower bound of the peak (engine.memory)."""
-    bpp = bytes_per_param(s.training.optimizer, s.training.precision)
-    params = cost.params - (cost.sparse_params if s.parallelism.strategy == "parameter_server" else 0)
-    return params / np.asarray(shard, dtype=np.float64) * bpp.model_states
+    tr, par = s.training, s.parallelism
+    bpp = bytes_per_param(tr.optimizer, tr.precision, tr.optimizer_state)
+    params = cost.params - (cost.sparse_params if par.strategy == "parameter_server" else 0)
+    params = params - cost.expert_params * (1.0 - 1.0 / np.asarray(expert, dtype=np.float64))
+    shard = np.asarray(fsdp, dtype=np.float64) * np.asarray(tensor, dtype=np.float64)
+    weights_sharded, grads_sharded = zero_shards(par.fsdp_shard)
+    if weights_sharded:  # ZeRO-3 (the default): everything over fsdp x tensor
+        return params / shard * bpp.model_states / par.pipeline
+    t = np.asarray(tensor, dtype=np.float64)
+    per_param = bpp.params / t + bpp.grads / (shard if grads_sharded else t) + bpp.optimizer / shard
+    return params * per_param / par.pipeline
 
 
 def _search_fixed(plan: Plan, combo: dict[str, Any], raw: dict[str, Any], cal: Calibration, add: Callable, cost: Callable) -> None:
@@ -317,9 +349,9 @@ def _search_fixed(plan: Plan, combo: dict[str, Any], raw: dict[str, Any], cal: C
         add(combo, chips, None, _reason_of(e))
         return
     par = s.parallelism
-    mesh = {"data": s.data_parallel, "fsdp": par.fsdp, "tensor": par.tensor}
+    mesh = {a: s.mesh_sizes[a] for a in search_axes(s.model)}
     usable = s.chip_spec().hbm_bytes * (1.0 - cal.hbm_reserved_frac)
-    if float(_model_state_bytes(model_cost(s.model), s, par.fsdp * par.tensor)) > usable * (1 + 1e-9):
+    if float(_model_state_bytes(model_cost(s.model), s, par.fsdp, par.tensor, par.expert)) > usable * (1 + 1e-9):
         add(combo, s.total_chips, mesh, REASONS["model_states"])
         return
     cost(combo, s, mesh)
@@ -330,7 +362,8 @@ def _search_meshes(
 ) -> None:
     # Probe the combination with a pure data-parallel mesh: problems that do not depend on the mesh
     # (an unknown chip, an unsupported topology) rule out all its meshes at once.
-    probe_raw = {**raw, "parallelism": {**raw.get("parallelism", {}), "data": None, "fsdp": 1, "tensor": 1}}
+    axes = search_axes(raw.get("model") or {})
+    probe_raw = {**raw, "parallelism": {**raw.get("parallelism", {}), "data": None, **{a: 1 for a in axes[1:]}}}
     try:
         probe = scenario_from_dict(probe_raw, source=plan.source)
     except ScenarioError as e:
@@ -338,7 +371,7 @@ def _search_meshes(
         if blocking:
             try:
                 chips = math.prod(parse_topology(str(raw["pod"]["topology"])))
-                ways = len(mesh_factorisations(chips, len(SEARCH_AXES)))
+                ways = len(mesh_factorisations(chips, len(axes)))
                 chips *= int(raw["pod"].get("slices", 1))
             except (ValueError, KeyError, TypeError):
                 chips, ways = 0, 1
@@ -349,8 +382,9 @@ def _search_meshes(
         probe = Scenario.model_validate(probe_raw)  # valid field by field; the mesh checks come below
     n, slices = probe.chips_per_slice, probe.pod.slices
     chips = n * slices
-    table = mesh_factorisations(n, len(SEARCH_AXES))
-    sizes = {a: table[:, i] for i, a in enumerate(SEARCH_AXES)}
+    table = mesh_factorisations(n, len(axes))
+    sizes = {a: table[:, i] for i, a in enumerate(axes)}
+    ones = np.ones(len(table), dtype=np.int64)
     reason = np.full(len(table), None, dtype=object)
 
     def rule(label: str, bad: np.ndarray) -> None:
@@ -360,13 +394,15 @@ def _search_meshes(
         rule(REASONS["budget"], np.ones(len(table), dtype=bool))
     for label, bad in _axis_rules(probe.model, sizes):
         rule(label, bad)
-    rule(REASONS["batch"], probe.training.global_batch % (sizes["data"] * sizes["fsdp"] * slices) != 0)
+    expert = sizes.get("expert", ones)
+    rule(REASONS["batch"], probe.training.global_batch % (sizes["data"] * sizes["fsdp"] * expert * slices) != 0)
     usable = probe.chip_spec().hbm_bytes * (1.0 - cal.hbm_reserved_frac)
-    rule(REASONS["model_states"], _model_state_bytes(shared.cost(probe), probe, sizes["fsdp"] * sizes["tensor"]) > usable * (1 + 1e-9))
+    states = _model_state_bytes(shared.cost(probe), probe, sizes["fsdp"], sizes["tensor"], expert)
+    rule(REASONS["model_states"], states > usable * (1 + 1e-9))
 
     par_raw = raw.get("parallelism", {})
     for i, row in enumerate(table):
-        mesh = {a: int(v) for a, v in zip(SEARCH_AXES, row)}
+        mesh = {a: int(v) for a, v in zip(axes, row)}
         overrides = {**combo, **{f"parallelism.{a}": v for a, v in mesh.items()}}
         if reason[i] is not None:
             add(overrides, chips, mesh, reason[i])

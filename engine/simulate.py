@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .analytic import step_costs
+from .analytic import activation_send_bytes, step_costs
 from .assumptions import run_assumptions
 from .calibration import Calibration, load_calibration
 from .comm import overlap_table
@@ -21,7 +21,7 @@ from .hlo.run import simulate_hlo
 from .idle import idle_facts, plan_idle
 from .analytic import StepCosts
 from .mesh import Mesh, axis_index_of_chips
-from .memory import GRADIENT_BYTES_PER_PARAM, MASTER_WEIGHT_BYTES_PER_PARAM, OPTIMIZER_STATE_BYTES_PER_PARAM, MemoryPlan, oom_detail
+from .memory import GRADIENT_BYTES_PER_PARAM, MASTER_WEIGHT_BYTES_PER_PARAM, MemoryPlan, oom_detail, optimizer_state_bytes_per_param
 from .models import ModelCost, model_cost
 from .moe import RoutingPlan, plan_routing
 from .pipeline import PipelinePlan, plan_pipeline
@@ -31,7 +31,7 @@ from .step import Segment, SimContext, assemble
 from .topology import Pod
 from .topology import build_pod
 from .trace import CHIPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
-from .units import BYTES_PER_ELEMENT, NS_PER_S
+from .units import NS_PER_S
 
 __all__ = ["simulate"]
 
@@ -118,7 +118,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             else None
         ),
         model_flops_per_step=cost.train_flops_per_sample * tr.global_batch * idle.steady_mean(idle.work_scale),
-        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas * tr.microbatches * idle.steady_mean(idle.work_scale),
+        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas * tr.microbatches * par.context * idle.steady_mean(idle.work_scale),
         peak_flops_per_s_per_chip=chip.peak_flops_per_s(tr.precision),
         peak_hbm_bytes=mem.peak_bytes,
         hbm_capacity_bytes=mem.capacity_bytes,
@@ -137,6 +137,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             **(_moe_facts(scenario, cost, comm, routing, idle.special_steps) if routing is not None else {}),
             **({"gradient_accumulation_steps": tr.microbatches} if tr.microbatches > 1 and par.pipeline == 1 else {}),
             **(_pipeline_facts(pp, mem) if pp is not None else {}),
+            **_sharding_facts(scenario, costs),
         },
     )
     trace = Trace(
@@ -159,7 +160,7 @@ def _pipeline(s: Scenario, pod: Pod, mesh: Mesh, costs: StepCosts) -> PipelinePl
         stage = where["slice"] * s.pipeline_in_slice + stage
     v = par.virtual_stages if par.pipeline_schedule == "interleaved" else 1
     slot_s = costs.bubble_s * v / (par.pipeline - 1)  # one microbatch through one stage's layers
-    send_bytes = costs.micro_batch * s.model.seq_len * s.model.d_model * BYTES_PER_ELEMENT[s.training.precision]
+    send_bytes = activation_send_bytes(s, costs.micro_batch)
     return plan_pipeline(stage, par.pipeline, s.training.microbatches, par.pipeline_schedule, v, slot_s, send_bytes,
                          costs.pipeline_send_s, s.pipeline_spans_slices)  # fmt: skip
 
@@ -186,7 +187,7 @@ def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, special
     steady[special] = False
     if not steady.any():
         steady[:] = True
-    per_param = MASTER_WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + OPTIMIZER_STATE_BYTES_PER_PARAM[s.training.optimizer]
+    per_param = MASTER_WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + optimizer_state_bytes_per_param(s.training.optimizer, s.training.optimizer_state)
     return {
         "params_total": cost.params,
         "params_active": cost.active_params_eff,
@@ -201,3 +202,27 @@ def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, special
         # model states of this chip's experts (fp32 weights, gradients, optimizer), the Memory page's expert term
         "hbm_expert_weight_bytes": cost.expert_params / (par.fsdp * par.tensor * par.expert) * per_param,
     }
+
+
+def _sharding_facts(s: Scenario, costs: StepCosts) -> dict:
+    """Context parallelism, the ZeRO stage and the optimizer-state dtype, when the scenario sets them."""
+    par, tr, comm = s.parallelism, s.training, costs.comm
+    out: dict = {}
+    if costs.ring is not None:
+        ring = costs.ring
+        out.update({
+            "context_parallel": ring.degree,
+            "ring_block_bytes": ring.block_bytes,
+            # per step: every microbatch's pass through the chip's layers
+            "ring_bytes_per_step": ring.bytes_sent * costs.work,
+            "ring_send_s": ring.send_s * costs.work,
+            "ring_exposed_s": ring.exposed_s * costs.work,
+            "hbm_ring_kv_buffer_bytes": max(ring.buffer_bytes),
+            "context_grad_sync_s": comm.context_sync_s,
+        })  # fmt: skip
+    if par.fsdp_shard != "all":
+        out.update({"fsdp_shard": par.fsdp_shard, "zero_weight_gather_s": comm.weight_gather_s,
+                    "zero_grad_reduce_scatter_s": comm.fsdp_grad_sync_s})  # fmt: skip
+    if tr.optimizer_state != "fp32":
+        out["optimizer_state"] = tr.optimizer_state
+    return out

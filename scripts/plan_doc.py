@@ -40,7 +40,8 @@ def render(top: int = 5) -> str:
         "",
         f"Best {top} by {out['objective_name']}:",
         "",
-        "| Rank | Chips | Slice | Remat | Mesh (data x fsdp x tensor) | Step (s) | Tokens/s per chip | HBM peak (GiB) |",
+        f"| Rank | Chips | Slice | Remat | Mesh ({' x '.join(out['best'][0]['mesh']) if out['best'] else 'data x fsdp x tensor'}) "
+        "| Step (s) | Tokens/s per chip | HBM peak (GiB) |",
         "|---:|---:|---|---|---|---:|---:|---:|",
     ]
     for b in out["best"]:

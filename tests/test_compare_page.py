@@ -123,3 +123,25 @@ def test_a_simulation_beside_an_imported_trace_says_predicted_against_measured(p
     twin.run()
     assert not twin.exception
     assert "Predicted against measured" not in "\n".join(m.value for m in twin.markdown)
+
+
+def test_what_if_sets_context_zero_stage_and_optimizer_state(tmp_path, monkeypatch):
+    from engine import scenario_from_dict
+
+    raw = {"name": "lm", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
+           "model": {"kind": "transformer", "layers": 2, "d_model": 512, "heads": 8, "d_ff": 2048, "vocab": 1000, "seq_len": 2048},
+           "training": {"global_batch": 8, "steps": 3}, "parallelism": {"fsdp": 2}}  # fmt: skip
+    path = tmp_path / "wi.duckdb"
+    write_run(Database(path), simulate(scenario_from_dict(raw)), name="lm")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/compare.py")
+    next(n for n in at.number_input if n.label == "Context parallel").set_value(2)
+    next(s for s in at.selectbox if s.label == "FSDP shards").set_value("optimizer")
+    next(s for s in at.selectbox if s.label == "Optimizer state").set_value("bf16")
+    next(b for b in at.button if b.label == "Simulate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    with Database(path).read() as con:
+        newest = int(queries.list_runs(con)["run_id"].iloc[0])
+        summary = queries.run_summary(con, newest)
+    assert summary["context_parallel"] == 2 and summary["fsdp_shard"] == "optimizer" and summary["optimizer_state"] == "bf16"
+    assert summary["ring_exposed_s"] >= 0 and summary["zero_weight_gather_s"] > 0

@@ -142,3 +142,29 @@ def test_no_jit_slows_the_step_and_skips_compiles():
     assert last(eager) > last(jit)
     assert eager.facts.extra["compile_s"] == 0 and eager.trace.extra["compiles"].num_rows == 0
     assert jit.trace.extra["compiles"].num_rows == 1
+
+
+def test_a_reshaped_step_costs_one_microbatch_with_the_models_attention_kernel():
+    """A step of another sequence length is priced as the pass ``comp`` is: one microbatch, flash attention."""
+    from engine.calibration import load_calibration
+    from engine.idle import _fwd_bwd_for
+    from engine.models import model_cost
+    from engine.step import SimContext
+    from engine.topology import build_pod
+    from engine import scenario_from_dict
+    from engine.analytic import step_costs
+
+    def ratio(microbatches: int) -> float:
+        raw = {"name": "c", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+               "model": {"kind": "transformer", "layers": 2, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 1000, "seq_len": 2048},
+               "training": {"global_batch": 32, "steps": 2, "microbatches": microbatches},
+               "compile": {"shapes": "variable_seq_len", "seq_len_min": 1024}}  # fmt: skip
+        s = scenario_from_dict(raw)
+        cal = load_calibration()
+        ctx = SimContext(s, cal, build_pod(s.chip_spec(), s.slice_shape, 1), model_cost(s.model))
+        comp = step_costs(s, cal, pod=ctx.pod, cost=ctx.cost).comp
+        return _fwd_bwd_for(ctx, comp, True)(s.per_chip_batch, 2047) / comp.fwd_bwd_s
+
+    # one token shorter runs at the same speed (the flash kernel, as at full length), whatever the microbatches
+    assert ratio(1) == pytest.approx(1.0, rel=0.01)
+    assert ratio(4) == pytest.approx(1.0, rel=0.01)

@@ -177,3 +177,16 @@ def test_mesh_axes_are_declared_once_and_scenarios_accept_exactly_them():
 
     assert set(LAYOUT_ORDER) == set(MESH_AXES)
     assert typing.get_args(MeshAxisName) == MESH_AXES
+
+
+def test_full_remat_repeats_the_all_to_alls_in_the_backward_pass():
+    def run(remat):
+        raw = _moe_scenario()
+        raw["training"]["remat"] = remat
+        return simulate(scenario_from_dict(raw))
+
+    none, full = run("none"), run("full")
+    lc = full.trace.extra["layer_collectives"].to_pandas()
+    a2a = lc[lc.op == "all-to-all"]
+    assert sorted(a2a.phase.value_counts().items()) == [("backward", 4), ("forward", 4), ("recompute", 4)]
+    assert full.facts.extra["expert_all_to_all_s"] == pytest.approx(1.5 * none.facts.extra["expert_all_to_all_s"])

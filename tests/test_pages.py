@@ -314,3 +314,23 @@ def test_overview_states_the_kernel_remat_and_precision_the_run_assumed(page_db)
     assumed = next(c for c in captions if c.startswith("Assumed:"))
     assert "attention kernel **flash**" in assumed and "remat **full**" in assumed
     assert "`model.attention` = autoselected -> flash" in assumed
+
+
+def test_memory_page_shows_ring_buffers_zero_stage_and_optimizer_state(tmp_path, monkeypatch):
+    from engine import scenario_from_dict, simulate
+    from profiler import write_run
+    from profiler.store import Database
+
+    raw = {"name": "cp-zero", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
+           "model": {"kind": "transformer", "layers": 2, "d_model": 512, "heads": 8, "d_ff": 2048, "vocab": 1000, "seq_len": 4096},
+           "training": {"global_batch": 4, "steps": 3, "optimizer_state": "bf16"},
+           "parallelism": {"fsdp": 2, "context": 2, "fsdp_shard": "grads+optimizer"}}  # fmt: skip
+    result = simulate(scenario_from_dict(raw))
+    path = tmp_path / "cp.duckdb"
+    run_id = write_run(Database(path), result, name="cp-zero")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    memory = _page("views/memory.py", run_id)
+    metrics = {m.label: m.value for m in memory.metric}
+    want = result.facts.extra["hbm_ring_kv_buffer_bytes"]
+    assert metrics["Ring attention K/V buffers"] == fmt.gib(want, 2)
+    assert metrics["FSDP shards"] == "ZeRO-2: grads+optimizer" and metrics["Optimizer moments"] == "bf16"

@@ -37,7 +37,7 @@ def test_search_draws_the_pareto_scatter_and_ranks(page_db):
     assert "Choose the knobs" in at.info[0].value
     at = _search(at, ["2x2x4", "4x4x4"])
     candidates = int(at.metric[0].value.replace(",", ""))
-    assert candidates == (15 + 28) * 2  # ordered factorisations of 16 and of 64 chips over 3 axes, 2 remats
+    assert candidates == (35 + 84) * 2  # ordered factorisations of 16 and of 64 chips over 4 axes (with context), 2 remats
     assert len(at.get("plotly_chart")) == 1
     table = at.dataframe[0].value
     assert list(table["Rank"]) == list(range(1, len(table) + 1))

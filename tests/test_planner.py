@@ -126,20 +126,20 @@ def test_infeasible_reasons_are_counted_on_a_hand_checkable_search(tmp_path):
     states = model_cost(base.model).params * bytes_per_param("adam", "bf16").model_states
     assert states / 2 > usable > states / 4  # fsdp x tensor = 2 cannot hold the model states; 4 can
     result = search(plan)
-    # 2x2x1 (4 chips): the 6 ordered (data, fsdp, tensor) with product 4 are
-    #   (1,1,4) heads 2 % 4; (1,4,1) (4,1,1) (2,2,1) batch 2 % (data x fsdp = 4);
-    #   (2,1,2) model states over 2 chips; (1,2,2) fits.
-    # 4x4x4 (64 chips, over max_chips = 4): its 28 meshes, all outside the budget.
-    assert result.candidates == 6 + 28
+    # 2x2x1 (4 chips): the 10 ordered (data, fsdp, tensor, context) with product 4 are
+    #   (1,1,4,1) heads 2 % 4; (1,4,1,1) (4,1,1,1) (2,2,1,1) batch 2 % (data x fsdp = 4);
+    #   (2,1,2,1) (1,2,1,2) (1,1,2,2) model states over 2 chips, (1,1,1,4) (2,1,1,2) over 1; (1,2,2,1) fits.
+    # 4x4x4 (64 chips, over max_chips = 4): its 84 meshes, all outside the budget.
+    assert result.candidates == 10 + 84
     assert result.infeasible == {
         REASONS["heads"]: 1,
         REASONS["batch"]: 3,
-        REASONS["model_states"]: 1,
-        REASONS["budget"]: 28,
+        REASONS["model_states"]: 5,
+        REASONS["budget"]: 84,
     }
     assert result.feasible == 1
     [best] = result.ranked()
-    assert best.mesh == {"data": 1, "fsdp": 2, "tensor": 2}
+    assert best.mesh == {"data": 1, "fsdp": 2, "tensor": 2, "context": 1}
     assert result.costed == 1  # everything else was pruned before costing
 
 
@@ -180,7 +180,8 @@ def llm_plan(tmp_path_factory):
 
 def test_the_best_plan_run_through_profiler_run_matches_and_fits(llm_plan):
     tmp, _, out = llm_plan
-    assert out["candidates"] == 28 * 3 + 36 * 3 and out["feasible"] > 0
+    # ordered (data, fsdp, tensor, context) of 64 = 2^6 and of 128 = 2^7 chips: C(9, 3) and C(10, 3)
+    assert out["candidates"] == 84 * 3 + 120 * 3 and out["feasible"] > 0
     for best in out["best"]:
         scenario = tmp / f"best{best['rank']}.toml"
         scenario.write_text(scenario_to_toml(best["scenario"]))
@@ -200,7 +201,7 @@ def test_the_base_configuration_never_beats_the_best_plan(llm_plan):
     est = evaluate(base)
     assert est.tokens_per_s / est.chips <= out["best"][0]["objective"] * (1 + 1e-12)
     plan = load_plan(path)
-    in_space = [p for p in search(plan).points if p.mesh == {"data": 8, "fsdp": 8, "tensor": 1}
+    in_space = [p for p in search(plan).points if p.mesh == {"data": 8, "fsdp": 8, "tensor": 1, "context": 1}
                 and p.overrides["pod.topology"] == "4x4x4" and p.overrides["training.remat"] == "full"]  # fmt: skip
     assert len(in_space) == 1 and in_space[0].objective == pytest.approx(est.tokens_per_s / est.chips, rel=1e-12)
 
@@ -299,3 +300,21 @@ def test_mesh_that_does_not_divide_the_slice_is_counted_with_a_fixed_mesh(tmp_pa
     assert result.feasible == 1
     with pytest.raises(ScenarioError):
         scenario_from_dict({**base, "pod": {"chip": "tpu-v5p", "topology": "2x2x2"}})
+
+
+def test_context_and_expert_are_searched_with_their_rules(tmp_path):
+    from engine.search import search_axes
+
+    base = {"name": "tiny-moe", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+            "model": {"kind": "transformer", "layers": 2, "d_model": 256, "heads": 2, "d_ff": 512, "vocab": 1000, "seq_len": 6,
+                      "experts": 2, "experts_per_token": 1},
+            "training": {"global_batch": 8, "steps": 2}}  # fmt: skip
+    assert search_axes(base["model"]) == ("data", "fsdp", "tensor", "expert", "context")
+    assert search_axes({"kind": "resnet50"}) == ("data", "fsdp", "tensor")
+    result = search(plan_from_dict({"base": base, "search": {"mesh": "auto"}}, source=str(tmp_path / "moe.toml")))
+    # 4 = 2^2 chips over 5 axes: C(2 + 4, 4) = 15 orderings; tensor 4 splits 2 heads, context 4 does not divide
+    # seq_len 6, expert 4 does not divide 2 experts: one candidate each, everything else is feasible
+    assert result.candidates == 15
+    assert result.infeasible == {REASONS["heads"]: 1, REASONS["seq"]: 1, REASONS["experts"]: 1}
+    best = result.scenario(result.ranked()[0])
+    assert scenario_from_dict(best).model.experts == 2

@@ -52,6 +52,15 @@ def _knobs(base: dict) -> dict | None:
         schedules = ["1f1b", "gpipe", "interleaved"]
         schedule = c4.selectbox("Pipeline schedule", schedules, index=schedules.index(par.get("pipeline_schedule", "1f1b")))
         c1, c2, c3, c4 = st.columns(4)
+        context = c1.number_input("Context parallel", min_value=1, value=int(par.get("context", 1)),
+                                  help="chips each sequence is split over (ring attention; transformers, a divisor of seq_len)")
+        shards = ["all", "grads+optimizer", "optimizer"]
+        fsdp_shard = c2.selectbox("FSDP shards", shards, index=shards.index(par.get("fsdp_shard", "all")),
+                                  help="ZeRO stage: all = ZeRO-3, grads+optimizer = ZeRO-2, optimizer = ZeRO-1")
+        states = ["fp32", "bf16"]
+        optimizer_state = c3.selectbox("Optimizer state", states, index=states.index(training.get("optimizer_state", "fp32")),
+                                       help="dtype of the optimizer's moments; master weights and gradients stay fp32")
+        c1, c2, c3, c4 = st.columns(4)
         remats = ["none", "minimal", "selective", "full"]
         remat = c1.selectbox("Remat", remats, index=remats.index(training.get("remat", "none")) if training.get("remat", "none") in remats else 0)
         set_input = c2.checkbox("Set input pipeline", value=bool(inp), help="[input] prefetch and num_parallel_calls (tf.data)")
@@ -78,6 +87,9 @@ def _knobs(base: dict) -> dict | None:
         ("parallelism.pipeline", int(pipeline), par, 1),
         ("parallelism.pipeline_schedule", schedule, par, "1f1b"),
         ("training.microbatches", int(microbatches), training, 1),
+        ("parallelism.context", int(context), par, 1),
+        ("parallelism.fsdp_shard", fsdp_shard, par, "all"),
+        ("training.optimizer_state", optimizer_state, training, "fp32"),
     ):
         key = dotted.split(".")[1]
         if value != section.get(key, default) or key in section:

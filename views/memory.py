@@ -39,7 +39,7 @@ def _verdict(summary: dict) -> None:
 
 
 def _parallel_terms(summary: dict) -> None:
-    """Mixture-of-experts and pipeline terms of the footprint, when the run has them."""
+    """Mixture-of-experts, pipeline, context-ring, ZeRO-stage and optimizer-state terms of the footprint, when the run has them."""
     items = []
     if summary.get("hbm_expert_weight_bytes") is not None:
         items.append(("Expert weights (states) per chip", _gib(summary["hbm_expert_weight_bytes"]),
@@ -49,6 +49,19 @@ def _parallel_terms(summary: dict) -> None:
         items.append(("Pipeline activations in flight", _gib(summary["hbm_pipeline_activation_bytes"]),
                       f"the first stage's activations for the microbatches in flight under {summary.get('pipeline_schedule')} "
                       f"({summary.get('pipeline_microbatches')} microbatches, {summary.get('pipeline_stages')} stages)"))  # fmt: skip
+    if summary.get("hbm_ring_kv_buffer_bytes") is not None:
+        items.append(("Ring attention K/V buffers", _gib(summary["hbm_ring_kv_buffer_bytes"]),
+                      f"two K/V blocks in flight per chip (with dK/dV in the backward pass) over a {summary.get('context_parallel')}-chip "
+                      "context ring; inside temporary above; activations hold 1 / context of each sequence"))  # fmt: skip
+    if summary.get("fsdp_shard") is not None:
+        stage = {"grads+optimizer": "ZeRO-2", "optimizer": "ZeRO-1"}.get(summary["fsdp_shard"], "ZeRO-3")
+        replicated = "weights" if summary["fsdp_shard"] == "grads+optimizer" else "weights and gradients"
+        items.append(("FSDP shards", f"{stage}: {summary['fsdp_shard']}",
+                      f"{replicated} replicated over the fsdp axis (params/grads above hold the whole tensor shard); "
+                      "the optimizer state stays sharded"))  # fmt: skip
+    if summary.get("optimizer_state") is not None:
+        items.append(("Optimizer moments", str(summary["optimizer_state"]),
+                      "the optimizer's moments in this dtype (the optimizer term above); master weights and gradients fp32"))
     if not items:
         return
     cols = st.columns(len(items))

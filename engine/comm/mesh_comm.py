@@ -188,6 +188,13 @@ class StepComm:
     grad_shard_bytes: float = 0.0  # gradient bytes each chip all-reduces over `data` (and DCN)
     expert_sync_s: float = 0.0  # non-expert gradients all-reduced over `expert` (it replicates them)
     all_to_all_s: float = 0.0  # the expert dispatch/combine all-to-alls of one step, forward + backward
+    # weights replicated over `context`: their gradients reduce-scattered and all-gathered over it around
+    # the data-parallel all-reduce (which moves the 1 / context shard)
+    context_sync_s: float = 0.0
+    # ZeRO-1 (fsdp_shard = "optimizer"): the full gradients reduce-scattered over `fsdp` once per step
+    fsdp_grad_sync_s: float = 0.0
+    # ZeRO-1 and -2: the updated weights all-gathered over `fsdp` once per step, after the update
+    weight_gather_s: float = 0.0
 
 
 def plan_step_comm(
@@ -213,6 +220,7 @@ def plan_step_comm(
     moe_layer_interval: int = 1,
     dispatch_bytes: float = 0.0,
     pipeline: int = 1,
+    fsdp_shard: str = "all",
 ) -> StepComm:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -238,7 +246,17 @@ def plan_step_comm(
     weights shard over ``expert``: FSDP gathers and the data-parallel sync move ``1 / expert``
     of them, while the other weights, replicated over ``expert``, all-reduce their gradients
     over it once per step. Each of ``pipeline`` stages holds ``1 / pipeline`` of the
-    parameters, so its gradient sync moves that share.
+    parameters, so its gradient sync moves that share. Under ``remat = "full"`` the recomputed
+    forward repeats each MoE layer's dispatch and combine inside the backward pass.
+
+    ``fsdp_shard`` picks the ZeRO stage (Rajbhandari et al. 2020, sec. 5 and 7): ``"all"``
+    (ZeRO-3) as above; ``"grads+optimizer"`` (ZeRO-2) keeps the weights replicated over ``fsdp``
+    (no per-layer gathers), reduce-scatters each layer's gradients and all-gathers the updated
+    fp32 weights once per step; ``"optimizer"`` (ZeRO-1) keeps every layer's gradients whole until
+    the backward ends, reduce-scatters them over ``fsdp`` once per step (each chip updates only its
+    optimizer partition, so it needs only that partition's reduced gradients: ZeRO's sec. 7.2.1,
+    the same volume as data parallelism), then gathers the weights the same way. A ``context`` axis replicates the weights: the gradients reduce-scatter over it, the
+    data-parallel all-reduce moves ``1 / context`` of them, and they gather back.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
@@ -275,11 +293,13 @@ def plan_step_comm(
         return np.array([priced(op, float(v), axis) for v in values])[inverse]
 
     fsdp_on = (p_unit > 0) & (fsdp.size > 1)
+    gather_on, scatter_on = fsdp_on & (fsdp_shard == "all"), fsdp_on & (fsdp_shard != "optimizer")
     g_bytes = p_unit / tensor.size * wire
     r_bytes = p_unit / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
-    if fsdp_on.any():
-        ag[fsdp_on] = each("all-gather", g_bytes[fsdp_on], fsdp)
-        rs[fsdp_on] = each("reduce-scatter", r_bytes[fsdp_on], fsdp)
+    if gather_on.any():
+        ag[gather_on] = each("all-gather", g_bytes[gather_on], fsdp)
+    if scatter_on.any():
+        rs[scatter_on] = each("reduce-scatter", r_bytes[scatter_on], fsdp)
     # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
     # per pass); for other models one per GEMM output.
     per_layer = 2 if cost.kind == "transformer" else 1
@@ -291,12 +311,13 @@ def plan_step_comm(
         if remat == "full":
             tp_b[tp_on] += tp_f[tp_on]
     for i, u in enumerate(units if tables else ()):
-        if fsdp_on[i]:
+        if gather_on[i]:
             rows += [
                 (i, u.name, "forward", "all-gather", "fsdp", g_bytes[i], ag[i]),
                 (i, u.name, "backward", "all-gather", "fsdp", g_bytes[i], ag[i]),
-                (i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes[i], rs[i]),
             ]
+        if scatter_on[i]:
+            rows.append((i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes[i], rs[i]))
         if tp_on[i]:
             rows += [
                 (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
@@ -320,15 +341,16 @@ def plan_step_comm(
     a2a_s = 0.0
     if cost.moe_layers and ep.size > 1 and dispatch_bytes > 0:
         one = mesh_all_to_all_s(dispatch_bytes, ep, link, lat)
-        for i, u in enumerate(units):
-            if u.name.startswith("layer") and (int(u.name[5:]) + 1) % moe_layer_interval == 0:
-                rows += [
-                    (i, u.name, "forward", "all-to-all", "expert", 2 * dispatch_bytes, 2 * one),
-                    (i, u.name, "backward", "all-to-all", "expert", 2 * dispatch_bytes, 2 * one),
-                ]
-                a2a_s += 4 * one
+        phases = ("forward", "backward", "recompute") if remat == "full" else ("forward", "backward")
+        moe_units = [(i, u) for i, u in enumerate(units) if u.name.startswith("layer") and (int(u.name[5:]) + 1) % moe_layer_interval == 0]
+        for i, u in moe_units:
+            rows += [(i, u.name, ph, "all-to-all", "expert", 2 * dispatch_bytes, 2 * one) for ph in phases]
+            a2a_s += 4 * one
         forward_s += a2a_s / 2
         backward_s += a2a_s / 2
+        if remat == "full":  # the recomputed forward dispatches and combines again
+            backward_s += 2 * one * len(moe_units)
+            a2a_s += 2 * one * len(moe_units)
 
     # Data-parallel gradient sync of this chip's dense shard: over `data` in the slice, then DCN.
     dense = cost.params - sparse - cost.expert_params * (1.0 - 1.0 / ep.size)
@@ -337,6 +359,20 @@ def plan_step_comm(
     expert_sync_s = mesh_collective_s("all-reduce", replicated_bytes, ep, link, lat) if ep.size > 1 else 0.0
     if expert_sync_s > 0:
         rows.append((-1, "model", "gradient_sync", "all-reduce", "expert", replicated_bytes, expert_sync_s))
+    fsdp_grad_s = weight_gather_s = 0.0
+    if fsdp.size > 1 and fsdp_shard != "all":
+        full_bytes = shard_bytes * fsdp.size  # this chip's replicated (tensor) shard, fp32
+        weight_gather_s = mesh_collective_s("all-gather", full_bytes, fsdp, link, lat, pen.get("fsdp"))
+        rows.append((-1, "model", "update", "all-gather", "fsdp", full_bytes, weight_gather_s))
+        if fsdp_shard == "optimizer":
+            fsdp_grad_s = mesh_collective_s("reduce-scatter", full_bytes, fsdp, link, lat, pen.get("fsdp"))
+            rows.append((-1, "model", "gradient_sync", "reduce-scatter", "fsdp", full_bytes, fsdp_grad_s))
+    cp = mesh["context"]
+    context_sync_s = 0.0
+    if cp.size > 1 and shard_bytes > 0:
+        context_sync_s = mesh_collective_s("all-reduce", shard_bytes, cp, link, lat)
+        rows.append((-1, "model", "gradient_sync", "all-reduce", "context", shard_bytes, context_sync_s))
+        shard_bytes /= cp.size  # the data-parallel all-reduce moves this chip's 1 / context share
     ici_s = mesh_collective_s("all-reduce", shard_bytes, data, link, lat)
     dcn_s = dcn_all_reduce_time_s(shard_bytes / data.size, slices, chips_per_host, dcn_bytes_per_s_per_host, dcn_latency_s)
     grad_s = ici_s + dcn_s
@@ -359,6 +395,7 @@ def plan_step_comm(
             (0, "embed", "gradient_sync", "ps-push", "dcn", chip_bytes, ps_push),
         ]
     total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push + a2a_s + expert_sync_s
+    total += fsdp_grad_s + weight_gather_s + context_sync_s
     if rows and tables:
         unit, layer, phase, op, axis, nbytes, t = zip(*rows)
         table = LAYER_COLLECTIVES.table(
@@ -385,6 +422,9 @@ def plan_step_comm(
         grad_shard_bytes=shard_bytes,
         expert_sync_s=expert_sync_s,
         all_to_all_s=a2a_s,
+        context_sync_s=context_sync_s,
+        fsdp_grad_sync_s=fsdp_grad_s,
+        weight_gather_s=weight_gather_s,
     )
 
 
