@@ -27,6 +27,7 @@ from .memory import GRADIENT_BYTES_PER_PARAM, MASTER_WEIGHT_BYTES_PER_PARAM, Mem
 from .models import ModelCost, model_cost
 from .moe import RoutingPlan, plan_routing
 from .pipeline import PipelinePlan, plan_pipeline
+from .sampling import plan_sample
 from .scenario import Scenario
 from .step import Segment, SimContext, assemble
 from .topology import Pod
@@ -90,7 +91,9 @@ def simulate(
         segments[:4] = [Segment("bubble", pp.fill_s), segments[0], Segment("collective", costs.comm_forward_s + pp.send_s / 2),
                         segments[2], Segment("collective", costs.comm_backward_s + pp.send_s / 2), Segment("bubble", pp.drain_s)]  # fmt: skip
     idle = plan_idle(ctx, comp, segments)  # input waits, recompiles, stragglers, failures
-    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace, on_events=on_events)
+    sample = plan_sample(scenario, pod, idle.segments, idle.facts.get("stragglers", ()))
+    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace, sample=None if sample is None else sample.chips,
+                     on_events=on_events)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
     replicas = scenario.batch_shards  # model replicas' worth of chips: each processes per_chip_batch
@@ -101,6 +104,7 @@ def simulate(
             {"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, mem.peak_bytes)}
         ),
         "layer_collectives": comm.per_layer,
+        **({"sampled_chips": sample.table()} if sample is not None else {}),
     }
     if expert_factor is not None:
         extra_tables["chip_expert_load"] = _expert_load_table(expert_factor, idle.steady_mask(steps))

@@ -108,6 +108,7 @@ def assemble(
     steps: int,
     chips: int,
     detail: str = "full",
+    sample: np.ndarray | None = None,
     *,
     on_events: Callable[[pa.RecordBatch], None] | None = None,
 ) -> Assembled:
@@ -121,7 +122,10 @@ def assemble(
     ----------
     detail
         ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
-        per-step and per-chip aggregates (for sweeps and very large pods).
+        per-step and per-chip aggregates (for sweeps and very large pods); ``"sampled"``
+        emits those aggregates of every chip and the events of the ``sample`` chips only.
+    sample
+        ``"sampled"`` only: ascending chip ids whose events are kept (engine/sampling.py).
     on_events
         Called with each block's events (one record batch of :data:`~engine.trace.EVENTS_SCHEMA`,
         in table order) as soon as the block is laid out; the events are then not kept, and
@@ -143,7 +147,7 @@ def assemble(
     chip_kind_sum = np.zeros((n_kinds, chips), dtype=np.int64)
     batches: list[pa.RecordBatch] = []
     emit = batches.append if on_events is None else on_events
-    emitting = None  # the chips whose events are kept: all of them in full detail
+    emitting = np.asarray(sample, dtype=np.int32) if detail == "sampled" else None  # None: every chip's events
     block = STEP_BLOCK if detail == "full" else SUMMARY_STEP_BLOCK
     block_start_ns = 0
     # per-step durations (2-D) are converted to nanoseconds block by block, the rest once
@@ -155,7 +159,7 @@ def assemble(
         step_ns[s0:s1] = end
         _add_kind_totals(parts, chips, step_kind_sum[s0:s1], step_kind_max[s0:s1], chip_kind_sum)
         block_ns = int(end.sum())
-        if detail == "full":
+        if detail in ("full", "sampled"):
             emit(_block_events(parts, s0, s1, block_start_ns, block_ns, chips, emitting))
         block_start_ns += block_ns
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)

@@ -232,6 +232,12 @@ _EXTRA = (
         ("time_ns", pa.int64(), "time of one execution on the pod, nanoseconds"),
     ),
     _spec(
+        "extra_sampled_chips",
+        "The chips a sim.trace = \"sampled\" run stored every event of, and why each was chosen (engine/sampling.py).",
+        ("chip", pa.int32(), "chip id (see chips.chip); only these chips have rows in events"),
+        ("reason", pa.string(), "straggler | degraded_link | slowest | slice_host | random: the first reason it was taken for"),
+    ),
+    _spec(
         "extra_import_events",
         "Every complete event of an imported trace, as read (before exclusive attribution).",
         ("chip", pa.int32(), "chip id the event's process became; null for host processes"),
@@ -278,7 +284,8 @@ def events_batch(chip: np.ndarray, step: np.ndarray, kind_code: np.ndarray, star
 
 @dataclass(frozen=True)
 class Trace:
-    """A run's tables. ``events`` is empty when the run was simulated in summary mode.
+    """A run's tables. ``events`` is empty when the run was simulated in summary mode, and holds
+    only the chips of ``extra["sampled_chips"]`` in sampled mode.
 
     ``step_kind`` and ``chip_kind`` are the per-step and per-chip aggregates by kind; the
     engine computes them exactly while laying out steps. When absent (imported traces)

@@ -24,7 +24,7 @@ import streamlit as st
 
 from engine.data_files import DATA_DIR
 from engine.errors import PodscopeError
-from profiler import queries
+from profiler import queries, sampled
 from profiler import format as fmt
 from profiler.connection import DatabaseDamagedError
 from profiler.store import Database, DatabaseBusyError, resolve_db_path
@@ -350,10 +350,15 @@ def _events_parquet(path: str, run_id: int, step0: int, step1: int) -> bytes:
 
 
 def export_button(run_id: int, step0: int, step1: int, key: str) -> None:
-    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked)."""
+    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked).
+
+    A sampled run's events are its sampled chips' only; the label says so.
+    """
     path = str(get_db().path)
+    sample = query(sampled.sampled_chips, run_id)
+    chips_note = "" if sample is None else f"{len(sample)} sampled chips, "
     st.download_button(
-        f"Export trace, steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
+        f"Export trace, {chips_note}steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
         file_name=f"run{run_id}_steps{step0}-{step1}.parquet", mime="application/vnd.apache.parquet", key=key,
         on_click="ignore", icon=":material/file_export:",
     )  # fmt: skip

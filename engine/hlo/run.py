@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..calibration import Calibration
+from ..sampling import plan_sample
 from ..step import Segment, assemble
 from ..topology import build_pod
 from ..trace import CHIPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
@@ -46,7 +47,9 @@ def simulate_hlo(scenario, cal: Calibration, *, on_events: Callable[[pa.RecordBa
         Segment("collective", step.collective_s, barrier=True),
         Segment("other", cal.step_overhead_s),
     ]
-    laid = assemble(segments, steps, chips, detail=scenario.sim.trace, on_events=on_events)
+    sample = plan_sample(scenario, pod, segments)
+    laid = assemble(segments, steps, chips, detail=scenario.sim.trace, sample=None if sample is None else sample.chips,
+                     on_events=on_events)
 
     usable = chip.hbm_bytes * (1.0 - cal.hbm_reserved_frac)
     peak = cost.peak_live_bytes_per_device
@@ -87,6 +90,7 @@ def simulate_hlo(scenario, cal: Calibration, *, on_events: Callable[[pa.RecordBa
     chip_memory = TABLES["extra_chip_memory"].table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, peak)})
     trace = Trace(
         events=laid.events, steps=laid.steps, chips=chip_table, step_kind=laid.step_kind, chip_kind=laid.chip_kind,
-        extra={"hlo_collectives": step.collectives, "chip_memory": chip_memory},
+        extra={"hlo_collectives": step.collectives, "chip_memory": chip_memory,
+               **({"sampled_chips": sample.table()} if sample is not None else {})},  # fmt: skip
     )  # fmt: skip
     return RunResult(scenario=scenario, trace=trace, facts=facts)
