@@ -202,8 +202,12 @@ def mesh_gradient_sync(
     act = rs + rs[::-1]
     fabrics = slice_fabrics(pod, link, section.degraded_links, section.failed_links)
     loads = {k: f.ring_loads(act) for k, f in fabrics.items()}
-    healthy = np.asarray(fabrics[-1].stage_bw_time_s(None, fabrics[-1].ring_loads(ref)))
-    worst = np.max([fabrics[k].stage_bw_time_s(None, loads[k]) for k in fabrics], axis=0) if act else healthy
+    if len(fabrics) == 1 and not section.unidirectional:
+        added_bw_s = 0.0  # healthy, bidirectional links: the very rings the estimate priced, nothing to add
+    else:
+        healthy = np.asarray(fabrics[-1].stage_bw_time_s(None, fabrics[-1].ring_loads(ref)))
+        worst = np.max([fabrics[k].stage_bw_time_s(None, loads[k]) for k in fabrics], axis=0) if act else healthy
+        added_bw_s = float(np.sum(worst - healthy))
     hops = [s.chips - 1 if s.wrap else 0 for s in segments]  # a one-way ring pays n-1 hops, not ceil((n-1)/2)
     one_way_hops = 2 * sum(h - math.ceil(h / 2) for h in hops) if section.unidirectional else 0
     # A detour lengthens the rings of the phases that cross the failed link (as collective_on_pod
@@ -211,7 +215,7 @@ def mesh_gradient_sync(
     # axis' phase) costs that phase nothing.
     broken = [f.detour_hops(f.ring_loads(act, reroute=False)) for f in fabrics.values() if f.failed]
     detour_hops = int(np.max(broken, axis=0).sum()) if broken and act else 0
-    total = estimate_s + float(np.sum(worst - healthy)) + (one_way_hops + detour_hops) * lat
+    total = estimate_s + added_bw_s + (one_way_hops + detour_hops) * lat
     buckets = section.buckets if section.overlap else 1
     if buckets > 1:
         latency_s = lat * (sum(2 * (s.chips - 1 if not s.wrap or section.unidirectional else math.ceil((s.chips - 1) / 2))
