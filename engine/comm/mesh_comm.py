@@ -288,8 +288,7 @@ def plan_step_comm(
     act = np.array([u.act_out_elems for u in units], dtype=np.float64)
 
     def each(op: str, nbytes: np.ndarray, axis: MeshAxis) -> np.ndarray:
-        values, inverse = np.unique(nbytes, return_inverse=True)
-        return np.array([priced(op, float(v), axis) for v in values])[inverse]
+        return np.array([priced(op, v, axis) for v in nbytes.tolist()])
 
     fsdp_on = (p_unit > 0) & (fsdp.size > 1)
     gather_on, scatter_on = fsdp_on & (fsdp_shard == "all"), fsdp_on & (fsdp_shard != "optimizer")
