@@ -118,7 +118,8 @@ def step_costs(
     ``tables=False`` skips the per-layer collective and memory timeline tables
     (the numbers are the same). ``memo``, a dict the caller keeps across calls that share
     ``cal`` and the ``cost`` objects, holds the compute of each distinct microbatch shape, so
-    many meshes of one model (the planner's search) compute each shape once.
+    many meshes of one model (the planner's search) compute each shape once, and the
+    gradient all-reduce on whole torus axes is priced once per operand (``pod`` by identity too).
     """
     chip = scenario.chip_spec()
     pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
@@ -208,7 +209,7 @@ def step_costs(
         pass  # no data parallelism over the DCN: the mesh model's estimate over `data` stands
     elif comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
         if data_axes is not None:
-            sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
+            sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes, memo=memo)
         else:
             sync = mesh_gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s,
                                       mesh["data"].segments, comm.data_sync_s, mesh["data"].size)  # fmt: skip
