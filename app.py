@@ -31,7 +31,7 @@ PAGES = [
 # Headline tiles sit five to a row: at the default 2.25rem "80.9 / 95 GiB" does not fit a
 # 1400 px window's column. Slightly smaller values fit every tile, and never get an ellipsis.
 st.html("<style>[data-testid='stMetricValue'] { font-size: 1.85rem; }</style>")
-common.seed_if_empty()
-common.sync_url()
-with common.page_connection():
+with common.page_connection():  # one open file for the render: the run check below reuses it
+    common.seed_if_empty()
+    common.sync_url()
     st.navigation(PAGES).run()

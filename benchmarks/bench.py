@@ -10,7 +10,9 @@ memory is their own), the numbers docs/performance.md reports:
 3. queries: p50/p95 of every dashboard page's queries on that run, and figure sizes;
 4. sweeps: runs/s for a 100-point sweep of 256-chip scenarios, in process and through
    profiler/sweep.py on a process pool and a 2-worker Dask LocalCluster;
-5. growth: time and peak memory over chips x steps, to check cost grows linearly.
+5. growth: time and peak memory over chips x steps, to check cost grows linearly;
+6. sampled: the largest published job (199 v5e 16x16 slices, 50,944 chips) with
+   ``sim.trace = "sampled"``, its cost per chip-step against the 4,096-chip full run's.
 
 Benchmarks are scripts, not tests: timings on a shared machine are noisy, so the
 suite reports ratios measured side by side rather than asserting absolute times.
@@ -246,24 +248,78 @@ def bench_growth(tmp: Path, quick: bool) -> list[dict[str, Any]]:
             if trace == "full" and chips * steps > 4096 * 1000:
                 continue  # 16,384 chips x 1,000 steps of events (~115 M rows): summary mode at that scale
             raw = all_causes_scenario(topo, steps, slices=slices, trace=trace)
-            db_path = tmp / f"growth-{topo}-{slices}-{steps}-{trace}.duckdb"
-            p = subprocess.run(
-                [sys.executable, "-c", _GROWTH_CHILD, json.dumps(raw), str(db_path)], cwd=ROOT,
-                capture_output=True, text=True, check=True,
-            )  # fmt: skip
-            db_path.unlink(missing_ok=True)
-            row = json.loads(p.stdout)
-            row.update({"chips": chips, "steps": steps, "trace": trace})
-            row["ns_per_chip_step"] = (row["simulate_s"] + row["store_s"]) / (chips * steps) * 1e9
-            row["simulate_ns_per_chip_step"] = row["simulate_s"] / (chips * steps) * 1e9
-            out.append(row)
+            out.append(_growth_row(raw, tmp / f"growth-{topo}-{slices}-{steps}-{trace}.duckdb", chips, steps, trace))
     return out
+
+
+def _growth_row(raw: dict, db_path: Path, chips: int, steps: int, trace: str) -> dict[str, Any]:
+    """Simulate and store ``raw`` in a fresh process (its own peak memory): times, events, peak, ns per chip-step."""
+    p = subprocess.run(
+        [sys.executable, "-c", _GROWTH_CHILD, json.dumps(raw), str(db_path)], cwd=ROOT, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    db_path.unlink(missing_ok=True)
+    row = json.loads(p.stdout)
+    row.update({"chips": chips, "steps": steps, "trace": trace})
+    row["ns_per_chip_step"] = (row["simulate_s"] + row["store_s"]) / (chips * steps) * 1e9
+    row["simulate_ns_per_chip_step"] = row["simulate_s"] / (chips * steps) * 1e9
+    return row
+
+
+#: the bundled 199-slice job (50,944 TPU v5e chips), sampled
+SAMPLED_SCENARIO = ROOT / "data/scenarios/llm-32b-v5e-199-slices-sampled.toml"
+
+
+def bench_sampled(tmp: Path, steps: int, growth: list[dict[str, Any]]) -> dict[str, Any]:
+    """Section 6: the 199-slice v5e job sampled, against the 4,096-chip full run, each in a fresh process.
+
+    Two sampled runs of ``steps`` steps: the bundled scenario as it is, and with stragglers, jit
+    compiles and a failure on (as the 4,096-chip run has). Each one's cost per chip-step
+    (simulate + store over every chip's steps) is divided by the full run's at the same step
+    count: from this bench run's growth table when it holds that case, else measured here.
+    """
+    import tomllib
+
+    full = next((g for g in growth if g["chips"] == 4096 and g["steps"] == steps and g["trace"] == "full"), None)
+    if full is None:
+        full = _growth_row(all_causes_scenario("16x16x16", steps), tmp / "full-4096.duckdb", 4096, steps, "full")
+    raw = tomllib.loads(SAMPLED_SCENARIO.read_text())
+    raw["training"]["steps"] = steps
+    causes = {
+        "stragglers": {"random_fraction": 0.001, "random_slowdown_max": 1.05, "chips": [5], "slowdown": 1.25},
+        "compile": {"jit": True},
+        "failures": {"fail_at_steps": [steps // 2], "checkpoint_every_steps": max(1, steps // 10)},
+    }
+    chips = raw["pod"]["slices"] * 256
+    out: dict[str, Any] = {"full_4096": full}
+    for label, case in (("sampled", raw), ("sampled_all_causes", {**raw, **causes})):
+        row = _growth_row(case, tmp / f"{label}.duckdb", chips, steps, "sampled")
+        row["sample_chips"] = raw["sim"]["sample_chips"]
+        row["cost_vs_full_per_chip_step"] = row["ns_per_chip_step"] / full["ns_per_chip_step"]
+        out[label] = row
+    return out
+
+
+def _sampled_lines(report: dict[str, Any]) -> str:
+    """Section 6 as text."""
+    sm = report["sampled"]
+    names = {"sampled": "sampled, bundled scenario", "sampled_all_causes": "sampled, + stragglers, compiles, a failure",
+             "full_4096": "full trace, all idle causes"}  # fmt: skip
+    lines = []
+    for key, label in names.items():
+        g = sm[key]
+        ratio = f"; {g['cost_vs_full_per_chip_step']:.2f}x the full run's" if "cost_vs_full_per_chip_step" in g else ""
+        lines.append(
+            f"6. {label:<43} {g['chips']:>6} chips x {g['steps']:>4} steps: sim {g['simulate_s']:6.2f} s, store {g['store_s']:5.2f} s, "
+            f"{g['events']:,} events, {g['ns_per_chip_step']:5.0f} ns/chip-step{ratio}, peak {g['peak_rss_bytes'] / 2**30:.2f} GiB"
+        )
+    return "\n".join(lines)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run (~1 minute)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--sampled-only", action="store_true", help="section 6 alone: the 199-slice sampled runs and the 4,096-chip full run")
     args = ap.parse_args()
     steps = 100 if args.quick else 1000
     report: dict[str, Any] = {
@@ -279,6 +335,15 @@ def main() -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if args.sampled_only:
+        with tempfile.TemporaryDirectory(prefix="podscope-bench-") as d:
+            say("6. sampled 199-slice runs ...")
+            report["sampled"] = bench_sampled(Path(d), steps, [])
+        report["load_average_end"] = os.getloadavg()
+        la0, la1 = report["load_average_start"], report["load_average_end"]
+        text = f"machine: {os.cpu_count()} cores, load average {la0[0]:.1f} at start, {la1[0]:.1f} at end\n" + _sampled_lines(report)
+        print(json.dumps(report, indent=1) if args.json else text)
+        return 0
     with tempfile.TemporaryDirectory(prefix="podscope-bench-") as d:
         tmp = Path(d)
         say("1-2. simulation and storage ...")
@@ -294,6 +359,8 @@ def main() -> int:
             report["sweeps"] += bench_sweeps(tmp, points, "full", ("local",))
         say("5. growth ...")
         report["growth"] = bench_growth(tmp, args.quick)
+        say("6. sampled 199-slice runs ...")
+        report["sampled"] = bench_sampled(tmp, steps, report["growth"])
     report["load_average_end"] = os.getloadavg()
     report["peak_rss_bytes_main"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if args.json:
@@ -323,6 +390,7 @@ def main() -> int:
             f"5. {g['chips']:>6} chips x {g['steps']:>4} steps [{g['trace']:>7}]: sim {g['simulate_s']:6.2f} s, "
             f"store {g['store_s']:5.2f} s, {g['ns_per_chip_step']:5.0f} ns/chip-step, peak {g['peak_rss_bytes'] / 2**30:.2f} GiB"
         )
+    print(_sampled_lines(report))
     return 0
 
 

@@ -70,13 +70,17 @@ class IdlePlan:
     token_scale: np.ndarray | None = None
     sample_scale: np.ndarray | None = None
 
+    def steady_mask(self, steps: int) -> np.ndarray:
+        """(steps,) True at the steady-state steps; all True if none is steady."""
+        steady = np.ones(steps, dtype=bool)
+        steady[self.special_steps] = False
+        return steady if steady.any() else np.ones(steps, dtype=bool)
+
     def steady_mean(self, per_step: np.ndarray | None) -> float:
         """Mean of a per-step value over steady-state steps (all steps if none is steady)."""
         if per_step is None:
             return 1.0
-        steady = np.ones(len(per_step), dtype=bool)
-        steady[self.special_steps] = False
-        return float(per_step[steady].mean() if steady.any() else per_step.mean())
+        return float(per_step[self.steady_mask(len(per_step))].mean())
 
 
 def _fwd_bwd_for(ctx: SimContext, comp: ComputeCost, jit: bool) -> Callable[[int, int], float]:

@@ -44,6 +44,7 @@ __all__ = [
     "ParallelismSection",
     "ParameterServerSection",
     "SimSection",
+    "DEFAULT_SAMPLE_CHIPS",
     "InterconnectSection",
     "load_scenario",
     "scenario_from_dict",
@@ -237,7 +238,10 @@ class ParallelismSection(_Section):
 class SimSection(_Section):
     seed: Annotated[int, Field(ge=0)] = 0
     jitter_frac: Annotated[float, Field(ge=0, le=1)] | None = None  # None: the calibrated default
-    trace: Literal["full", "summary"] = "full"  # summary: per-step/per-chip aggregates only, no event rows
+    # summary: per-step/per-chip aggregates only, no event rows; sampled: those aggregates of every
+    # chip plus every event of sample_chips chips chosen to be worth looking at (engine/sampling.py)
+    trace: Literal["full", "summary", "sampled"] = "full"
+    sample_chips: PositiveInt | None = None  # sampled only; None: DEFAULT_SAMPLE_CHIPS, or every chip of a smaller pod
 
 
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -304,6 +308,11 @@ class Scenario(_Section):
     @property
     def total_chips(self) -> int:
         return self.chips_per_slice * self.pod.slices
+
+    @property
+    def sampled_chip_count(self) -> int:
+        """Chips whose events a ``trace = "sampled"`` run stores: ``sim.sample_chips``, or the default capped by the pod."""
+        return self.sim.sample_chips if self.sim.sample_chips is not None else min(DEFAULT_SAMPLE_CHIPS, self.total_chips)
 
     @property
     def data_parallel(self) -> int:
@@ -390,14 +399,18 @@ def parse_topology(text: str) -> tuple[int, ...]:
 #: largest scenario file read; real ones are under 2 KiB
 MAX_SCENARIO_BYTES = 1024 * 1024
 
+#: chips a ``sim.trace = "sampled"`` run keeps every event of, unless ``sim.sample_chips`` says:
+#: one 16x16 slice's worth, which the Timeline draws at once (profiler.queries.TIMELINE_MAX_CHIPS)
+DEFAULT_SAMPLE_CHIPS = 256
 #: upper bound on chips x steps in one run: the trace holds ~5 events per chip-step, so this
 #: caps a run at ~80 M events (~2 GB in memory, ~1 GB in DuckDB), far past the 4,096-chip,
 #: 100-step runs the engine is built for; longer studies simulate fewer steps.
 MAX_CHIP_STEPS = 16 * 2**20
-#: the same bound for ``sim.trace = "summary"``, which keeps per-step, per-chip arrays but no
-#: events: measured ~40 bytes per chip-step at peak (resnet50-v3-32, 20k vs 80k steps), so
-#: this caps such a run near 1.5 GiB (4,096 chips x 8,192 steps)
-MAX_SUMMARY_CHIP_STEPS = 32 * 2**20
+#: the same bound for ``sim.trace = "summary"`` (and the aggregates of ``"sampled"``), which keeps
+#: per-step, per-chip arrays but no events: measured ~40 bytes per chip-step at peak
+#: (resnet50-v3-32, 20k vs 80k steps; 2.24 GiB for 50,944 chips x 1,000 steps), so this caps such
+#: a run near 3 GiB and admits the largest reported job (50,944 chips, MAX_POD_CHIPS) for 1,000 steps
+MAX_SUMMARY_CHIP_STEPS = 64 * 2**20
 SUMMARY_BYTES_PER_CHIP_STEP = 48  # the measured ~40, rounded up: the estimate quoted in errors
 #: most chips in one run: above the largest training job reported, 50,944 TPU v5e chips
 #: (Google Cloud blog, "Google Cloud demonstrates the world's largest distributed training job
@@ -445,6 +458,20 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
     if _depth(raw) > MAX_TOML_DEPTH:
         raise too_deep
     return raw
+
+
+def _sample_problems(s: Scenario, chips: int) -> list[tuple[str, str]]:
+    """``sim.sample_chips``: only with ``trace = "sampled"``, and at most the pod's chips."""
+    given = s.sim.sample_chips
+    if given is None:
+        return []
+    if s.sim.trace != "sampled":
+        return [("sim.sample_chips", f"{given} sampled chips, but sim.trace = {s.sim.trace!r} stores "
+                 f"{'every chip' if s.sim.trace == 'full' else 'no chip'}'s events; valid: set sim.trace = \"sampled\", "
+                 "or remove sim.sample_chips")]  # fmt: skip
+    if given > chips:
+        return [("sim.sample_chips", f"{given:,} sampled chips, but the pod has {chips:,}; valid: 1 to {chips:,}")]
+    return []
 
 
 def _example_topology(axes: int) -> str:
@@ -502,15 +529,24 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
     elif chip_steps > MAX_CHIP_STEPS and s.sim.trace == "full":
         problems.append(
             ("training.steps", f"{chips} chips x {s.training.steps} steps = {chip_steps:,} chip-steps; "
-             f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set sim.trace = \"summary\")")
+             f"valid: at most {MAX_CHIP_STEPS:,} per run with a full trace (simulate fewer steps, or set "
+             "sim.trace = \"sampled\" or \"summary\")")
+        )
+    elif s.sim.trace == "sampled" and (sampled := min(s.sampled_chip_count, chips)) * s.training.steps > MAX_CHIP_STEPS:
+        problems.append(
+            ("sim.sample_chips", f"{sampled:,} sampled chips x {s.training.steps:,} steps = {sampled * s.training.steps:,} "
+             f"chip-steps of events; valid: at most {MAX_CHIP_STEPS:,}, i.e. at most "
+             f"{max(1, MAX_CHIP_STEPS // s.training.steps):,} sampled chips over {s.training.steps:,} steps")
         )
     elif chip_steps > MAX_SUMMARY_CHIP_STEPS:
         need_gib = chip_steps * SUMMARY_BYTES_PER_CHIP_STEP / 2**30
         problems.append(
             ("training.steps", f"{chips} chips x {s.training.steps:,} steps = {chip_steps:,} chip-steps (about {need_gib:,.1f} GiB "
-             f"to simulate); valid: at most {MAX_SUMMARY_CHIP_STEPS:,} chip-steps per run even with sim.trace = \"summary\", "
+             f"to simulate); valid: at most {MAX_SUMMARY_CHIP_STEPS:,} chip-steps per run even with sim.trace = \"summary\" "
+             "or \"sampled\", "
              f"i.e. at most {max(1, MAX_SUMMARY_CHIP_STEPS // chips):,} steps on {chips} chips")
         )
+    problems += _sample_problems(s, chips)
     if not problems and chip is not None:
         try:
             resolve_mesh(shape, wraparound_for(chip, shape), s.mesh_sizes, p.mapping)

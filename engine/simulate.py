@@ -25,6 +25,7 @@ from .memory import GRADIENT_BYTES_PER_PARAM, MASTER_WEIGHT_BYTES_PER_PARAM, Mem
 from .models import ModelCost, model_cost
 from .moe import RoutingPlan, plan_routing
 from .pipeline import PipelinePlan, plan_pipeline
+from .sampling import plan_sample
 from .scenario import Scenario
 from .step import Segment, SimContext, assemble
 from .topology import Pod
@@ -65,12 +66,13 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
     # Per-layer FSDP/TP collectives are aggregated into one exposed event per pass (their per-layer
     # detail is the `layer_collectives` table), keeping events at a few per chip-step at any scale.
     model = scenario.model
-    fwd_chip = bwd_chip = routing = None
+    fwd_chip = bwd_chip = routing = expert_factor = None
     if cost.moe_layers:
         # the busiest expert group's chips compute more of their MoE layers (engine/moe.py)
         routing = plan_routing(model.experts, model.capacity_factor, par.expert, steps, ctx.rng("routing"))
         where = pod.chip_table  # slice-local torus coordinates of every chip
-        extra_work = routing.chip_factor(axis_index_of_chips(mesh["expert"], [where[a] for a in "xyz"])) - 1.0
+        expert_factor = routing.chip_factor(axis_index_of_chips(mesh["expert"], [where[a] for a in "xyz"]))
+        extra_work = expert_factor - 1.0
         fwd_chip = fwd_s + comp.expert_forward_s * costs.work * extra_work
         bwd_chip = bwd_s + (comp.expert_fwd_bwd_s - comp.expert_forward_s) * costs.work * extra_work
     segments = costs.segments(noise, fwd_chip, bwd_chip)
@@ -79,7 +81,8 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
         segments[:4] = [Segment("bubble", pp.fill_s), segments[0], Segment("collective", costs.comm_forward_s + pp.send_s / 2),
                         segments[2], Segment("collective", costs.comm_backward_s + pp.send_s / 2), Segment("bubble", pp.drain_s)]  # fmt: skip
     idle = plan_idle(ctx, comp, segments)  # input waits, recompiles, stragglers, failures
-    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace)
+    sample = plan_sample(scenario, pod, idle.segments, idle.facts.get("stragglers", ()))
+    laid = assemble(idle.segments, steps, chips, detail=scenario.sim.trace, sample=None if sample is None else sample.chips)
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
 
     replicas = scenario.batch_shards  # model replicas' worth of chips: each processes per_chip_batch
@@ -90,7 +93,10 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             {"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, mem.peak_bytes)}
         ),
         "layer_collectives": comm.per_layer,
+        **({"sampled_chips": sample.table()} if sample is not None else {}),
     }
+    if expert_factor is not None:
+        extra_tables["chip_expert_load"] = _expert_load_table(expert_factor, idle.steady_mask(steps))
     grad_extra: dict[str, float] = {"grad_allreduce_s": comm.data_sync_s, "grad_allreduce_exposed_s": comm.data_sync_s,
                                     "grad_allreduce_overlapped_s": 0.0}  # fmt: skip
     if sync is not None:
@@ -131,7 +137,7 @@ def simulate(scenario: Scenario, calibration: Calibration | None = None) -> RunR
             "exposed_layer_collective_s": costs.comm_forward_s + costs.comm_backward_s,
             **grad_extra,
             **idle_facts(idle, laid.step_kind, laid.steps, chips),
-            **(_moe_facts(scenario, cost, comm, routing, idle.special_steps) if routing is not None else {}),
+            **(_moe_facts(scenario, cost, comm, routing, idle.steady_mask(steps)) if routing is not None else {}),
             **({"gradient_accumulation_steps": tr.microbatches} if tr.microbatches > 1 and par.pipeline == 1 else {}),
             **(_pipeline_facts(pp, mem) if pp is not None else {}),
             **_sharding_facts(scenario, costs),
@@ -177,13 +183,18 @@ def _pipeline_facts(pp: PipelinePlan, mem: MemoryPlan) -> dict:
     }
 
 
-def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, special: np.ndarray) -> dict:
+def _expert_load_table(factor: np.ndarray, steady: np.ndarray) -> pa.Table:
+    """Each chip's expert work over an even share ((steps, chips) ``factor``): steady-state mean and busiest step."""
+    return TABLES["extra_chip_expert_load"].table({
+        "chip": np.arange(factor.shape[1], dtype=np.int32),
+        "mean_load_ratio": factor[steady].mean(axis=0),
+        "max_load_ratio": factor.max(axis=0),
+    })  # fmt: skip
+
+
+def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, steady: np.ndarray) -> dict:
     """Summary facts of a mixture-of-experts run: total vs active parameters, capacity, drops, imbalance."""
     m, par = s.model, s.parallelism
-    steady = np.ones(len(routing.dropped_frac), dtype=bool)
-    steady[special] = False
-    if not steady.any():
-        steady[:] = True
     per_param = MASTER_WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + optimizer_state_bytes_per_param(s.training.optimizer, s.training.optimizer_state)
     return {
         "params_total": cost.params,
@@ -219,7 +230,7 @@ def _sharding_facts(s: Scenario, costs: StepCosts) -> dict:
         })  # fmt: skip
     if par.fsdp_shard != "all":
         out.update({"fsdp_shard": par.fsdp_shard, "zero_weight_gather_s": comm.weight_gather_s,
-                    "zero_grad_all_reduce_s": comm.fsdp_grad_sync_s})  # fmt: skip
+                    "zero_grad_reduce_scatter_s": comm.fsdp_grad_sync_s})  # fmt: skip
     if tr.optimizer_state != "fp32":
         out["optimizer_state"] = tr.optimizer_state
     return out

@@ -103,7 +103,9 @@ class Assembled:
     chip_kind: pa.Table
 
 
-def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = "full") -> Assembled:
+def assemble(
+    segments: Sequence[Segment], steps: int, chips: int, detail: str = "full", sample: np.ndarray | None = None
+) -> Assembled:
     """Lay segments out on every chip's timeline.
 
     A segment's duration is a scalar, a (chips,) array, or a 2-D array whose first
@@ -114,7 +116,10 @@ def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = 
     ----------
     detail
         ``"full"`` emits one row per event; ``"summary"`` emits no events, only the
-        per-step and per-chip aggregates (for sweeps and very large pods).
+        per-step and per-chip aggregates (for sweeps and very large pods); ``"sampled"``
+        emits those aggregates of every chip and the events of the ``sample`` chips only.
+    sample
+        ``"sampled"`` only: ascending chip ids whose events are kept (engine/sampling.py).
     """
     seg_ns = [seconds_to_ns(seg.kind, seg.dur_s) for seg in segments]
     # A step never exceeds the sum of its segments' longest durations (barrier waits only
@@ -152,10 +157,15 @@ def assemble(segments: Sequence[Segment], steps: int, chips: int, detail: str = 
         chip_kind_sum += per_kind.sum(axis=1)
         if detail == "full":
             blocks.append((s0, s1, parts))
+        elif detail == "sampled":  # the sampled chips' columns only: ~sample/chips of a full block's memory
+            blocks.append((s0, s1, [(code, np.broadcast_to(start, shape)[:, sample], dur[:, sample]) for code, start, dur in parts]))
     step_start = np.concatenate([[0], np.cumsum(step_ns)[:-1]]).astype(np.int64)
 
     batches = []
     chip_ids = np.arange(chips, dtype=np.int32)
+    if detail == "sampled":  # the blocks hold the sampled chips' columns only: lay those out
+        chip_ids = np.asarray(sample, dtype=np.int32)
+        chips = len(chip_ids)
     for s0, s1, parts in blocks:
         n_steps = s1 - s0
         k = len(parts)

@@ -175,6 +175,13 @@ _EXTRA = (
         ("peak_bytes", pa.float64(), "peak HBM in use, bytes"),
     ),
     _spec(
+        "extra_chip_expert_load",
+        "Mixture-of-experts runs: how much of its expert group's routed tokens each chip computes (engine/moe.py).",
+        ("chip", pa.int32(), "chip id"),
+        ("mean_load_ratio", pa.float64(), "tokens its expert GEMMs compute over an even share, mean over steady-state steps, ratio (1 = even)"),
+        ("max_load_ratio", pa.float64(), "the same ratio in the chip's busiest step, ratio"),
+    ),
+    _spec(
         "extra_layer_collectives",
         "Per-layer collectives of one step on a representative chip (FSDP gathers, TP all-reduces, gradient sync, PS pulls).",
         ("unit", pa.int32(), "layer unit index in execution order; -1 for the whole-model gradient sync"),
@@ -225,6 +232,12 @@ _EXTRA = (
         ("time_ns", pa.int64(), "time of one execution on the pod, nanoseconds"),
     ),
     _spec(
+        "extra_sampled_chips",
+        "The chips a sim.trace = \"sampled\" run stored every event of, and why each was chosen (engine/sampling.py).",
+        ("chip", pa.int32(), "chip id (see chips.chip); only these chips have rows in events"),
+        ("reason", pa.string(), "straggler | degraded_link | slowest | slice_host | random: the first reason it was taken for"),
+    ),
+    _spec(
         "extra_import_events",
         "Every complete event of an imported trace, as read (before exclusive attribution).",
         ("chip", pa.int32(), "chip id the event's process became; null for host processes"),
@@ -271,7 +284,8 @@ def events_batch(chip: np.ndarray, step: np.ndarray, kind_code: np.ndarray, star
 
 @dataclass(frozen=True)
 class Trace:
-    """A run's tables. ``events`` is empty when the run was simulated in summary mode.
+    """A run's tables. ``events`` is empty when the run was simulated in summary mode, and holds
+    only the chips of ``extra["sampled_chips"]`` in sampled mode.
 
     ``step_kind`` and ``chip_kind`` are the per-step and per-chip aggregates by kind; the
     engine computes them exactly while laying out steps. When absent (imported traces)

@@ -32,6 +32,8 @@ import numpy as np
 
 from engine.errors import InputError, ProfilerError
 
+from .format import chip_ranges as format_chips
+from .sampled import describe_sample, reason_counts, sampled_chips
 from .schema import quote_ident
 from .store import Database, resolve_run
 
@@ -119,10 +121,18 @@ class ExportReport:
     total_chips: int
     files: tuple[str, ...] = ()
     summary_mode: bool = False
+    #: a sampled run: the sentence of profiler.sampled.describe_sample, and the chips that have events
+    sample_text: str | None = None
+    sampled_chips: tuple[int, ...] = ()
+
+    @property
+    def event_chips(self) -> int:
+        """Chips the run holds events of: the sampled ones, or all."""
+        return len(self.sampled_chips) if self.sample_text else self.total_chips
 
     @property
     def cut(self) -> bool:
-        return self.steps != (0, self.total_steps) or len(self.chips) != self.total_chips
+        return self.steps != (0, self.total_steps) or len(self.chips) < self.event_chips
 
     def message(self) -> str:
         """A human sentence: what was written, what was cut and how to widen it."""
@@ -130,13 +140,17 @@ class ExportReport:
         head = f"wrote {self.events:,} events of run {self.run_id} to {self.path}"
         if self.summary_mode:
             head += " (the run was simulated with sim.trace = \"summary\": it has step times but no per-chip events)"
+        if self.sample_text:
+            head += f' (the run was simulated with sim.trace = "sampled": it holds the {self.sample_text}; the other chips have totals only)'
         if not self.cut:
-            return f"{head} (all {self.total_steps} steps, all {self.total_chips} chips)"
+            every = f"all {self.total_chips} chips" if not self.sample_text else f"all {self.event_chips} sampled chips"
+            return f"{head} (all {self.total_steps} steps, {every})"
         parts = []
         if (s0, s1) != (0, self.total_steps):
             parts.append(f"steps {s0}:{s1} of 0:{self.total_steps}")
-        if len(self.chips) != self.total_chips:
-            parts.append(f"{len(self.chips)} of {self.total_chips} chips ({format_chips(self.chips)})")
+        if len(self.chips) < self.event_chips:
+            of = f"{self.event_chips} sampled" if self.sample_text else f"{self.total_chips}"
+            parts.append(f"{len(self.chips)} of {of} chips ({format_chips(self.chips)})")
         return (
             f"{head}; window: {', '.join(parts)}. "
             f"Widen with --steps 0:{self.total_steps} --chips 0-{self.total_chips - 1} "
@@ -193,17 +207,6 @@ def parse_chips(text: str | None, valid: np.ndarray) -> tuple[int, ...] | None:
     return tuple(sorted(out))
 
 
-def format_chips(chips: tuple[int, ...]) -> str:
-    """``(0, 1, 2, 5)`` -> ``"0-2,5"``."""
-    if not chips:
-        return ""
-    arr = np.asarray(chips)
-    breaks = np.flatnonzero(np.diff(arr) != 1)
-    starts = np.concatenate([[0], breaks + 1])
-    ends = np.concatenate([breaks, [len(arr) - 1]])
-    return ",".join(f"{arr[s]}" if s == e else f"{arr[s]}-{arr[e]}" for s, e in zip(starts, ends))
-
-
 def _choose_window(
     step_counts: np.ndarray,
     chips_sorted: np.ndarray,
@@ -239,17 +242,22 @@ def _open_text_out(path: Path) -> io.TextIOBase:
 
 def _write_perfetto(
     con: Any, run_id: int, out: Path, window: tuple[int, int], chips: tuple[int, ...], summary: dict,
-    counter_points: list[tuple[float, str]],
+    counter_points: list[tuple[float, str]], sample: Any = None,
 ) -> int:  # fmt: skip
     chip_rows = con.execute(_CHIPS_SQL, {"id": run_id}).fetchall()
     steps_rows = con.execute(_STEPS_SQL, {"id": run_id}).fetchall()
     s0, s1 = window
     chip_set = set(chips)
+    reason_of = {} if sample is None else dict(zip(sample["chip"].tolist(), sample["reason"].tolist()))
     n = 0
     with _open_text_out(out) as f:
         f.write('{"displayTimeUnit":"ns","otherData":')
-        f.write(json.dumps({"podscope": {"run_id": run_id, "name": summary.get("name"), "chip": summary.get("chip"),
-                                         "topology": summary.get("topology"), "steps": [s0, s1]}}))  # fmt: skip
+        about = {"run_id": run_id, "name": summary.get("name"), "chip": summary.get("chip"), "topology": summary.get("topology"),
+                 "steps": [s0, s1]}  # fmt: skip
+        if sample is not None:  # which chips have events, and why (profiler/sampled.py)
+            about["sampled"] = {"chips": len(sample), "of_chips": len(chip_rows), "reasons": reason_counts(sample),
+                                "description": describe_sample(sample, len(chip_rows))}  # fmt: skip
+        f.write(json.dumps({"podscope": about}))
         f.write(',"traceEvents":[\n')
         first = True
 
@@ -265,6 +273,9 @@ def _write_perfetto(
             pid = chip + 1
             name = f"chip {chip} host {host} slice {slc} ({x},{y},{z})"
             meta = {"name": name, "podscope": {"chip": chip, "host": host, "slice": slc, "x": x, "y": y, "z": z}}
+            if chip in reason_of:
+                meta["name"] = f"{name} [sampled: {reason_of[chip]}]"
+                meta["podscope"]["sampled_reason"] = reason_of[chip]
             emit(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": meta}))
             emit(json.dumps({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": rank}}))
             for tid, tname in _THREADS.items():
@@ -430,8 +441,12 @@ def export_run(
         win = parse_steps(steps, total_steps) if isinstance(steps, str) or steps is None else tuple(steps)
         sel = parse_chips(chips, chip_ids) if isinstance(chips, str) or chips is None else tuple(sorted(chips))
         counter_points = _memory_points(con, run_id) if fmt == "perfetto" else []
+        sample = sampled_chips(con, run_id)
         if fmt == "perfetto":
-            win, sel = _choose_window(step_counts, chip_ids, win, sel, max_events, per_chip_step=1 + len(counter_points))
+            event_ids = chip_ids if sample is None else chip_ids[np.isin(chip_ids, sample["chip"].to_numpy())]
+            if sample is not None and sel is not None:  # a trace of a chip without events would be empty lanes
+                sel = _sampled_only(sel, sample, run_id)
+            win, sel = _choose_window(step_counts, event_ids, win, sel, max_events, per_chip_step=1 + len(counter_points))
         else:
             win = win or (0, total_steps)
             sel = sel or tuple(sorted(int(c) for c in chip_ids))
@@ -439,7 +454,7 @@ def export_run(
         try:
             if fmt == "perfetto":
                 tmp = tmp_dir / out.name
-                n = _write_perfetto(con, run_id, tmp, win, sel, summary | {"name": name}, counter_points)
+                n = _write_perfetto(con, run_id, tmp, win, sel, summary | {"name": name}, counter_points, sample)
                 _check_perfetto_target(out, force)  # again: something may have appeared meanwhile
                 tmp.chmod(0o644)
                 os.replace(tmp, out)
@@ -466,4 +481,23 @@ def export_run(
         total_chips=len(chip_ids),
         files=tuple(files),
         summary_mode=not step_counts.any(),
+        sample_text=None if sample is None else describe_sample(sample, len(chip_ids)),
+        sampled_chips=() if sample is None else tuple(int(c) for c in sample["chip"]),
     )
+
+
+def _sampled_only(chips: tuple[int, ...], sample: Any, run_id: int) -> tuple[int, ...]:
+    """The chips of ``chips`` a sampled run holds events of.
+
+    Raises
+    ------
+    InputError
+        None of them was sampled.
+    """
+    kept = tuple(c for c in chips if c in set(sample["chip"].tolist()))
+    if not kept:
+        raise InputError(
+            f"--chips: run {run_id} was simulated with sim.trace = \"sampled\" and holds events of chips "
+            f"{format_chips(tuple(sample['chip'].tolist()))} only; none of the chips asked for is among them"
+        )
+    return kept

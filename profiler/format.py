@@ -33,6 +33,7 @@ __all__ = [
     "change",
     "chip_label",
     "chips_label",
+    "chip_ranges",
 ]
 
 NA = "n/a"
@@ -200,3 +201,17 @@ def chips_label(n: int | None, chip: str | None) -> str:
     if is_missing(n):
         return f"? x {chip_label(chip)}"
     return f"{int(n):,} x {chip_label(chip)}"
+
+
+def chip_ranges(chips) -> str:
+    """Ascending chip ids as ranges: ``(0, 1, 2, 5)`` -> ``"0-2,5"``."""
+    ids = [int(c) for c in chips]
+    runs: list[str] = []
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        runs.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(runs)

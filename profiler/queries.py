@@ -8,6 +8,7 @@ more rows than it can draw.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -160,6 +161,9 @@ __all__ += [
     "kind_by_step",
     "kind_by_host",
     "chip_metrics",
+    "chip_extras",
+    "CHIP_METRICS_BY_EXTRAS",
+    "ALL_SLICES",
     "worst_chips",
     "hosts",
     "link_load",
@@ -217,12 +221,15 @@ def kind_by_step(con: duckdb.DuckDBPyConnection, run_id: int, max_points: int = 
     return con.execute(_KIND_BY_STEP_SQL, {"id": run_id, "max_points": max_points}).df()
 
 
-_KIND_BY_HOST_SQL = """
-SELECT c.host, k.kind, sum(k.ns) / 1e9 AS chip_s,
-       sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY c.host) AS frac
+#: chip time by kind per group of chips: ``{group}`` is a column of chips (host, slice), ``{where}`` an
+#: extra condition on ``c`` (both constants of the callers, never values)
+KIND_BY_GROUP_SQL = """
+SELECT c.{group}, k.kind, sum(k.ns) / 1e9 AS chip_s,
+       sum(k.ns) / sum(sum(k.ns)) OVER (PARTITION BY c.{group}) AS frac
 FROM chip_kind k JOIN chips c ON c.run_id = k.run_id AND c.chip = k.chip
-WHERE k.run_id = $id GROUP BY c.host, k.kind ORDER BY c.host, k.kind
+WHERE k.run_id = $id {where} GROUP BY c.{group}, k.kind ORDER BY c.{group}, k.kind
 """
+_KIND_BY_HOST_SQL = KIND_BY_GROUP_SQL.format(group="host", where="")
 
 
 def kind_by_host(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
@@ -230,7 +237,8 @@ def kind_by_host(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
     return con.execute(_KIND_BY_HOST_SQL, {"id": run_id}).df()
 
 
-_CHIP_METRICS_SQL = """
+#: every chip of slices $slice0..$slice1 with its shares of time by kind (callers add ORDER BY)
+CHIP_METRICS_SELECT = """
 WITH k AS (
     SELECT chip,
            sum(ns) AS total_ns,
@@ -241,7 +249,9 @@ WITH k AS (
            sum(ns) FILTER (WHERE kind = 'recompile') AS recompile_ns,
            sum(ns) FILTER (WHERE kind = 'bubble') AS bubble_ns,
            sum(ns) FILTER (WHERE kind = 'other') AS other_ns
-    FROM chip_kind WHERE run_id = $id GROUP BY chip
+    FROM chip_kind
+    WHERE run_id = $id AND chip IN (SELECT chip FROM chips WHERE run_id = $id AND slice BETWEEN $slice0 AND $slice1)
+    GROUP BY chip
 )
 SELECT c.chip, c.host, c.slice, c.x, c.y, c.z,
        coalesce(k.compute_ns, 0) / nullif(k.total_ns, 0) AS compute_frac,
@@ -254,24 +264,45 @@ SELECT c.chip, c.host, c.slice, c.x, c.y, c.z,
        1 - (coalesce(k.compute_ns, 0) + coalesce(k.collective_ns, 0)) / nullif(k.total_ns, 0) AS idle_frac,
        k.total_ns / 1e9 AS busy_and_idle_s
 FROM chips c LEFT JOIN k ON k.chip = c.chip
-WHERE c.run_id = $id ORDER BY c.chip
+WHERE c.run_id = $id AND c.slice BETWEEN $slice0 AND $slice1
 """
-_CHIP_MEMORY_JOIN_SQL = "SELECT chip, peak_bytes AS hbm_peak_bytes FROM extra_chip_memory WHERE run_id = $id"
+#: per-chip columns of extra tables, joined when the run stored them: (table, join, column, its name)
+CHIP_EXTRAS = (
+    ("extra_chip_memory", "LEFT JOIN extra_chip_memory e0 ON e0.run_id = $id AND e0.chip = m.chip",
+     "e0.peak_bytes AS hbm_peak_bytes", "hbm_peak_bytes"),
+    ("extra_chip_expert_load", "LEFT JOIN extra_chip_expert_load e1 ON e1.run_id = $id AND e1.chip = m.chip",
+     "e1.mean_load_ratio AS expert_load_ratio", "expert_load_ratio"),
+)  # fmt: skip
+#: the per-chip metrics SQL for each combination of CHIP_EXTRAS a run stored (keyed by one bool per extra)
+CHIP_METRICS_BY_EXTRAS = {
+    stored: "SELECT m.*" + "".join(", " + e[2] for e, on in zip(CHIP_EXTRAS, stored) if on)
+    + " FROM (" + CHIP_METRICS_SELECT + ") m " + " ".join(e[1] for e, on in zip(CHIP_EXTRAS, stored) if on)
+    for stored in itertools.product((False, True), repeat=len(CHIP_EXTRAS))
+}
+_CHIP_METRICS_ORDERED = {stored: sql + " ORDER BY m.chip" for stored, sql in CHIP_METRICS_BY_EXTRAS.items()}
+#: bounds of $slice0..$slice1 that take every slice
+ALL_SLICES = (0, 2**31 - 1)
 
 
-def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int) -> pd.DataFrame:
-    """One row per chip: where it sits and where its time went.
+def chip_extras(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[bool, ...]:
+    """Which of :data:`CHIP_EXTRAS` the run stored: the key of :data:`CHIP_METRICS_BY_EXTRAS` for it.
+
+    That SQL has the columns of :func:`chip_metrics` and the parameters $id, $slice0 and $slice1
+    (an inclusive slice range, :data:`ALL_SLICES`).
+    """
+    return tuple(_extra_rows(con, table, run_id) for table, *_ in CHIP_EXTRAS)
+
+
+def chip_metrics(con: duckdb.DuckDBPyConnection, run_id: int, slice_: int | None = None) -> pd.DataFrame:
+    """One row per chip (of one slice, when ``slice_`` is given): where it sits and where its time went.
 
     Columns: chip, host, slice, x, y, z, compute_frac, collective_frac, input_wait_frac,
     sync_wait_frac, recompile_frac, bubble_frac, other_frac, idle_frac (everything but compute and exposed
-    collectives), busy_and_idle_s (the chip's wall time) and, when the run stored per-chip memory,
-    hbm_peak_bytes.
+    collectives), busy_and_idle_s (the chip's wall time) and, when the run stored them, hbm_peak_bytes
+    (per-chip memory) and expert_load_ratio (a mixture-of-experts chip's expert work over an even share).
     """
-    df = con.execute(_CHIP_METRICS_SQL, {"id": run_id}).df()
-    if _extra_rows(con, "extra_chip_memory", run_id):
-        mem = con.execute(_CHIP_MEMORY_JOIN_SQL, {"id": run_id}).df()
-        df = df.merge(mem, on="chip", how="left")
-    return df
+    lo, hi = ALL_SLICES if slice_ is None else (int(slice_), int(slice_))
+    return con.execute(_CHIP_METRICS_ORDERED[chip_extras(con, run_id)], {"id": run_id, "slice0": lo, "slice1": hi}).df()
 
 
 _WORST_CHIPS_SQL = """

@@ -33,13 +33,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_app(db_path: Path, log_path: Path, timeout_s: float = 90.0) -> Iterator[str]:
-    """Run the dashboard on ``db_path`` and yield its URL once its health check answers."""
+def running_app(db_path: Path, log_path: Path, timeout_s: float = 90.0, app: Path | None = None) -> Iterator[str]:
+    """Run the dashboard (or another Streamlit ``app``, for a benchmark's baseline) on ``db_path``
+    and yield its URL once its health check answers."""
     port = free_port()
     env = {**os.environ, "PODSCOPE_DB": str(db_path), "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+            [sys.executable, "-m", "streamlit", "run", str(app or "app.py"), "--server.headless", "true",
              "--server.port", str(port), "--server.address", "127.0.0.1"],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

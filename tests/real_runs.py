@@ -57,6 +57,13 @@ SIMULATED: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # the 1.3B LLM on a v5p 4x4x4 with [sim] trace = "summary": totals, no event rows
     "summary": ("llm-1b-v5p-64.toml", {"training.steps": 4, "sim.trace": "summary"}),
+    # the straggler slice with a degraded link and [sim] trace = "sampled": every chip's totals,
+    # the events of 6 of the 16 chips (a straggler, a link end, the slowest, a slice's host, random)
+    "sampled": (
+        "resnet50-v3-32-straggler.toml",
+        {"training.steps": 6, "sim.trace": "sampled", "sim.sample_chips": 6,
+         "interconnect.degraded_links": [{"a": [0, 0], "b": [1, 0], "bandwidth_frac": 0.5}]},
+    ),
     # mixture of experts over an 8-way expert axis: all-to-alls, expert load, expert weights in HBM
     "moe": ("moe-8x-top2-v5p-64.toml", {"training.steps": 4}),
     # a 4-stage pipeline over two slices: bubbles, stage sends over the DCN, in-flight activations

@@ -59,6 +59,16 @@ def _problems(path, overrides=None) -> tuple[list[tuple[str, str]], str]:
         ({"sim.seed": -1}, "sim.seed", "greater than or equal to 0"),
         ({"model.layer_sizes": [1024, -1]}, "model.layer_sizes.1", "greater than 0"),
         ({"training.steps": MAX_CHIP_STEPS}, "training.steps", f"at most {MAX_CHIP_STEPS:,}"),
+        # sampled traces: a positive count of the pod's chips, and only with trace = "sampled"
+        ({"sim.trace": "sampled", "sim.sample_chips": 0}, "sim.sample_chips", "greater than 0 (got 0)"),
+        ({"sim.trace": "sampled", "sim.sample_chips": -3}, "sim.sample_chips", "greater than 0 (got -3)"),
+        ({"sim.trace": "sampled", "sim.sample_chips": 2.5}, "sim.sample_chips", "expected an integer, e.g. 8; got 2.5"),
+        ({"sim.trace": "sampled", "sim.sample_chips": "all"}, "sim.sample_chips", 'expected an integer, e.g. 8; got "all"'),
+        ({"sim.trace": "sampled", "sim.sample_chips": 9}, "sim.sample_chips", "the pod has 8; valid: 1 to 8"),
+        ({"sim.sample_chips": 4}, "sim.sample_chips", 'valid: set sim.trace = "sampled", or remove sim.sample_chips'),
+        ({"sim.trace": "summary", "sim.sample_chips": 4}, "sim.sample_chips", "sim.trace = 'summary' stores no chip's events"),
+        ({"sim.trace": "sampled", "training.steps": MAX_CHIP_STEPS}, "sim.sample_chips", f"valid: at most {MAX_CHIP_STEPS:,}"),
+        ({"sim.trace": "sampling"}, "sim.trace", "'full', 'summary' or 'sampled'"),
         # semantic problems
         ({"parallelism.data": 3}, "parallelism", "valid: axes whose product is 8"),
         ({"parallelism.tensor": 3}, "parallelism", "valid: a divisor of 8"),

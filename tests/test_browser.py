@@ -117,3 +117,19 @@ def test_what_if_simulation_end_to_end(server, page, real_db):
     _no_exception(page, "compare after what-if")
     assert page.locator('[data-testid="stMetric"]').count() >= 5
     page.screenshot(path=str(ARTIFACTS / "what_if_result.png"), full_page=True)
+
+
+def test_clicking_a_slice_in_the_grid_opens_its_torus(server, page, real_db):
+    """On a two-slice run the Pod page opens on slice 0; a click on the second cell opens slice 1 and puts it in the URL."""
+    run_id = real_db.run_ids["multi_slice"]
+    page.goto(f"{server}/pod?run={run_id}")
+    _settle(page, PLOT)
+    page.get_by_role("heading", name="Slice 0").wait_for(timeout=30_000)
+    cell = page.locator('[data-testid="stPlotlyChart"]').first.locator(".scatterlayer .trace").first.locator(".point").nth(1)
+    box = cell.bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.get_by_role("heading", name="Slice 1").wait_for(timeout=60_000)
+    _settle(page, PLOT)
+    _no_exception(page, "pod after a slice click")
+    assert "slice=1" in page.url
+    page.screenshot(path=str(ARTIFACTS / "pod_slice_clicked.png"), full_page=True)

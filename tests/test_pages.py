@@ -203,7 +203,7 @@ def test_pod_3d_slices_and_timeline_chip_choices_on_a_multi_slice_run(page_db):
     assert pod.selectbox(key="pod_slice").options == [str(s) for s in range(summary["slices"])]
     pod.radio(key="pod_view").set_value("3D").run()
     _ok(pod)
-    assert len(pod.get("plotly_chart")) == 1
+    assert [c.key for c in pod.get("plotly_chart")] == ["chart_pod_slices", "chart_pod3d"]  # the slices, then one slice's torus
     pod.selectbox(key="pod_metric").set_value("hbm_peak_bytes").run()
     _ok(pod)
     pod.selectbox(key="pod_slice").set_value(1).run()

@@ -102,7 +102,7 @@ def test_extra_tables_are_stored_by_name(db, small_scenario):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        ({"made_up": pa.table({"x": [1]})}, "'made_up' is not declared in engine.trace.TABLES; declared: chip_memory"),
+        ({"made_up": pa.table({"x": [1]})}, "'made_up' is not declared in engine.trace.TABLES; declared: chip_expert_load, chip_memory"),
         ({"chip_memory": pa.table({"chip": pa.array([0], pa.int32())})}, "'chip_memory' has columns ['chip']; declared: ['chip', 'peak_bytes']"),
         ({"chip_memory": pa.table({"chip": ["zero"], "peak_bytes": [1.0]})}, "'chip_memory' does not fit its declared types"),
     ],

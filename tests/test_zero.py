@@ -75,10 +75,13 @@ class TestCollectives:
         assert p.weight_gather_s == pytest.approx(mesh_collective_s("all-gather", PSI * 4.0, self.mesh["fsdp"], W, 0.0))
         assert p.forward_s == 0.0  # no per-layer gather of replicated weights
 
-    def test_zero1_all_reduces_gradients_and_gathers_the_updated_weights_once(self):
-        assert self._ops("optimizer") == sorted([("gradient_sync", "all-reduce", "fsdp"), ("update", "all-gather", "fsdp")])
+    def test_zero1_reduce_scatters_gradients_and_gathers_the_updated_weights_once(self):
+        assert self._ops("optimizer") == sorted([("gradient_sync", "reduce-scatter", "fsdp"), ("update", "all-gather", "fsdp")])
         p = self._plan("optimizer")
-        assert p.fsdp_grad_sync_s == pytest.approx(mesh_collective_s("all-reduce", PSI * 4.0, self.mesh["fsdp"], W, 0.0))
+        assert p.fsdp_grad_sync_s == pytest.approx(mesh_collective_s("reduce-scatter", PSI * 4.0, self.mesh["fsdp"], W, 0.0))
+        # ZeRO's sec. 7.2.1: stage 1 moves what data parallelism moves, a reduce-scatter plus an all-gather
+        ar = mesh_collective_s("all-reduce", PSI * 4.0, self.mesh["fsdp"], W, 0.0)
+        assert p.fsdp_grad_sync_s + p.weight_gather_s == pytest.approx(ar, rel=1e-6)
         assert p.forward_s == 0.0 and p.backward_s == 0.0
 
 

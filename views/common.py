@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 import streamlit as st
 
+from engine.data_files import DATA_DIR
 from engine.errors import PodscopeError
-from profiler import api, queries
+from profiler import queries, sampled
 from profiler import format as fmt
 from profiler.connection import DatabaseDamagedError
 from profiler.store import Database, DatabaseBusyError, resolve_db_path, write_run
@@ -123,7 +123,7 @@ def invalidate() -> None:
 
 
 #: the sweep seeded on first start, so the Scaling page has a curve out of the box
-SEED_SWEEP = api.BUNDLED_SCENARIOS_DIR.parent / "sweeps" / "strong-scaling-v4.toml"
+SEED_SWEEP = DATA_DIR / "sweeps" / "strong-scaling-v4.toml"
 _seed_lock = threading.Lock()
 
 
@@ -139,6 +139,7 @@ def seed_database(db: Database, progress: Callable[[float, str], None] | None = 
     The sweep runs in this process (a thread, no worker processes); a point that fails is
     reported and skipped, the examples stay.
     """
+    from profiler import api  # only a first start seeds: the import stays off every other page's first view
     from profiler.sweep import run_sweep
 
     t0 = time.monotonic()
@@ -173,7 +174,7 @@ def seed_if_empty() -> None:
     try:
         if db.has_runs():
             return
-        with _seed_lock:  # two first visits at once seed once
+        with _seed_lock, released():  # two first visits at once seed once; the file is free while seeding
             if db.has_runs():
                 return
             bar = st.progress(0.0, text="First start: simulating the bundled example scenarios...")
@@ -339,6 +340,8 @@ def chart(fig: Any, df: pd.DataFrame | None, file_name: str, key: str, **kwargs:
 
 def _events_parquet(path: str, run_id: int, step0: int, step1: int) -> bytes:
     # A thin export of the run's events for a window; ``profiler export`` (Perfetto, full runs) supersedes it.
+    import pyarrow.parquet as pq  # only when the button is clicked
+
     with _db(path).read() as con:
         table = queries.events_window(con, run_id, step0, step1)
     buf = io.BytesIO()
@@ -347,10 +350,15 @@ def _events_parquet(path: str, run_id: int, step0: int, step1: int) -> bytes:
 
 
 def export_button(run_id: int, step0: int, step1: int, key: str) -> None:
-    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked)."""
+    """Download the run's events of steps [step0, step1] as Parquet (built only when clicked).
+
+    A sampled run's events are its sampled chips' only; the label says so.
+    """
     path = str(get_db().path)
+    sample = query(sampled.sampled_chips, run_id)
+    chips_note = "" if sample is None else f"{len(sample)} sampled chips, "
     st.download_button(
-        f"Export trace, steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
+        f"Export trace, {chips_note}steps {step0}-{step1} (Parquet)", data=lambda: _events_parquet(path, run_id, step0, step1),
         file_name=f"run{run_id}_steps{step0}-{step1}.parquet", mime="application/vnd.apache.parquet", key=key,
         on_click="ignore", icon=":material/file_export:",
     )  # fmt: skip

@@ -16,6 +16,7 @@ from profiler import format as fmt
 from views import palette
 from views.figure_style import fraction_tickformat, layout, log_decades, nonneg_y, percent_axis
 from views.figures_pod import pod_3d, pod_plane, timeline_gantt
+from views.figures_scale import binned_histogram, slice_grid
 
 __all__ = [
     "KIND_COLORS",
@@ -31,6 +32,8 @@ __all__ = [
     "hbm_bar",
     "memory_timeline_area",
     "chip_memory_histogram",
+    "binned_histogram",
+    "slice_grid",
     "compiles_over_steps",
     "compiles_by_cause_bar",
     "scaling_figure",
@@ -192,10 +195,14 @@ def _stacked_kind_bars(df: pd.DataFrame, x: str, y: str, scale: float, hover: st
     return fig
 
 
-def host_bars(df: pd.DataFrame, title: str = "Chip time by host") -> go.Figure:
-    """Stacked bars of each host's chip-time fractions by kind (columns: host, kind, frac), 0-100%."""
-    fig = _stacked_kind_bars(df, "host", "frac", 100, "host %{x}: {label} %{y:.2f}%<extra></extra>")
-    fig.update_layout(barmode="stack", xaxis_title="host", yaxis_title="share of chip time", legend_orientation="h", bargap=0.05)
+def host_bars(df: pd.DataFrame, title: str = "Chip time by host", by: str = "host") -> go.Figure:
+    """Stacked bars of each host's (or slice's: ``by``) chip-time fractions by kind (columns: ``by``, kind, frac), 0-100%.
+
+    The bars are categories in the order of ``df``, so a few hosts picked from thousands sit side by side.
+    """
+    fig = _stacked_kind_bars(df, by, "frac", 100, f"{by} %{{x}}: {{label}} %{{y:.2f}}%<extra></extra>")
+    fig.update_layout(barmode="stack", xaxis_title=by, yaxis_title="share of chip time", legend_orientation="h", bargap=0.05)
+    fig.update_xaxes(type="category")
     percent_axis(fig, "y")
     return layout(fig, title, height=360)
 
@@ -247,22 +254,19 @@ def memory_timeline_area(df: pd.DataFrame, capacity_bytes: float | None, title: 
     return layout(fig, title, height=380)
 
 
-def chip_memory_histogram(df: pd.DataFrame, capacity_bytes: float | None, title: str = "Peak HBM across chips") -> go.Figure:
-    """Histogram of per-chip peak HBM (column peak_bytes), with the capacity line; the x axis starts at zero."""
-    fig = go.Figure()
-    fig.add_histogram(x=df["peak_bytes"] / fmt.GIB, nbinsx=min(60, max(5, len(df))), marker_color=palette.TOTAL, name="chips",
-                      hovertemplate="%{x} GiB: %{y} chips<extra></extra>")  # fmt: skip
-    top_bytes = float(df["peak_bytes"].max()) if not df.empty else 0.0
+def chip_memory_histogram(bins: pd.DataFrame, capacity_bytes: float | None, title: str = "Peak HBM across chips") -> go.Figure:
+    """Chips per bin of per-chip peak HBM (columns lo, hi, chips: bin edges in bytes, counted in SQL by
+    :func:`profiler.distributions.chip_histogram`), with the capacity line; the x axis starts at zero."""
+    top_bytes = float(bins["hi"].max()) if not bins.empty else 0.0
+    if capacity_bytes and top_bytes < 0.2 * capacity_bytes:
+        title += f" (capacity {fmt.gib(capacity_bytes, 0)}, off scale)"
+    if len(bins) == 1 and float(bins["lo"].iloc[0]) == top_bytes:
+        title += f": every chip {fmt.gib(top_bytes, 2)}"
+    fig = binned_histogram(bins, "peak HBM of a chip", 1 / fmt.GIB, " GiB", title)
     if capacity_bytes and top_bytes >= 0.2 * capacity_bytes:
         fig.add_vline(x=capacity_bytes / fmt.GIB, line_color=palette.CAPACITY, line_dash="dash", annotation_text=f"capacity {fmt.gib(capacity_bytes, 0)}")
-    elif capacity_bytes:
-        title += f" (capacity {fmt.gib(capacity_bytes, 0)}, off scale)"
-    if not df.empty and df["peak_bytes"].nunique() == 1:
-        title += f": every chip {fmt.gib(top_bytes, 2)}"
-    fig.update_layout(xaxis_title="peak HBM of a chip", yaxis_title="chips", showlegend=False)
-    fig.update_xaxes(rangemode="tozero", ticksuffix=" GiB")
-    nonneg_y(fig)
-    return layout(fig, title, height=340)
+    fig.update_xaxes(rangemode="tozero")
+    return fig
 
 
 def compiles_over_steps(df: pd.DataFrame, steps: int, title: str = "Compilations over steps") -> go.Figure:

@@ -22,35 +22,40 @@ __all__ = ["pod_plane", "pod_3d", "timeline_gantt", "color_scale", "SPREAD_FIXED
 SPREAD_FIXED_BELOW_PP = 1.0
 
 
-def color_scale(values: np.ndarray, label: str, percent: bool) -> tuple[dict, str]:
-    """Marker colour settings for per-chip ``values`` (already in % or GiB) and a caption of their range.
+def _unit(percent: bool, unit: str | None) -> str:
+    return unit if unit is not None else ("%" if percent else " GiB")
+
+
+def color_scale(values: np.ndarray, label: str, percent: bool, unit: str | None = None, across: str = "chips") -> tuple[dict, str]:
+    """Marker colour settings for per-chip ``values`` (already in % or ``unit``, default GiB) and a caption of their range.
 
     Returns (marker keywords: colorscale, cmin/cmax or cmid, colorbar), caption text such as
-    "Idle %: 97.54-97.55% across chips (spread 0.01 pp); fixed 0-100% scale".
+    "Idle %: 97.54-97.55% across chips (spread 0.01 pp); fixed 0-100% scale". ``across`` names
+    what the values are of ("chips", "slices").
     """
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return dict(colorscale=palette.SEQUENTIAL), f"{label}: no values"
     lo, hi, med = float(finite.min()), float(finite.max()), float(np.median(finite))
-    unit = "%" if percent else " GiB"
+    unit = _unit(percent, unit)
     spread = hi - lo
     if percent:
-        rng = f"{lo:.2f}-{hi:.2f}% across chips (spread {spread:.2f} pp)"
+        rng = f"{lo:.2f}-{hi:.2f}% across {across} (spread {spread:.2f} pp)"
     else:
-        rng = f"{lo:.2f}-{hi:.2f} GiB across chips (spread {spread:.2f} GiB)"
+        rng = f"{lo:.2f}-{hi:.2f}{unit} across {across} (spread {spread:.2f}{unit})"
     suffix = dict(ticksuffix=unit)
     if percent and spread < SPREAD_FIXED_BELOW_PP:
         marker = dict(colorscale=palette.SEQUENTIAL, cmin=0.0, cmax=100.0, colorbar=dict(title=label, **suffix))
         return marker, f"{label}: {rng}; fixed 0-100% scale (the chips are nearly equal)"
     if spread == 0:
         marker = dict(colorscale=palette.SEQUENTIAL, cmin=0.0, cmax=max(hi, 1e-9), colorbar=dict(title=label, **suffix))
-        return marker, f"{label}: every chip {lo:.2f}{unit}"
+        return marker, f"{label}: every {across.removesuffix('s')} {lo:.2f}{unit}"
     half = max(hi - med, med - lo)
     marker = dict(
         colorscale=palette.DIVERGING, cmin=med - half, cmax=med + half,
         colorbar=dict(title=f"{label}<br>(median {med:.2f}{unit})", **suffix),
     )  # fmt: skip
-    return marker, f"{label}: {rng}; red above, blue below the median chip ({med:.2f}{unit})"
+    return marker, f"{label}: {rng}; red above, blue below the median ({med:.2f}{unit})"
 
 
 def _link_traces(links: pd.DataFrame, horizontal: str, vertical: str) -> list[go.Scatter]:
@@ -95,6 +100,7 @@ def pod_plane(
     title: str = "",
     percent: bool = True,
     extent: tuple[int, int] | None = None,
+    unit: str | None = None,
 ) -> go.Figure:
     """One plane of the torus: a square per chip at its coordinates, coloured by ``metric``.
 
@@ -112,8 +118,8 @@ def pod_plane(
     if links is not None and not links.empty:
         for trace in _link_traces(links, horizontal, vertical):
             fig.add_trace(trace)
-    marker, caption = color_scale(values, label, percent)
-    unit = "%" if percent else " GiB"
+    marker, caption = color_scale(values, label, percent, unit)
+    unit = _unit(percent, unit)
     fig.add_scatter(
         x=df[horizontal], y=df[vertical], mode="markers", customdata=df["chip"], name="chips",
         marker=dict(symbol="square", size=size, color=values, showscale=True, line=dict(width=0.5, color="#555"), **marker),
@@ -128,10 +134,10 @@ def pod_plane(
     return layout(fig, full, height=620)
 
 
-def pod_3d(df: pd.DataFrame, metric: str, label: str, title: str = "", percent: bool = True) -> go.Figure:
+def pod_3d(df: pd.DataFrame, metric: str, label: str, title: str = "", percent: bool = True, unit: str | None = None) -> go.Figure:
     """The whole 3D torus as a point cloud coloured by ``metric`` (columns: chip, host, x, y, z, metric)."""
     values = df[metric].to_numpy(dtype=float) * (100 if percent else 1)
-    marker, caption = color_scale(values, label, percent)
+    marker, caption = color_scale(values, label, percent, unit)
     fig = go.Figure()
     fig.add_scatter3d(
         x=df["x"], y=df["y"], z=df["z"], mode="markers", customdata=df["chip"],

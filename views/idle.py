@@ -10,12 +10,39 @@ from __future__ import annotations
 import streamlit as st
 
 from profiler import format as fmt
-from profiler import queries, steady_state
+from profiler import distributions, queries, slice_queries, steady_state
 from views import common, figures
+
+#: most hosts drawn bar by bar; a larger run draws its slices (or its most idle hosts) and the spread across chips
+HOST_BARS_MAX = 64
 
 
 def _pct_columns(columns, labels: dict[str, str]) -> dict:
     return {c: st.column_config.NumberColumn(labels.get(c, c), format="percent") for c in columns}
+
+
+def _by_host(run_id: int, summary: dict) -> None:
+    """Chip time by host; past HOST_BARS_MAX hosts, by slice (or the most idle hosts) and the spread of idle across chips."""
+    hosts = int(summary.get("hosts") or 0)
+    if hosts <= HOST_BARS_MAX:
+        by_host = common.query(queries.kind_by_host, run_id)
+        common.chart(figures.host_bars(by_host), by_host, f"run{run_id}_time_by_host.csv", "idle_hosts")
+        return
+    if int(summary.get("slices") or 1) > 1:
+        by_slice = common.query(slice_queries.kind_by_slice, run_id)
+        fig = figures.host_bars(by_slice, f"Chip time by slice ({by_slice['slice'].nunique():,} slices, {hosts:,} hosts)", by="slice")
+        common.chart(fig, by_slice, f"run{run_id}_time_by_slice.csv", "idle_slices")
+    else:
+        worst = common.query(distributions.worst_hosts_by_kind, run_id, HOST_BARS_MAX)
+        fig = figures.host_bars(worst, f"Chip time of the {HOST_BARS_MAX} most idle of {hosts:,} hosts")
+        common.chart(fig, worst, f"run{run_id}_time_worst_hosts.csv", "idle_hosts")
+    bins = common.query(distributions.chip_histogram, run_id, "idle_frac", 40)
+    q = common.query(distributions.chip_quantiles, run_id, "idle_frac")
+    if bins is not None and q is not None:
+        title = (f"Idle share across {int(q['chips']):,} chips: median {fmt.percent(q['p50'], 2)}, "
+                 f"p99 {fmt.percent(q['p99'], 2)}, worst {fmt.percent(q['max'], 2)}")  # fmt: skip
+        fig = figures.binned_histogram(bins, "idle share of a chip's time", 100, "%", title)
+        common.chart(fig, bins, f"run{run_id}_idle_histogram.csv", "idle_hist")
 
 
 def main() -> None:
@@ -64,18 +91,14 @@ def main() -> None:
             rows = [{"Step": int(st_), "Step time": fmt.duration(t), "Compiling": fmt.duration(compile_s.get(st_, 0.0))} for st_, t in per_step.items()]
             with st.expander(f"Warm-up: {len(rows)} step(s) that compiled, {fmt.duration(float(per_step.sum()))} in all", expanded=False):
                 st.dataframe(rows, hide_index=True)
-    by_host = common.query(queries.kind_by_host, run_id)
-    common.chart(figures.host_bars(by_host), by_host, f"run{run_id}_time_by_host.csv", "idle_hosts")
+    _by_host(run_id, summary)
 
     left, right = st.columns(2)
     with left:
         st.subheader("Worst hosts")
-        idle_hosts = (
-            by_host[~by_host["kind"].isin(["compute", "collective"])].groupby("host", as_index=False)["frac"].sum()
-            .rename(columns={"frac": "idle_frac"}).sort_values("idle_frac", ascending=False).head(10)
-        )  # fmt: skip
+        idle_hosts = common.query(distributions.worst_hosts, run_id, 10)
         st.dataframe(idle_hosts, hide_index=True, column_config={
-            "host": st.column_config.NumberColumn("Host"),
+            "host": st.column_config.NumberColumn("Host"), "slice": st.column_config.NumberColumn("Slice"),
             "idle_frac": st.column_config.ProgressColumn("Idle (of the host's chip time)", format="percent", min_value=0, max_value=1),
         })  # fmt: skip
     with right:

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from profiler import format as fmt
-from profiler import queries
+from profiler import distributions, queries
 from views import common, figures, palette
 
 
@@ -91,21 +91,21 @@ def main() -> None:
             common.chart(figures.memory_timeline_area(timeline, cap), timeline, f"run{run_id}_hbm_timeline.csv", "mem_tl")
         else:
             st.info("No in-step memory timeline stored for this run (the engine's memory timeline adds it).")
-    per_chip = common.query(queries.chip_memory, run_id)
-    if per_chip is not None:
-        common.chart(figures.chip_memory_histogram(per_chip, cap), per_chip, f"run{run_id}_chip_memory.csv", "mem_chips")
-        top = per_chip.sort_values("peak_bytes", ascending=False).head(10)
+    bins = common.query(distributions.chip_histogram, run_id, "hbm_peak_bytes", 40)
+    if bins is not None:
+        common.chart(figures.chip_memory_histogram(bins, cap), bins, f"run{run_id}_chip_memory_histogram.csv", "mem_chips")
+        top = common.query(distributions.top_chips, run_id, "hbm_peak_bytes", 10)
         st.markdown("**Chips with the highest peak**")
         st.dataframe(
-            top.assign(peak_gib=top["peak_bytes"] / fmt.GIB).drop(columns="peak_bytes"), hide_index=True,
+            top.assign(peak_gib=top["value"] / fmt.GIB).drop(columns="value"), hide_index=True,
             column_config={
                 "chip": st.column_config.NumberColumn("Chip"), "host": st.column_config.NumberColumn("Host"),
+                "slice": st.column_config.NumberColumn("Slice"),
                 "x": st.column_config.NumberColumn("x"), "y": st.column_config.NumberColumn("y"), "z": st.column_config.NumberColumn("z"),
                 "peak_gib": st.column_config.NumberColumn("Peak HBM", format="%.2f GiB"),
             },
         )  # fmt: skip
     else:
         st.caption("Per-chip peaks are not stored for this run; every chip is taken to hold the same footprint as above.")
-
 
 main()

@@ -8,22 +8,42 @@ from __future__ import annotations
 
 import streamlit as st
 
-from profiler import queries, steady_state
+from profiler import queries, sampled, steady_state
 from views import common, figures
 
 _WINDOW_DEFAULT_STEPS = 5
 
 
-def _choose_chips(run_id: int, chips_df) -> list[int]:
-    how = st.radio("Chips", ["Worst N", "By host", "By coordinate"], horizontal=True, key="tl_how")
+def _choose_chips(run_id: int, n_chips: int, sample) -> list[int]:
+    """The chips to draw, picked by the user; for a sampled run only among the sampled chips (the others have no events)."""
+    ways = ["Worst N", "By host", "By coordinate"] + (["By reason sampled"] if sample is not None else [])
+    how = st.radio("Chips", ways, horizontal=True, key="tl_how")
+    chips_df = None  # every chip's coordinates and idle share: asked only where a pick needs them
+    if sample is not None:
+        chips_df = common.query(queries.chip_metrics, run_id)
+        chips_df = chips_df[chips_df["chip"].isin(sample["chip"])]
+        n_chips = len(chips_df)
     if how == "Worst N":
-        most = min(queries.TIMELINE_MAX_CHIPS, len(chips_df))
+        most = min(queries.TIMELINE_MAX_CHIPS, n_chips)
         n = st.slider("N (most idle chips)", 1, most, min(16, most), key="tl_n") if most > 1 else most  # one chip: nothing to choose
+        if chips_df is not None:  # the same order as queries.worst_chips, within the sample
+            return [int(c) for c in chips_df.sort_values(["idle_frac", "chip"], ascending=[False, True])["chip"].head(int(n))]
         return [int(c) for c in common.query(queries.worst_chips, run_id, int(n))["chip"]]
+    if how == "By reason sampled":
+        reasons = list(sampled.reason_counts(sample))
+        picked = st.multiselect("Reasons", reasons, default=reasons, key="tl_reasons",
+                                format_func=lambda r: sampled.REASON_WORDS[r])  # fmt: skip
+        return [int(c) for c in sample[sample["reason"].isin(picked)]["chip"]]
     if how == "By host":
         hosts = common.query(queries.hosts, run_id)
+        if chips_df is not None:
+            hosts = hosts[hosts["host"].isin(chips_df["host"])]
         picked = st.multiselect("Hosts", hosts["host"].tolist(), default=hosts["host"].tolist()[:2], key="tl_hosts")
+        if chips_df is not None:
+            return sorted(int(c) for c in chips_df[chips_df["host"].isin(picked)]["chip"])
         return sorted(int(c) for h in hosts[hosts["host"].isin(picked)]["chips"] for c in h)
+    if chips_df is None:
+        chips_df = common.query(queries.chip_metrics, run_id)
     cols = st.columns(3)
     sel = chips_df
     for col, axis in zip(cols, "xyz"):
@@ -39,7 +59,7 @@ def main() -> None:
     ctx = common.run_context("Timeline")
     if ctx is None:
         return
-    run_id, _summary = ctx
+    run_id, summary = ctx
     if not common.require_events(run_id, "timeline to draw"):
         return
     rng = common.query(queries.step_range, run_id)
@@ -58,8 +78,15 @@ def main() -> None:
         )  # fmt: skip
     else:
         step0, step1 = first, last
-    chips_df = common.query(queries.chip_metrics, run_id)
-    chips = _choose_chips(run_id, chips_df)
+    n_chips = int(summary.get("chips") or 1)
+    sample = common.query(sampled.sampled_chips, run_id)
+    if sample is not None:
+        st.info(
+            f'Run #{run_id} was simulated with `[sim] trace = "sampled"`: it stored the '
+            f"{sampled.describe_sample(sample, n_chips)}. The Timeline draws only these chips; "
+            "Overview, Idle time, Pod and Memory show every chip's totals."
+        )
+    chips = _choose_chips(run_id, n_chips, sample)
     if not chips:
         st.info("No chips selected.")
         return

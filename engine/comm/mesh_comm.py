@@ -191,7 +191,7 @@ class StepComm:
     # weights replicated over `context`: their gradients reduce-scattered and all-gathered over it around
     # the data-parallel all-reduce (which moves the 1 / context shard)
     context_sync_s: float = 0.0
-    # ZeRO-1 (fsdp_shard = "optimizer"): the replicated gradients all-reduced over `fsdp` once per step
+    # ZeRO-1 (fsdp_shard = "optimizer"): the full gradients reduce-scattered over `fsdp` once per step
     fsdp_grad_sync_s: float = 0.0
     # ZeRO-1 and -2: the updated weights all-gathered over `fsdp` once per step, after the update
     weight_gather_s: float = 0.0
@@ -252,9 +252,10 @@ def plan_step_comm(
     ``fsdp_shard`` picks the ZeRO stage (Rajbhandari et al. 2020, sec. 5 and 7): ``"all"``
     (ZeRO-3) as above; ``"grads+optimizer"`` (ZeRO-2) keeps the weights replicated over ``fsdp``
     (no per-layer gathers), reduce-scatters each layer's gradients and all-gathers the updated
-    fp32 weights once per step; ``"optimizer"`` (ZeRO-1) all-reduces the replicated gradients over
-    ``fsdp`` once per step instead of the per-layer reduce-scatters, then gathers the weights the
-    same way. A ``context`` axis replicates the weights: the gradients reduce-scatter over it, the
+    fp32 weights once per step; ``"optimizer"`` (ZeRO-1) keeps every layer's gradients whole until
+    the backward ends, reduce-scatters them over ``fsdp`` once per step (each chip updates only its
+    optimizer partition, so it needs only that partition's reduced gradients: ZeRO's sec. 7.2.1,
+    the same volume as data parallelism), then gathers the weights the same way. A ``context`` axis replicates the weights: the gradients reduce-scatter over it, the
     data-parallel all-reduce moves ``1 / context`` of them, and they gather back.
     """
     units = layer_units(cost)
@@ -365,8 +366,8 @@ def plan_step_comm(
         weight_gather_s = mesh_collective_s("all-gather", full_bytes, fsdp, link, lat, pen.get("fsdp"))
         rows.append((-1, "model", "update", "all-gather", "fsdp", full_bytes, weight_gather_s))
         if fsdp_shard == "optimizer":
-            fsdp_grad_s = mesh_collective_s("all-reduce", full_bytes, fsdp, link, lat, pen.get("fsdp"))
-            rows.append((-1, "model", "gradient_sync", "all-reduce", "fsdp", full_bytes, fsdp_grad_s))
+            fsdp_grad_s = mesh_collective_s("reduce-scatter", full_bytes, fsdp, link, lat, pen.get("fsdp"))
+            rows.append((-1, "model", "gradient_sync", "reduce-scatter", "fsdp", full_bytes, fsdp_grad_s))
     cp = mesh["context"]
     context_sync_s = 0.0
     if cp.size > 1 and shard_bytes > 0:

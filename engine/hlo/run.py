@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..calibration import Calibration
+from ..sampling import plan_sample
 from ..step import Segment, assemble
 from ..topology import build_pod
 from ..trace import CHIPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
@@ -42,7 +43,8 @@ def simulate_hlo(scenario, cal: Calibration) -> RunResult:
         Segment("collective", step.collective_s, barrier=True),
         Segment("other", cal.step_overhead_s),
     ]
-    laid = assemble(segments, steps, chips, detail=scenario.sim.trace)
+    sample = plan_sample(scenario, pod, segments)
+    laid = assemble(segments, steps, chips, detail=scenario.sim.trace, sample=None if sample is None else sample.chips)
 
     usable = chip.hbm_bytes * (1.0 - cal.hbm_reserved_frac)
     peak = cost.peak_live_bytes_per_device
@@ -83,6 +85,7 @@ def simulate_hlo(scenario, cal: Calibration) -> RunResult:
     chip_memory = TABLES["extra_chip_memory"].table({"chip": np.arange(chips, dtype=np.int32), "peak_bytes": np.full(chips, peak)})
     trace = Trace(
         events=laid.events, steps=laid.steps, chips=chip_table, step_kind=laid.step_kind, chip_kind=laid.chip_kind,
-        extra={"hlo_collectives": step.collectives, "chip_memory": chip_memory},
+        extra={"hlo_collectives": step.collectives, "chip_memory": chip_memory,
+               **({"sampled_chips": sample.table()} if sample is not None else {})},  # fmt: skip
     )  # fmt: skip
     return RunResult(scenario=scenario, trace=trace, facts=facts)
