@@ -4,13 +4,13 @@ A script, not a test (timings depend on the machine and its load). Run from the 
 
     python -m benchmarks.bench_plan [--write]
 
-Measures, on the bundled 7B-on-v5p plan (``data/plans/llm-7b-v5p.toml``, 492 candidates):
+Measures, on the bundled 7B-on-v5p plan (``data/plans/llm-7b-v5p.toml``, 1,767 candidates):
 
 * candidates per second: candidates over the search's own time (``elapsed_s``, wall clock),
-  median of 5 searches in one process, beside the same over the process's CPU time (what the
-  search costs when it does not share the cores), and how many reached the analytic step;
+  median and best of 5 searches in one process, beside the same over the process's CPU time
+  (what the search costs when it does not share the cores), and how many reached the analytic step;
 * the whole command ``python -m profiler plan ... --json`` in a fresh process (start-up,
-  imports, search, JSON), median of 3, wall clock and the child's CPU time.
+  imports, search, JSON), median and best of 3, wall clock and the child's CPU time.
 
 Prints the machine's load (``uptime``) beside the numbers; ``--write`` puts the table into
 docs/performance.md (the ``planner-benchmark`` block, which tests do not check).
@@ -58,6 +58,7 @@ def main() -> None:
         runs.append(search(plan))
         cpu.append(time.process_time() - c0)
     rate = statistics.median(r.candidates / r.elapsed_s for r in runs)
+    best_rate = max(r.candidates / r.elapsed_s for r in runs)
     cpu_rate = statistics.median(r.candidates / c for r, c in zip(runs, cpu))
     search_s = statistics.median(r.elapsed_s for r in runs)
     whole, whole_cpu = [], []
@@ -76,9 +77,11 @@ def main() -> None:
         "| Case | Result | Target |",
         "|---|---|---|",
         f"| search, {r.candidates} candidates ({r.costed} costed analytically, the rest pruned) | "
-        f"{search_s:.3f} s wall, **{rate:,.0f} candidates/s** ({cpu_rate:,.0f}/s of this process's CPU time) | >= 1,000/s |",
+        f"{search_s:.3f} s wall, **{rate:,.0f} candidates/s** (median of 5; best {best_rate:,.0f}/s; "
+        f"{cpu_rate:,.0f}/s of this process's CPU time) | >= 1,000/s |",
         f"| `python -m profiler plan llm-7b-v5p.toml --json`, fresh process | **{statistics.median(whole):.2f} s** "
-        f"(median of 3: {', '.join(f'{t:.2f}' for t in whole)}; {statistics.median(whole_cpu):.2f} s of CPU time) | < 3 s |",
+        f"(median of 3: {', '.join(f'{t:.2f}' for t in whole)}; best {min(whole):.2f} s; "
+        f"{statistics.median(whole_cpu):.2f} s of CPU time) | < 3 s |",
     ]
     text = "\n".join(
         [

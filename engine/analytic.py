@@ -110,12 +110,16 @@ def step_costs(
     pod: Pod | None = None,
     cost: ModelCost | None = None,
     tables: bool = True,
+    memo: dict | None = None,
 ) -> StepCosts:
     """The deterministic per-step costs of ``scenario`` under ``cal``.
 
     ``pod`` and ``cost`` may be passed in when the caller has them already.
     ``tables=False`` skips the per-layer collective and memory timeline tables
-    (the numbers are the same).
+    (the numbers are the same). ``memo``, a dict the caller keeps across calls that share
+    ``cal`` and the ``cost`` objects, holds the compute of each distinct microbatch shape, so
+    many meshes of one model (the planner's search) compute each shape once, and the
+    gradient all-reduce on whole torus axes is priced once per operand (``pod`` by identity too).
     """
     chip = scenario.chip_spec()
     pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
@@ -128,7 +132,14 @@ def step_costs(
     # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/pipeline.py)
     work = n_mb / stages
 
-    comp = scenario_compute(scenario, cost, cal, b_mb, chip)
+    if memo is None:
+        comp = scenario_compute(scenario, cost, cal, b_mb, chip)
+    else:  # everything step_compute reads, with the cost and calibration by identity
+        key = ("compute", id(cost), id(cal), chip, b_mb, tr.precision, tr.remat, par.tensor, par.expert, par.context,
+               getattr(scenario.model, "attention_kernel", None))  # fmt: skip
+        if key not in memo:
+            memo[key] = scenario_compute(scenario, cost, cal, b_mb, chip)
+        comp = memo[key]
     fwd_s = comp.forward_s * work
     bwd_s = (comp.fwd_bwd_s - comp.forward_s) * work
     mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, scenario.mesh_sizes, par.mapping)
@@ -198,7 +209,7 @@ def step_costs(
         pass  # no data parallelism over the DCN: the mesh model's estimate over `data` stands
     elif comm.grad_shard_bytes > 0 and (mesh["data"].size > 1 or pod.slices > 1):
         if data_axes is not None:
-            sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes)
+            sync = gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s, axes=data_axes, memo=memo)
         else:
             sync = mesh_gradient_sync(pod, comm.grad_shard_bytes, cal, scenario.interconnect, bwd_s,
                                       mesh["data"].segments, comm.data_sync_s, mesh["data"].size)  # fmt: skip
@@ -343,13 +354,14 @@ def evaluate(
     *,
     pod: Pod | None = None,
     cost: ModelCost | None = None,
+    memo: dict | None = None,
 ) -> Estimate:
     """The steady-state step time and peak HBM of ``scenario``, without simulating a trace.
 
     Uses :func:`step_costs` (what :func:`~engine.simulate.simulate` uses) and the
     barrier rule on the slowest chip class (module docstring). ``[input]``,
     ``[compile]`` and ``[failures]`` are ignored: the result is the step a full run
-    of :func:`steady_state_scenario` reports.
+    of :func:`steady_state_scenario` reports. ``memo`` is passed to :func:`step_costs`.
     """
     cal = calibration or load_calibration()
     if scenario.model.kind == "hlo":
@@ -357,7 +369,7 @@ def evaluate(
     chip = scenario.chip_spec()
     pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     cost = cost or model_cost(scenario.model)
-    c = step_costs(scenario, cal, pod=pod, cost=cost, tables=False)
+    c = step_costs(scenario, cal, pod=pod, cost=cost, tables=False, memo=memo)
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     if scenario.stragglers is not None:
         factors = straggler_factors(scenario.stragglers, pod.chip_table["host"], seeded_rng(scenario.sim.seed, "stragglers"))

@@ -23,6 +23,7 @@ module only knows the layout, so the scenario checks can use it without the mode
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -114,8 +115,22 @@ def resolve_mesh(
     TopologyError
         If the mesh does not factor onto the torus (or the mapping is inconsistent).
     """
-    shape = tuple(int(n) for n in shape)
-    sizes = {a: int(sizes.get(a, 1)) for a in MESH_AXES}
+    key_sizes = tuple(int(sizes.get(a, 1)) for a in MESH_AXES)
+    key_mapping = tuple((k, tuple(v)) for k, v in mapping.items()) if mapping else None
+    return _resolve_mesh(tuple(int(n) for n in shape), tuple(bool(w) for w in wrap), key_sizes, key_mapping)
+
+
+# A Mesh is immutable and depends only on these arguments, so a search over meshes (engine.search),
+# which validates and then costs each candidate, lays each one out once.
+@functools.lru_cache(maxsize=4096)
+def _resolve_mesh(
+    shape: tuple[int, ...],
+    wrap: tuple[bool, ...],
+    key_sizes: tuple[int, ...],
+    key_mapping: tuple[tuple[str, tuple[str, ...]], ...] | None,
+) -> Mesh:
+    sizes = dict(zip(MESH_AXES, key_sizes))
+    mapping = dict(key_mapping) if key_mapping else None
     if math.prod(sizes[a] for a in MESH_AXES) != math.prod(shape):
         named = [a for a in MESH_AXES if a in _ALWAYS_DESCRIBED or sizes[a] > 1]
         raise TopologyError(

@@ -34,6 +34,7 @@ from .validation_messages import problem_from_error
 
 __all__ = [
     "Scenario",
+    "with_parallelism",
     "PodSection",
     "MlpModel",
     "ResNet50Model",
@@ -677,6 +678,32 @@ def scenario_from_dict(raw: Mapping[str, Any], source: str = "<scenario>") -> Sc
     if problems:
         raise ScenarioError(source, problems)
     return scenario
+
+
+def with_parallelism(scenario: Scenario, parallelism: Mapping[str, Any], source: str = "<scenario>") -> Scenario:
+    """``scenario`` with its ``[parallelism]`` table replaced, checked as :func:`scenario_from_dict` checks a whole file.
+
+    The other sections are ``scenario``'s, valid already, so only the new table is validated field
+    by field; every cross-section rule then runs on the result. The planner uses it for the many
+    meshes of one configuration.
+
+    Raises
+    ------
+    ScenarioError
+        With every problem found, each naming its dotted key (``parallelism.tensor``).
+    """
+    if scenario.model.kind == "hlo":
+        raise ScenarioError(source, [("parallelism", "the HLO module fixes the mesh; remove this section")])
+    try:
+        par = ParallelismSection.model_validate(dict(parallelism))
+    except ValidationError as e:
+        problems = [problem_from_error(Scenario, {**err, "loc": ("parallelism", *err["loc"])}) for err in e.errors()]
+        raise ScenarioError(source, problems) from None
+    out = scenario.model_copy(update={"parallelism": par})
+    problems = _semantic_problems(out)
+    if problems:
+        raise ScenarioError(source, problems)
+    return out
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from .errors import ScenarioError
 from .memory import bytes_per_param, zero_shards
 from .models import ModelCost, model_cost
 from .planner import OBJECTIVES, Plan
-from .scenario import Scenario, apply_overrides, parse_topology, scenario_from_dict
+from .scenario import Scenario, apply_overrides, parse_topology, scenario_from_dict, with_parallelism
 from .topology import Pod, build_pod
 
 __all__ = [
@@ -254,6 +254,7 @@ class _Costs:
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str, int], Pod] = {}
         self.models: dict[str, ModelCost] = {}
+        self.memo: dict = {}  # engine.analytic.step_costs' memo: keeps the costs above alive, as its ids need
 
     def pod(self, s: Scenario) -> Pod:
         key = (s.pod.chip, s.pod.topology, s.pod.slices)
@@ -296,7 +297,7 @@ def search(
     def cost(overrides: dict[str, Any], scenario: Scenario, mesh: dict[str, int]) -> None:
         nonlocal costed
         costed += 1
-        est = evaluate(scenario, cal, pod=shared.pod(scenario), cost=shared.cost(scenario))
+        est = evaluate(scenario, cal, pod=shared.pod(scenario), cost=shared.cost(scenario), memo=shared.memo)
         values = {"step_time_s": est.step_time_s, "samples_per_s": est.samples_per_s, "tokens_per_s": est.tokens_per_s}
         objective = values[quantity] / est.chips if per_chip else values[quantity]
         reason = f"out of memory ({est.oom_term})" if est.oom else None
@@ -407,8 +408,8 @@ def _search_meshes(
         if reason[i] is not None:
             add(overrides, chips, mesh, reason[i])
             continue
-        try:
-            s = scenario_from_dict({**raw, "parallelism": {**par_raw, **mesh}}, source=plan.source)
+        try:  # the probe differs from this candidate only in its [parallelism] table
+            s = with_parallelism(probe, {**par_raw, **mesh}, source=plan.source)
         except ScenarioError as e:
             add(overrides, chips, mesh, _reason_of(e))
             continue

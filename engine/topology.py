@@ -36,12 +36,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from .catalog import ChipSpec
 from .errors import TopologyError
+
+if TYPE_CHECKING:  # networkx is imported where a graph is built: routing and fault checks need it, costing does not
+    import networkx as nx
 
 __all__ = ["AXIS_NAMES", "Slice", "Pod", "build_pod", "wraparound_for", "supported_shapes", "is_supported_shape", "fault_problems"]
 
@@ -119,6 +122,8 @@ class Slice:
         Edges are the ICI links (closed form over all chips, one per neighbour pair;
         nx.grid_graph builds the same graph but takes ~0.5 s at 4,096 chips).
         """
+        import networkx as nx
+
         coords = self.coords
         g = nx.Graph()
         for a, (n, w) in enumerate(zip(self.shape, self.wrap)):
@@ -249,6 +254,8 @@ def fault_problems(
             elif f.slice >= slices:
                 problems.append((where, f"slice {f.slice} does not exist; the pod has {slices} slice(s)"))
     if not problems and failed:
+        import networkx as nx
+
         for s in {f.slice for f in failed}:
             cut = g.copy()
             cut.remove_edges_from((tuple(f.a), tuple(f.b)) for f in failed if f.slice == s)

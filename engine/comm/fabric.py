@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
-import networkx as nx
 import numpy as np
 import pyarrow as pa
 
@@ -144,6 +143,8 @@ class Fabric:
         """
         if not self.failed:
             return []
+        import networkx as nx  # only failed links need routing (engine.topology imports it as lazily)
+
         g = self.slice.graph()
         g.remove_edges_from(self.failed)
         shape = self.slice.shape

@@ -289,8 +289,9 @@ def plan_step_comm(
     act = np.array([u.act_out_elems for u in units], dtype=np.float64)
 
     def each(op: str, nbytes: np.ndarray, axis: MeshAxis) -> np.ndarray:
-        values, inverse = np.unique(nbytes, return_inverse=True)
-        return np.array([priced(op, float(v), axis) for v in values])[inverse]
+        values = nbytes.tolist()
+        prices = {v: priced(op, v, axis) for v in set(values)}
+        return np.array([prices[v] for v in values])
 
     fsdp_on = (p_unit > 0) & (fsdp.size > 1)
     gather_on, scatter_on = fsdp_on & (fsdp_shard == "all"), fsdp_on & (fsdp_shard != "optimizer")
