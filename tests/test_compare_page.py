@@ -145,3 +145,23 @@ def test_what_if_sets_context_zero_stage_and_optimizer_state(tmp_path, monkeypat
         summary = queries.run_summary(con, newest)
     assert summary["context_parallel"] == 2 and summary["fsdp_shard"] == "optimizer" and summary["optimizer_state"] == "bf16"
     assert summary["ring_exposed_s"] >= 0 and summary["zero_weight_gather_s"] > 0
+
+
+def test_compare_opens_beside_a_related_run_that_fits():
+    """With no choice made: this run's newest what-if, else the newest run on its chip that fits in
+    HBM, else the newest that fits, else the newest; never the base itself."""
+    import pandas as pd
+
+    from views.compare_model import default_other_run
+
+    runs = pd.DataFrame(  # newest first, as list_runs returns them
+        [(6, "big-moe", "tpu-v6e", True), (5, "llm · batch 512 → 1024", "tpu-v5p", False), (4, "resnet", "tpu-v4", False),
+         (3, "llm-b", "tpu-v5p", True), (2, "llm-c", "tpu-v5p", False), (1, "llm", "tpu-v5p", False)],
+        columns=["run_id", "name", "chip", "oom"],
+    )  # fmt: skip
+    assert default_other_run(runs, 1, "llm", "tpu-v5p") == 5  # its what-if
+    assert default_other_run(runs[runs.run_id != 5], 1, "llm", "tpu-v5p") == 2  # same chip, fits (not 3: OOM; not 6)
+    assert default_other_run(runs, 4, "resnet", "tpu-v4") == 5  # no other v4 run: the newest that fits
+    only_oom = runs[runs.run_id.isin([1, 6])]
+    assert default_other_run(only_oom, 1, "llm", "tpu-v5p") == 6  # nothing fits: the newest other run
+    assert default_other_run(runs[runs.run_id == 1], 1, "llm", "tpu-v5p") is None

@@ -172,9 +172,8 @@ def main() -> None:
         st.info("Simulate a variant above to compare it with this run.")
         return
     labels = {int(r.run_id): common.run_label(r) for r in runs.itertuples()}
-    # By default compare with this run's newest what-if (named "<base> · ..."), else the newest other run.
-    variants = [int(r.run_id) for r in runs.itertuples() if int(r.run_id) != run_id and str(r.name).startswith(f"{base_summary.get('name')} · ")]
-    st.session_state["picker_cmp_id"] = common.picked_run(others, "cmp_id", default=variants[0] if variants else None)
+    default = compare_model.default_other_run(runs, run_id, base_summary.get("name"), base_summary.get("chip"))
+    st.session_state["picker_cmp_id"] = common.picked_run(others, "cmp_id", default=default)
     other = st.selectbox("Compare with", others, format_func=labels.get, key="picker_cmp_id",
                          on_change=lambda: common.remember_run("cmp_id", st.session_state["picker_cmp_id"]))  # fmt: skip
     common.remember_run("cmp_id", int(other))

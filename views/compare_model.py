@@ -13,7 +13,29 @@ import pandas as pd
 from profiler import format as fmt
 from views.palette import kind_label
 
-__all__ = ["cause_differences", "cause_difference_lines"]
+__all__ = ["cause_differences", "cause_difference_lines", "default_other_run"]
+
+
+def default_other_run(runs: pd.DataFrame, run_id: int, base_name: str | None, base_chip: str | None) -> int | None:
+    """The run Compare opens beside ``run_id`` when the user has chosen none.
+
+    This run's newest what-if (named ``"<base> · ..."``); else the newest run on the same chip that
+    fits in HBM; else the newest run that fits; else the newest other run. ``runs`` is
+    :func:`profiler.queries.list_runs` (newest first). None when there is no other run.
+    """
+    others = runs[runs["run_id"] != run_id]
+    if others.empty:
+        return None
+    fits = others[~others["oom"].fillna(False).astype(bool)]
+    for pick in (
+        others[others["name"].astype(str).str.startswith(f"{base_name} · ")] if base_name else others.iloc[:0],
+        fits[fits["chip"] == base_chip] if base_chip else fits.iloc[:0],
+        fits,
+        others,
+    ):
+        if not pick.empty:
+            return int(pick["run_id"].iloc[0])
+    return None
 
 
 def cause_differences(deltas: pd.DataFrame, top: int = 3) -> pd.DataFrame:
