@@ -321,22 +321,29 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         lines += ["", f"[fit.{table}]"]
         for k, v in report[table].items():
             lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
-    prior = Calibration()
-    for name in report["fitted"]:
-        b = FITTED.get(name)
-        if b is None:
-            continue
-        sec, key, factor = _TOML_KEYS[name]
-        lines += ["", f"[fit.bounds.{key}]"]
-        lines.append(f"prior = {_toml_value(round(getattr(prior, name) * factor, 6))}")
-        lines.append(f"lo = {_toml_value(round(b.lo * factor, 6))}")
-        lines.append(f"hi = {_toml_value(round(b.hi * factor, 6))}")
-        lines.append(f"why = {_toml_value(b.why)}")
+    lines += _bounds_lines(report["fitted"])
     for group, row in report.get("step_time_ranges", {}).items():
         lines += ["", f"[fit.step_time_ranges.{_toml_key(group)}]"]
         for k, v in row.items():
             lines.append(f"{k} = {_toml_value(v)}")
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _bounds_lines(fitted) -> list[str]:
+    """One ``[fit.bounds.KEY]`` table per fitted parameter: its prior, bounds (in the file's unit) and why."""
+    prior = Calibration()
+    lines: list[str] = []
+    for name in fitted:
+        b = FITTED.get(name)
+        if b is None:
+            continue
+        _, key, factor = _TOML_KEYS[name]
+        lines += ["", f"[fit.bounds.{key}]"]
+        lines.append(f"prior = {_toml_value(round(getattr(prior, name) * factor, 6))}")
+        lines.append(f"lo = {_toml_value(round(b.lo * factor, 6))}")
+        lines.append(f"hi = {_toml_value(round(b.hi * factor, 6))}")
+        lines.append(f"why = {_toml_value(b.why)}")
+    return lines
 
 
 def _toml_key(k: str) -> str:
@@ -367,17 +374,7 @@ def format_fit(report: dict[str, Any]) -> str:
             f"their generation ({100 * check['coverage']:.0f}%, nominal {100 * check['nominal_coverage']:.0f}%), "
             f"median width {check['median_width_pct']:.1f}% of the prediction"
         )
-    prior = Calibration()
-    for name in report["fitted"]:
-        b = FITTED.get(name)
-        if b is None:
-            continue
-        sec, key, factor = _TOML_KEYS[name]
-        lines += ["", f"[fit.bounds.{key}]"]
-        lines.append(f"prior = {_toml_value(round(getattr(prior, name) * factor, 6))}")
-        lines.append(f"lo = {_toml_value(round(b.lo * factor, 6))}")
-        lines.append(f"hi = {_toml_value(round(b.hi * factor, 6))}")
-        lines.append(f"why = {_toml_value(b.why)}")
+    lines += _bounds_lines(report["fitted"])
     for group, row in report.get("step_time_ranges", {}).items():
         lines.append(f"  range {group:<36} n={row['n']:<3} x{row['low_factor']:.3f} .. x{row['high_factor']:.3f}")
     lines.append(f"wrote {report['path']}")

@@ -309,3 +309,25 @@ def test_mixture_of_experts_cases_are_predicted_but_never_fitted():
     assert v.summary["end_to_end"]["n"] == len(fitted) and not ids & {r.id for r in fitted}
     assert v.summary["checks"]["n"] == sum(r.kind != "end_to_end" for r in v.cases)
     assert all(r.leave_one_generation_out_error_pct is None for r in v.cases if r.id in ids)
+
+
+def test_calibration_file_states_each_fitted_parameter_prior_and_bounds(tmp_path):
+    """The written calibration carries, per fitted parameter, its prior and bounds in the file's unit and why."""
+    from engine.calibration import Calibration, load_calibration
+    from profiler.calibrate import _TOML_KEYS, FITTED, write_calibration_toml
+
+    cal = load_calibration()
+    fitted = {k: getattr(cal, k) for k in FITTED}
+    s = {"n": 1, "median_abs_pct": 1.0, "p90_abs_pct": 2.0, "worst_abs_pct": 3.0, "worst_id": "x"}
+    report = {"date": "2026-12-02", "reference": "r", "reference_sha256": "h", "cases": ["a"], "evaluations": 3, "loss": 0.1,
+              "fitted": fitted, "prior": fitted, "in_sample": s, "leave_one_generation_out": s, "leave_one_family_out": s,
+              "residuals_pct": {"a": 1.0}}  # fmt: skip
+    out = tmp_path / "calibration.toml"
+    write_calibration_toml(out, cal, report)
+    bounds = tomllib.loads(out.read_text())["fit"]["bounds"]
+    prior = Calibration()
+    for name, b in FITTED.items():
+        _, key, factor = _TOML_KEYS[name]
+        assert bounds[key]["lo"] == pytest.approx(b.lo * factor) and bounds[key]["hi"] == pytest.approx(b.hi * factor)
+        assert bounds[key]["prior"] == pytest.approx(getattr(prior, name) * factor, abs=1e-6) and bounds[key]["why"] == b.why
+    assert load_calibration(out) == cal  # the record does not change what the file calibrates
