@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 import duckdb
 
 from engine import scenario_from_dict, simulate
+from engine.planner import scenario_to_toml
 from profiler import chunked_write
 from profiler.store import Database, write_run, write_runs
 from profiler.streamed_write import simulate_and_write
@@ -185,28 +186,6 @@ def bench_sweep_summary_mode(tmp: Path, points: int) -> dict[str, Any]:
     return {"points": points, "chips": 256, "steps": 100, "wall_s": dt, "runs_per_s": points / dt}
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(type(v))
-
-
-def _toml(raw: dict[str, Any]) -> str:
-    """A scenario dict (one level of sections) as TOML text."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in raw.items() if not isinstance(v, dict)]
-    for section, body in raw.items():
-        if isinstance(body, dict):
-            lines.append(f"[{section}]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in body.items()]
-    return "\n".join(lines) + "\n"
-
-
 def bench_sweeps(tmp: Path, points: int, trace: str, executors: tuple[str, ...]) -> list[dict[str, Any]]:
     """Section 4b: a ``points``-point sweep of 256-chip, 100-step scenarios through profiler/sweep.py.
 
@@ -215,7 +194,7 @@ def bench_sweeps(tmp: Path, points: int, trace: str, executors: tuple[str, ...])
     from profiler.sweep import make_executor, run_sweep
 
     base = all_causes_scenario("8x8x4", 100, trace=trace)
-    (tmp / "sweep-base.toml").write_text(_toml(base))
+    (tmp / "sweep-base.toml").write_text(scenario_to_toml(base))
     out = []
     for kind in executors:
         path = tmp / f"sweep-{kind}-{trace}.toml"
