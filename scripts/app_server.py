@@ -17,9 +17,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["AppDidNotStart", "free_port", "running_app"]
+__all__ = ["AppDidNotStart", "free_port", "running_app", "wait_for_script_run"]
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+#: Streamlit's root element once the browser is connected and the page's script has run to its end.
+#: A freshly loaded page starts in script state "initial", so this never matches a page that has not
+#: run yet (the status widget alone does: it says "Running" only some time after a run starts).
+_SCRIPT_DONE = '[data-testid="stApp"][data-test-connection-state="CONNECTED"][data-test-script-state="notRunning"]'
+_STATUS_IDLE_JS = """() => {
+  const w = document.querySelector('[data-testid="stStatusWidget"]');
+  return !w || !/Stop|Running/.test(w.innerText);
+}"""
+
+
+def wait_for_script_run(page, timeout_ms: int = 90_000, pause_ms: int = 800) -> None:
+    """Wait until a Playwright ``page`` of the dashboard has run its script to the end.
+
+    After ``pause_ms`` (time for a widget change to start its rerun), waits for Streamlit's script
+    state to be ``notRunning`` on a connected app and for its status widget to be idle, then pauses
+    again so charts can draw.
+    """
+    page.wait_for_timeout(pause_ms)
+    page.wait_for_selector(_SCRIPT_DONE, timeout=timeout_ms)
+    page.wait_for_function(_STATUS_IDLE_JS, timeout=timeout_ms)
+    page.wait_for_timeout(pause_ms)
 
 
 class AppDidNotStart(RuntimeError):

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from scripts.app_server import running_app
+from scripts.app_server import running_app, wait_for_script_run
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -23,10 +23,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 VIEWPORT = {"width": 1400, "height": 900}
 #: url path of each page (Streamlit derives it from the file name; "" is the default page)
 PAGES = ["", "idle", "pod", "timeline", "memory", "scaling", "recompilation", "compare", "validation"]
-_IDLE_JS = """() => {
-  const w = document.querySelector('[data-testid="stStatusWidget"]');
-  return !w || !/Stop|Running/.test(w.innerText);
-}"""
 
 
 _CONTENT_HEIGHT_JS = """() => {
@@ -46,10 +42,7 @@ def shoot(url: str, out: Path) -> list[Path]:
         page = browser.new_page(viewport=VIEWPORT)
         for path in PAGES:
             page.goto(f"{url}/{path}")
-            page.wait_for_selector('[data-testid="stApp"]', timeout=60_000)
-            page.wait_for_timeout(1500)
-            page.wait_for_function(_IDLE_JS, timeout=180_000)
-            page.wait_for_timeout(2000)  # plotly draws after the script finishes
+            wait_for_script_run(page, timeout_ms=180_000, pause_ms=1500)  # plotly draws after the script finishes
             target = out / f"page_{path or 'overview'}.png"
             # Streamlit scrolls inside its main section, so a full-page shot is one viewport high:
             # grow the viewport to the content's height (width stays 1400), shoot, shrink back.

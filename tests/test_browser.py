@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.app_server import AppDidNotStart, running_app
+from scripts.app_server import AppDidNotStart, running_app, wait_for_script_run
 
 from tests.real_runs import LABELS
 
@@ -74,19 +74,11 @@ def page(server):
         browser.close()
 
 
-_IDLE_JS = """() => {
-  const w = document.querySelector('[data-testid="stStatusWidget"]');
-  return !w || !/Stop|Running/.test(w.innerText);
-}"""
-
-
 def _settle(pg, selector: str | None = None) -> None:
     """Wait until the page's key element is drawn and Streamlit has finished running the script."""
-    pg.wait_for_selector('[data-testid="stApp"]', timeout=30_000)
     if selector:
         pg.wait_for_selector(selector, timeout=60_000)
-    pg.wait_for_function(_IDLE_JS, timeout=60_000)
-    pg.wait_for_timeout(1000)
+    wait_for_script_run(pg, timeout_ms=60_000)
 
 
 def _no_exception(pg, where: str) -> None:

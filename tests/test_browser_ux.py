@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.app_server import AppDidNotStart, running_app
+from scripts.app_server import AppDidNotStart, running_app, wait_for_script_run
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,10 +18,6 @@ METRIC_PAGES = ["", "idle", "pod", "memory", "recompilation", "compare", "valida
 
 pytestmark = pytest.mark.browser
 
-_IDLE_JS = """() => {
-  const w = document.querySelector('[data-testid="stStatusWidget"]');
-  return !w || !/Stop|Running/.test(w.innerText);
-}"""
 # Every metric value (and anything inside it) whose content is wider than its box: a cut-off number.
 _TRUNCATED_JS = """() => {
   const out = [];
@@ -52,16 +48,9 @@ def page(server):
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         pg = browser.new_page(viewport=VIEWPORT)
         pg.goto(server)  # the first visit seeds the database
-        _settle(pg, timeout_ms=180_000)
+        wait_for_script_run(pg, timeout_ms=180_000)
         yield pg
         browser.close()
-
-
-def _settle(pg, timeout_ms: int = 90_000) -> None:
-    pg.wait_for_selector('[data-testid="stApp"]', timeout=timeout_ms)
-    pg.wait_for_timeout(800)
-    pg.wait_for_function(_IDLE_JS, timeout=timeout_ms)
-    pg.wait_for_timeout(800)
 
 
 def _sidebar_run(pg) -> str:
@@ -71,24 +60,24 @@ def _sidebar_run(pg) -> str:
 def _pick(pg, run: str) -> None:
     pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] button[aria-label="Open"]').first.click()
     pg.get_by_role("option", name=re.compile(rf"^#{run} ")).click()
-    _settle(pg)
+    wait_for_script_run(pg)
     assert f"#{run} " in _sidebar_run(pg)
 
 
 def test_picked_run_survives_navigation_and_reload(server, page):
     page.goto(server)
-    _settle(page)
+    wait_for_script_run(page)
     _pick(page, "4")
     assert re.search(r"[?&]run=4\b", page.url), page.url
     page.locator('[data-testid="stSidebarNav"] a', has_text="Idle time").click()
-    _settle(page)
+    wait_for_script_run(page)
     assert "/idle" in page.url and "#4 " in _sidebar_run(page)
     page.wait_for_function("() => /[?&]run=4\\b/.test(location.search)", timeout=10_000)
     page.reload()
-    _settle(page)
+    wait_for_script_run(page)
     assert "#4 " in _sidebar_run(page), "the run was lost on reload"
     page.goto(f"{server}/memory?run=7")  # a shared link
-    _settle(page)
+    wait_for_script_run(page)
     assert "#7 " in _sidebar_run(page)
 
 
@@ -96,7 +85,7 @@ def test_picked_run_survives_navigation_and_reload(server, page):
 @pytest.mark.parametrize("path", METRIC_PAGES)
 def test_no_metric_is_truncated_at_1400px(server, page, path, run):
     page.goto(f"{server}/{path}")
-    _settle(page)
+    wait_for_script_run(page)
     if run and path != "validation":  # picked in the sidebar, as a user would
         _pick(page, run)
     assert page.locator('[data-testid="stMetricValue"]').count() > 0 or path == "compare"
