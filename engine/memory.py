@@ -160,15 +160,15 @@ def _moe_extra_per_token(model, remat: str) -> float:
     """Elements per token a MoE layer saves beyond a dense layer's (its MLP terms replaced).
 
     The router logits (``experts``), the dispatched tokens and the combined outputs at
-    capacity (``2 d`` per routed copy, ``k x capacity_factor`` copies), and the experts'
-    MLP activations for ``k x capacity_factor`` routed plus the shared copies instead of
+    capacity (``2 d`` per routed copy, ``model.routed_copies_per_token`` copies), and the experts'
+    MLP activations for those routed plus the shared copies instead of
     the dense MLP's.
     """
     d, e, k, sh = model.d_model, model.experts, model.experts_per_token, model.shared_experts
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
     ff_e = model.d_ff_expert_eff
     ff_e_in = ff_e * (2 if model.mlp == "swiglu" else 1)
-    copies = k * model.capacity_factor
+    copies = model.routed_copies_per_token
     if remat == "minimal":
         return copies * (ff_e_in + 2 * d) + sh * (ff_e_in + d) + e - (ff_in + d)
     return e + 2 * d * copies + (copies + sh) * (ff_e_in + ff_e) - (ff_in + model.d_ff)

@@ -6,7 +6,8 @@ drawn from a symmetric Dirichlet distribution (mean ``1 / experts``; the
 concentration below sets how uneven), seeded from the scenario. Each expert takes
 at most its capacity, ``capacity_factor x tokens x k / experts`` tokens (GShard,
 Lepikhin et al. 2020, sec. 2.2; Switch Transformer, Fedus et al. 2022, sec. 2.2);
-the rest are dropped (they skip the layer through the residual connection).
+the rest are dropped (they skip the layer through the residual connection). A capacity
+factor of 0 is dropless routing (MegaBlocks, Gale et al. 2023): no expert has a capacity.
 
 Expert parallelism lays the experts in contiguous groups of ``experts / expert``
 over the ``expert`` mesh axis. The expert GEMMs of a group's chips run on the
@@ -51,7 +52,7 @@ def plan_routing(experts: int, capacity_factor: float, groups: int, steps: int, 
     experts
         Routed experts per MoE layer.
     capacity_factor
-        An expert takes at most ``capacity_factor / experts`` of the routed tokens.
+        An expert takes at most ``capacity_factor / experts`` of the routed tokens; 0: no limit (dropless).
     groups
         Expert-parallel degree: experts are split into this many contiguous groups.
     steps
@@ -63,7 +64,7 @@ def plan_routing(experts: int, capacity_factor: float, groups: int, steps: int, 
         A group factor of 1.0 is an even share with nothing dropped.
     """
     share = rng.dirichlet(np.full(experts, ROUTER_CONCENTRATION), size=steps)  # (steps, experts), rows sum to 1
-    capacity = capacity_factor / experts
+    capacity = capacity_factor / experts if capacity_factor > 0 else np.inf
     kept = np.minimum(share, capacity)
     per_group = kept.reshape(steps, groups, experts // groups).sum(axis=2)
     return RoutingPlan(

@@ -112,7 +112,9 @@ class TransformerModel(_Section):
     # Dai et al. 2024). 0 experts: a dense model.
     experts: Annotated[int, Field(ge=0)] = 0
     experts_per_token: PositiveInt = 2
-    capacity_factor: Annotated[float, Field(gt=0)] = 1.25
+    # 0: dropless (no capacity; MaxText's capacity_factor -1 with its megablox grouped matmuls, MegaBlocks,
+    # Gale et al. 2023): every routed token is computed and the buffers hold its k copies.
+    capacity_factor: Annotated[float, Field(ge=0)] = 1.25
     moe_layer_interval: PositiveInt = 1
     shared_experts: Annotated[int, Field(ge=0)] = 0
     d_ff_expert: PositiveInt | None = None
@@ -134,6 +136,12 @@ class TransformerModel(_Section):
     @property
     def moe(self) -> bool:
         return self.experts > 0
+
+    @property
+    def routed_copies_per_token(self) -> float:
+        """Slots the dispatch buffers hold per token: ``k x capacity_factor`` (GShard's expert capacity
+        summed over the experts), or ``k`` when dropless."""
+        return self.experts_per_token * (self.capacity_factor or 1.0)
 
     @property
     def moe_layers(self) -> int:

@@ -292,8 +292,9 @@ def _map_maxtext_moe(e: Entry) -> Case | Skipped:
     named = next((a for name, a in KNOWN_MOE_ARCHITECTURES.items() if text.lower().startswith(name)), None)
     if named is not None and "steady_step_time_s" in exp and inp.get("per_device_batch") and inp.get("seq"):
         chips, pdb, seq = int(inp["chips"]), int(inp["per_device_batch"]), int(inp["seq"])
-        # MaxText runs DeepSeek dropless (capacity_factor -1): a capacity of every routed token never binds
-        m = {"kind": "transformer", **named, "seq_len": seq, "capacity_factor": float(named["experts"]) / named["experts_per_token"]}
+        # MaxText routes dropless by default (MaxText/configs/base.yml: capacity_factor -1.0, "no dropping by
+        # default", megablox True; google/maxtext @ e64f6813): the engine's capacity_factor 0
+        m = {"kind": "transformer", **named, "seq_len": seq, "capacity_factor": 0.0}
         topo, _ = default_topology(chip, chips)
         return Case(
             id=e["id"], kind=e["kind"], family="MaxText MoE", chip=chip, model=text.split(" ")[0],

@@ -98,6 +98,32 @@ class TestRouting:
         assert high.dropped_frac.max() == 0.0  # capacity = all tokens: nothing dropped
         assert high.group_factor.sum(axis=1) == pytest.approx(np.full(50, 8.0))
 
+    def test_dropless_drops_nothing_and_keeps_every_routed_token(self):
+        capped = plan_routing(8, 1.0, 8, 50, np.random.default_rng(0))
+        dropless = plan_routing(8, 0.0, 8, 50, np.random.default_rng(0))
+        assert capped.dropped_frac.mean() > 0 and dropless.dropped_frac.max() == 0.0
+        # with one expert per group, a group's factor is its expert's share x 8: the busiest expert, uncapped
+        assert dropless.group_factor.max(axis=1) == pytest.approx(dropless.busiest_over_mean)
+        assert dropless.group_factor.sum(axis=1) == pytest.approx(np.full(50, 8.0))
+
+    def test_dropless_buffers_hold_k_copies_per_token(self):
+        """Per token, a dropless MoE layer's activations are those of capacity factor 1 (k slots), and
+        capacity factor 2 adds exactly k more copies of the dispatch/combine and expert-MLP terms."""
+        from engine.memory import transformer_layer_activation_bytes
+
+        def layer_bytes(cf):
+            s = scenario_from_dict(_moe_scenario(model={"capacity_factor": cf}))
+            return transformer_layer_activation_bytes(s.model, 4, "bf16", "none")
+
+        assert layer_bytes(0.0) == layer_bytes(1.0)
+        d, k, ff_e = 1024, 2, 2048
+        per_copy = 2 * d + 2 * ff_e + ff_e  # dispatched + combined token, SwiGLU's two inputs and its output
+        assert layer_bytes(2.0) - layer_bytes(1.0) == pytest.approx(4 * 512 * k * per_copy * 2)  # 4 x 512 tokens, 2 B
+
+    def test_dropless_summary(self):
+        r = simulate(scenario_from_dict(_moe_scenario(model={"capacity_factor": 0.0})))
+        assert r.facts.extra["moe_capacity_factor"] == 0.0 and r.facts.extra["moe_dropped_token_frac"] == 0.0
+
     def test_busiest_group_is_waited_for(self):
         r = simulate(scenario_from_dict(_moe_scenario()))
         ev = r.trace.events.to_pandas()
@@ -140,6 +166,7 @@ class TestBadInput:
         "over, key, needle",
         [
             ({"model": {"experts_per_token": 9}}, "model", "valid: 1 .. 8"),
+            ({"model": {"capacity_factor": -1.0}}, "model.capacity_factor", "greater than or equal to 0"),
             ({"parallelism": {"expert": 3, "fsdp": 1}}, "parallelism", ""),
             ({"parallelism": {"expert": 16, "fsdp": 1}}, "parallelism.expert", "does not divide the model's 8 experts"),
             ({"model": {"experts": 0}}, "parallelism.expert", "the model has no experts"),
@@ -167,6 +194,20 @@ def test_published_moe_entries_become_predicted_cases():
     big = build_scenarios(moe["e2e_maxtext_v6e_700b_moe"])[0]
     assert (big.model.experts, big.model.experts_per_token, big.model.capacity_factor) == (16, 2, 1.5)
     assert model_cost(big.model).params == pytest.approx(7.54e11, rel=0.03)  # the entry's total
+    assert deepseek.model.capacity_factor == 0.0  # MaxText's default: dropless
+
+
+def test_the_published_deepseek_run_fits_in_hbm():
+    """The run was logged using 44.6 of 95.7 GB after init with an XLA estimate of 100.4 GB in all: it
+    ran, so it fits. Dropless dispatch buffers hold each token's 6 routed copies, not 64."""
+    from engine.analytic import evaluate
+    from profiler.reference import load_reference, map_entries
+    from profiler.validation import build_scenarios
+
+    cases, _ = map_entries(load_reference())
+    case = next(c for c in cases if c.id == "e2e_maxtext_deepseek2_16b_v5p8")
+    est = evaluate(build_scenarios(case)[0])
+    assert not est.oom, est.costs.mem.breakdown_bytes
 
 
 def test_mesh_axes_are_declared_once_and_scenarios_accept_exactly_them():
