@@ -356,6 +356,15 @@ MAXTEXT_2023_ATTENTION = ("standard", "2023 MaxText base.yml: enable_flash_atten
 #: (JAX's Pallas TPU flash attention, jax.experimental.pallas.ops.tpu, dates from 2023).
 PALM_ATTENTION = ("standard", "PaLM 2022 predates TPU flash-attention kernels")
 
+#: The model MaxText's base.yml defined when its v4 results were published (MaxText repository,
+#: MaxText/configs/base.yml @ 28816574b, 2023-12-08, the README commit the v4 entries cite): head_dim
+#: 256, mlp_activations ["relu"] (two matrices: the engine's two-matrix "gelu" MLP has the same
+#: matmuls), logits_via_embedding True (the output layer reuses the input embedding) and vocab 32,768;
+#: its decoder layer runs attention and MLP side by side on one layer norm. The v4 scripts of that
+#: commit (MaxText/configs/1xv4-128.sh, 1xv4-384.sh) override only emb, heads, mlp and layers, which
+#: the entries give. These defaults give the models the README names: 22.1B and 52.3B parameters.
+MAXTEXT_2023_BASE = {"head_dim": 256, "mlp": "gelu", "tied_embeddings": True, "vocab": 32768}
+
 #: MaxText remat_policy -> the engine's remat policy with the same saved/recomputed split
 _MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none"}
 
@@ -380,15 +389,17 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
         par = str(inp.get("ici_parallelism", ""))
         tp = int(re.search(r"tp=(\d+)", par).group(1)) if "tp=" in par else 1
         remat = str(inp.get("remat_policy", "full"))
+        m["mlp"] = "swiglu"
         assumed = "dims derived from global_parameter_scale (entry); SwiGLU per the entry"
         attention, kernel_src = MAXTEXT_V5P_ATTENTION
     elif cfg:
         m = {"layers": cfg["layers"], "d_model": cfg["emb_dim"], "heads": cfg["heads"], "kv_heads": cfg["kv_heads"],
-             "d_ff": cfg["mlp_dim"], "vocab": _MAXTEXT_BASE["vocab"]}  # fmt: skip
+             "d_ff": cfg["mlp_dim"], **MAXTEXT_2023_BASE}  # fmt: skip
         pdb = cfg.get("per_device_batch_size")
         tp = 1  # ici_fsdp covers the whole slice
         remat = str(cfg.get("remat", "full"))
-        assumed = "head_dim = d_model/heads, vocab 32000 and SwiGLU from MaxText base.yml (not given in the entry)"
+        assumed = ("head_dim 256, a two-matrix (relu) MLP, tied embeddings and vocab 32768 from MaxText's 2023 "
+                   "base.yml (not given in the entry)")
         attention, kernel_src = MAXTEXT_2023_ATTENTION
     else:
         return Skipped(e["id"], e["kind"], "MaxText entry without structured model dims, sequence length or per-device "
@@ -396,7 +407,7 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
     seq = _int(inp.get("seq"))
     if not (chips and pdb and seq) or "tflops_per_chip" not in e["expected"]:
         return Skipped(e["id"], e["kind"], "MaxText entry missing chips, seq or per-device batch, or no TFLOP/s/chip figure")
-    m.update(kind="transformer", seq_len=seq, mlp="swiglu", attention=attention)
+    m.update(kind="transformer", seq_len=seq, attention=attention)
     topo, slices = default_topology(chip, chips)
     if slices > 1:
         return Skipped(e["id"], e["kind"], f"{chips} chips exceed one {chip} slice; the entry gives no multislice layout")
