@@ -5,7 +5,7 @@ A script, not a test: ``python -m benchmarks.bench_pages_browser --db PATH [--re
 50,944-chip summary run). Starts ``streamlit run`` on a free local port (scripts/app_server.py)
 and opens each page in a fresh tab, reporting for each view the seconds until the title is drawn
 (``h1``), and until everything is drawn (``ready``: the script has finished, no element still
-waits for its code, every chart has drawn). The first round, just after the server starts, includes the views' imports and
+waits for its code, every chart has drawn). The first pass over the pages, just after the server starts, includes the views' imports and
 cold caches (``first view``); later rounds are warm. Then, on a freshly started server, it moves page
 to page by the sidebar in one tab, as a user does, and reports each page until every chart on it is
 drawn (``sidebar``: Streamlit's and Plotly's code are loaded once, by the first page). The same is measured for a one-chart Streamlit
