@@ -22,6 +22,7 @@ of a known shape is picked up without code changes.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -433,6 +434,62 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
     )  # fmt: skip
 
 
+#: MaxText's v5p scripts (MaxText/configs/v5p/{32b,64b,128b,256b,512b,1024b}.sh; read at google/maxtext @ e64f6813)
+#: set --xla_tpu_enable_data_parallel_all_reduce_opt and --xla_tpu_data_parallel_opt_different_sized_ops, which
+#: MaxText's benchmarks/xla_flags_library.py names DATA_PARALLEL_OVERLAP ("optimize DCN all-reduces used for
+#: data parallel sharding", "pipelining of data parallel ops across multiple iterations"): the cross-slice
+#: gradient all-reduce overlaps compute, the engine's [interconnect] overlap.
+MAXTEXT_V5P_DCN_OVERLAP = ({"overlap": True}, "the v5p scripts' XLA flags overlap the data-parallel DCN all-reduce with compute")
+
+
+def _maxtext_rows(e: Entry) -> tuple[str, str, int] | None:
+    """(model, accelerator, slices) of a MaxText configs-README row ("32B", "v5p-128", 2), else None."""
+    inp = e["inputs"]
+    m = re.fullmatch(r"\s*(\d+)x\s+(v\w+-\d+)\s*", str(inp.get("hardware", "")))
+    if str(inp.get("framework", "")).lower() != "maxtext" or "multislice" not in inp or not m or "tflops_per_chip" not in e["expected"]:
+        return None
+    return str(inp.get("model", "")), m.group(2), int(m.group(1))
+
+
+def _map_maxtext_multislice(e: Entry, entries: list[Entry]) -> Case | Skipped | None:
+    """A MaxText configs-README row on N slices against the same model's 1-slice row: a DCN weak-scaling check.
+
+    The rows name a model and an accelerator only; the model's dimensions, batch, mesh and remat come from the
+    dimensioned entry of the same model on the same accelerator (the same config script). The check is the
+    per-chip throughput on N slices over that on one, with the per-chip batch held: a ratio of two published
+    figures, predicted from the ratio of step times, never fitted.
+    """
+    row = _maxtext_rows(e)
+    if row is None:
+        return None
+    model, accel, slices = row
+    same = [(x, r) for x in entries if x["kind"] == e["kind"] and (r := _maxtext_rows(x)) and r[:2] == (model, accel)]
+    if slices == 1:
+        more = [x["id"] for x, r in same if r[2] > 1]
+        if more:
+            return Skipped(e["id"], e["kind"], f"the 1-slice figure of the multi-slice check {more[0]} (a ratio, never fitted)")
+        return None
+    one = next((x for x, r in same if r[2] == 1), None)
+    dims = next((x for x in entries if x["kind"] == "end_to_end" and x["inputs"].get("derived_dims")
+                 and str(x["inputs"].get("accelerator")) == accel and str(x["inputs"].get("model", "")).startswith(f"{model} ")), None)  # fmt: skip
+    base = _map_maxtext(dims) if dims is not None else None
+    if one is None or not isinstance(base, Case):
+        return Skipped(e["id"], e["kind"], f"a {slices}-slice row without the same model's 1-slice row and dimensioned entry on {accel}")
+    single = copy.deepcopy(base.scenarios[0])
+    single["interconnect"], overlap_src = MAXTEXT_V5P_DCN_OVERLAP if base.chip == "tpu-v5p" else ({}, "no DCN overlap flag")
+    multi = copy.deepcopy(single)
+    multi["pod"]["slices"] = slices
+    multi["training"]["global_batch"] *= slices
+    return Case(
+        id=e["id"], kind="collective", family="MaxText", chip=base.chip, model=base.model,
+        metric=f"per-chip throughput, {slices} slices vs 1 (weak scaling)", unit="x",
+        published=float(e["expected"]["tflops_per_chip"]) / float(one["expected"]["tflops_per_chip"]),
+        how="weak_scaling", scenarios=(single, multi), scale=1.0,
+        note=f"{slices} x {accel} over DCN against {one['id']}; model, batch per chip, mesh and remat from {dims['id']}; "
+             f"{overlap_src}; ratio = step(1 slice) / step({slices} slices)",
+    )  # fmt: skip
+
+
 def _map_mlperf(e: Entry) -> Case | Skipped | None:
     inp = e["inputs"]
     bench = str(inp.get("benchmark", ""))
@@ -642,7 +699,7 @@ def map_entries(entries: list[Entry]) -> tuple[list[Case], list[Skipped]]:
         if e["kind"] not in PREDICTED_KINDS:
             skipped.append(Skipped(e["id"], e["kind"], "chip spec: an input to data/chips.toml, not a prediction"))
             continue
-        out = _map_maxtext(e) or _map_mlperf(e) or _map_palm(e, entries) or _map_formula(e)
+        out = _map_maxtext_multislice(e, entries) or _map_maxtext(e) or _map_mlperf(e) or _map_palm(e, entries) or _map_formula(e)
         if out is None:
             out = Skipped(e["id"], e["kind"], _skip_reason(e))
         (cases if isinstance(out, Case) else skipped).append(out)

@@ -57,7 +57,7 @@ def tables(v: Validation) -> dict[str, str]:
         summary.append(_summary_row("end-to-end, family held out", v.summary["leave_one_family_out"]))
     if v.summary["end_to_end_never_fitted"]["n"]:
         summary.append(_summary_row("end-to-end, never fitted (mixture-of-experts)", v.summary["end_to_end_never_fitted"]))
-    summary.append(_summary_row("collective / formula checks (not fitted)", v.summary["checks"]))
+    summary.append(_summary_row("collective, scaling and formula checks (not fitted)", v.summary["checks"]))
     rng = v.summary["step_time_range"]
     if rng["n"]:
         summary += [
@@ -144,7 +144,7 @@ def plot(df: pd.DataFrame, out: str) -> None:
     e2e = d[d["fit"] & d["held_out_in_range"].notna()]
     inside = int(e2e["held_out_in_range"].astype(bool).sum())
     bx.set_title(
-        f"Error per case ('check' = collective / formula example; 'never fitted' = a kind of job no fit sees)\n"
+        f"Error per case ('check' = collective, scaling ratio or formula example; 'never fitted' = a kind of job no fit sees)\n"
         f"published result inside its held-out 80% range: {inside} of {len(e2e)}",
         fontsize=9,
     )

@@ -305,6 +305,30 @@ def test_published_scaling_points_are_per_chip_figures_times_chips():
     assert set(points["metric"].str.split(" ").str[0]) <= {"images/s", "tokens/s"}  # TFLOP/s rows are not throughput
 
 
+def test_maxtext_multi_slice_rows_are_weak_scaling_checks():
+    """A configs-README row on 2 slices is checked against the same model's 1-slice row: the ratio of the two
+    published figures, predicted from the step times of the dimensioned entry's scenario on 1 and 2 slices."""
+    entries = reference.load_reference()
+    cases, skipped = reference.map_entries(entries)
+    case = next(c for c in cases if c.id == "e2e_maxtext_v5p_cfgreadme_32B_2x_v5p-128")
+    assert (case.kind, case.how, case.fit) == ("collective", "weak_scaling", False)
+    assert case.published == pytest.approx(319 / 328)
+    one, two = case.scenarios
+    assert (one["pod"]["slices"], two["pod"]["slices"]) == (1, 2)
+    assert two["training"]["global_batch"] == 2 * one["training"]["global_batch"]
+    assert {**one, "pod": None, "training": None} == {**two, "pod": None, "training": None}  # nothing else differs
+    assert one["interconnect"] == {"overlap": True}  # the v5p scripts' data-parallel overlap flags
+    dims = next(c for c in cases if c.id == "e2e_maxtext_v5p_32B_v5p-128")
+    assert one["model"] == dims.scenarios[0]["model"] and one["parallelism"] == dims.scenarios[0]["parallelism"]
+    reasons = {s.id: s.reason for s in skipped}
+    assert "multi-slice check e2e_maxtext_v5p_cfgreadme_32B_2x_v5p-128" in reasons["e2e_maxtext_v5p_cfgreadme_32B_1x_v5p-128"]
+    assert "without structured model dims" in reasons["e2e_maxtext_v5p_cfgreadme_256B_1x_v5p-1024"]  # no 2-slice row
+    # a slower DCN lowers the predicted ratio
+    fast = validation.predict(case, Calibration())
+    slow = validation.predict(case, Calibration(dcn_efficiency=0.2))
+    assert slow < fast <= 1.0
+
+
 def test_mixture_of_experts_cases_are_predicted_but_never_fitted():
     """The published MoE results stay pure predictions: out of the fit, the in-sample row and the folds,
     reported in a row of their own."""
