@@ -1,4 +1,5 @@
-"""What a run assumed about how the job runs: attention kernel, remat policy, precision recipe.
+"""What a run assumed about how the job runs: attention kernel, remat policy, precision recipe,
+and whether the data-parallel gradient all-reduce overlaps the backward pass.
 
 These choices move a transformer's step time by tens of percent, and a scenario may
 leave them out. Each is stated in the run's facts (and so in ``run --json`` and on the
@@ -28,7 +29,10 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
 
     ``attention_kernel`` is None for models without attention. ``defaults_assumed`` lists
     the scenario keys among ``model.attention``, ``training.remat`` and
-    ``training.precision`` that the scenario left out, each with the value taken.
+    ``training.precision`` that the scenario left out, each with the value taken, and
+    ``interconnect.overlap`` when the run all-reduces gradients across data-parallel
+    replicas (a ``data`` axis, or slices over the DCN) and the scenario does not say
+    whether that overlaps the backward pass.
     """
     model, tr = scenario.model, scenario.training
     assumed: dict[str, str] = {}
@@ -40,6 +44,11 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
     for key in ("remat", "precision"):
         if key not in tr.model_fields_set:
             assumed[f"training.{key}"] = str(getattr(tr, key))
+    replicas = scenario.data_parallel * scenario.dcn_data_parallel
+    if replicas > 1 and "overlap" not in scenario.interconnect.model_fields_set:
+        # PaLM (Chowdhery et al. 2022, sec. 4) ran its cross-pod gradient reduction after the backward pass;
+        # MaxText overlaps it only where its scripts set XLA's data-parallel all-reduce flags
+        assumed["interconnect.overlap"] = "false (the gradient all-reduce runs after the backward pass, exposed)"
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,

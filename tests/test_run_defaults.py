@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.assumptions import run_assumptions
 from engine.compute import passes_per_op
 from engine.models import model_cost
 from engine.scenario import scenario_from_dict
@@ -54,7 +55,19 @@ class TestDefaultKernel:
                                 "training": {"global_batch": 4, "steps": 2, "remat": "none"}, "sim": {"trace": "summary"}})  # fmt: skip
         extra = simulate(s).facts.extra
         assert extra["attention_kernel"] is None
-        assert extra["defaults_assumed"] == {"training.precision": "bf16"}
+        assert set(extra["defaults_assumed"]) == {"training.precision", "interconnect.overlap"}  # 4 replicas, no kernel
+
+    def test_gradient_overlap_is_an_assumption_only_where_gradients_cross_replicas(self):
+        def assumed(topology="2x2x1", slices=1, **interconnect):
+            s = scenario_from_dict({"name": "t", "pod": {"chip": "tpu-v5p", "topology": topology, "slices": slices},
+                                    "model": {"kind": "mlp", "layer_sizes": [8, 8]}, "interconnect": interconnect,
+                                    "training": {"global_batch": 8, "steps": 2, "remat": "none", "precision": "bf16"}})  # fmt: skip
+            return run_assumptions(s)["defaults_assumed"]
+
+        assert assumed()["interconnect.overlap"].startswith("false")  # 4 data-parallel replicas in the slice
+        assert "interconnect.overlap" not in assumed(overlap=True) and "interconnect.overlap" not in assumed(overlap=False)
+        assert "interconnect.overlap" not in assumed(topology="1x1x1")  # one replica: nothing to all-reduce
+        assert "interconnect.overlap" in assumed(topology="1x1x1", slices=2)  # two slices over the DCN
 
     def test_run_json_shows_what_was_assumed(self, tmp_path):
         env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "db.duckdb")}
