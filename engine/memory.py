@@ -164,7 +164,7 @@ def _moe_extra_per_token(model, remat: str) -> float:
     MLP activations for those routed plus the shared copies instead of
     the dense MLP's.
     """
-    d, e, k, sh = model.d_model, model.experts, model.experts_per_token, model.shared_experts
+    d, e, sh = model.d_model, model.experts, model.shared_experts
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
     ff_e = model.d_ff_expert_eff
     ff_e_in = ff_e * (2 if model.mlp == "swiglu" else 1)
