@@ -107,6 +107,10 @@ class ModelCost:
     expert_params: int = 0
     active_params: int | None = None
     moe_layers: int = 0
+    # Tensor-parallel all-reduces of a layer's output per pass (Megatron-LM, Shoeybi et al. 2019, sec. 3: one
+    # after each row-parallel GEMM block): a transformer's attention and MLP blocks make 2, a parallel block 1
+    # (both partial sums add before one all-reduce); other models 1 per GEMM output.
+    tp_all_reduces_per_layer: int = 1
 
     @property
     def active_params_eff(self) -> int:
@@ -193,6 +197,12 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
     return ModelCost("resnet50", params, _ops(rows, in_elems=in_elems), None, blocks)
 
 
+def _tp_all_reduces(model: TransformerModel) -> int:
+    """Tensor-parallel all-reduces per layer and pass: attention then MLP end in one each; a parallel block's
+    two partial sums add before a single one."""
+    return 1 if model.parallel_block else 2
+
+
 def _transformer(model: TransformerModel) -> ModelCost:
     t, d, h, q, kv = model.seq_len, model.d_model, model.heads, model.head_dim_eff, model.kv_heads_eff
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
@@ -211,7 +221,8 @@ def _transformer(model: TransformerModel) -> ModelCost:
         rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
         launches = [n_l] * 6 + [1]
         # the input embedding is the sparse part: each token looks up one d-wide row
-        return ModelCost("transformer", params, _ops(rows, launches), t, model.layers, model.vocab * d, float(t * d))
+        return ModelCost("transformer", params, _ops(rows, launches), t, model.layers, model.vocab * d, float(t * d),
+                         tp_all_reduces_per_layer=_tp_all_reduces(model))
     return _moe_transformer(model, rows, params)
 
 
@@ -255,7 +266,7 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     copies = [e if r[0] in ("layer.expert_in", "layer.expert_out") else 1 for r in rows]
     return ModelCost(
         "transformer", params, _ops(rows, launches, copies=copies), t, model.layers, model.vocab * d, float(t * d),
-        expert_params=expert_params, active_params=active, moe_layers=n_moe,
+        expert_params=expert_params, active_params=active, moe_layers=n_moe, tp_all_reduces_per_layer=_tp_all_reduces(model),
     )  # fmt: skip
 
 

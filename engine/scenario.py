@@ -101,6 +101,10 @@ class TransformerModel(_Section):
     head_dim: PositiveInt | None = None
     mlp: Literal["gelu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
+    # Attention and MLP side by side on one layer norm, their outputs summed (GPT-J; PaLM, Chowdhery et al.
+    # 2022, sec. 2 "Parallel Layers"; MaxText's 2023 decoder layer): under tensor parallelism the two blocks'
+    # partial sums add up before one all-reduce per layer and pass instead of two. False: one block after the other.
+    parallel_block: bool = False
     # "flash": blockwise attention (Dao et al. 2022; Pallas splash attention on TPU) never stores the
     # seq x seq probabilities and recomputes them in the backward pass. "standard": the scores and
     # probabilities go through HBM. "autoselected" (the default) is what TPU training stacks pick

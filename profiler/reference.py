@@ -361,10 +361,11 @@ PALM_ATTENTION = ("standard", "PaLM 2022 predates TPU flash-attention kernels")
 #: MaxText/configs/base.yml @ 28816574b, 2023-12-08, the README commit the v4 entries cite): head_dim
 #: 256, mlp_activations ["relu"] (two matrices: the engine's two-matrix "gelu" MLP has the same
 #: matmuls), logits_via_embedding True (the output layer reuses the input embedding) and vocab 32,768;
-#: its decoder layer runs attention and MLP side by side on one layer norm. The v4 scripts of that
-#: commit (MaxText/configs/1xv4-128.sh, 1xv4-384.sh) override only emb, heads, mlp and layers, which
-#: the entries give. These defaults give the models the README names: 22.1B and 52.3B parameters.
-MAXTEXT_2023_BASE = {"head_dim": 256, "mlp": "gelu", "tied_embeddings": True, "vocab": 32768}
+#: its decoder layer (MaxText/layers.py DecoderLayer) runs attention and MLP side by side on one layer
+#: norm and sums them: a parallel block. The v4 scripts of that commit (MaxText/configs/1xv4-128.sh,
+#: 1xv4-384.sh) override only emb, heads, mlp and layers, which the entries give. These defaults give
+#: the models the README names: 22.1B and 52.3B parameters.
+MAXTEXT_2023_BASE = {"head_dim": 256, "mlp": "gelu", "tied_embeddings": True, "vocab": 32768, "parallel_block": True}
 
 #: MaxText remat_policy -> the engine's remat policy with the same saved/recomputed split
 _MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none"}
@@ -399,8 +400,8 @@ def _map_maxtext(e: Entry) -> Case | Skipped | None:
         pdb = cfg.get("per_device_batch_size")
         tp = 1  # ici_fsdp covers the whole slice
         remat = str(cfg.get("remat", "full"))
-        assumed = ("head_dim 256, a two-matrix (relu) MLP, tied embeddings and vocab 32768 from MaxText's 2023 "
-                   "base.yml (not given in the entry)")
+        assumed = ("head_dim 256, a two-matrix (relu) MLP, tied embeddings, vocab 32768 and a parallel block from "
+                   "MaxText's 2023 base.yml and decoder layer (not given in the entry)")
         attention, kernel_src = MAXTEXT_2023_ATTENTION
     else:
         return Skipped(e["id"], e["kind"], "MaxText entry without structured model dims, sequence length or per-device "
@@ -557,6 +558,7 @@ def _palm_model(inp: dict[str, Any]) -> dict[str, Any] | None:
     m["vocab"] *= 1000
     m["kv_heads"] = 1 if "multi-query" in text else m["heads"]
     m["mlp"] = "swiglu" if "swiglu" in text.lower() else "gelu"
+    m["parallel_block"] = "parallel layers" in text.lower()  # PaLM sec. 2: attention and MLP side by side
     m["seq_len"] = int(inp.get("seq_len", 2048))
     m["attention"] = PALM_ATTENTION[0]
     # d_ff is not given: solve the engine's parameter count for it from the stated total (rounded to 256).

@@ -172,6 +172,18 @@ class TestPlanCollectives:
         assert full.backward_s == pytest.approx(2 * plan.backward_s, rel=1e-12)
         assert full.forward_s == plan.forward_s
 
+    def test_a_parallel_block_all_reduces_once_per_layer_and_pass(self):
+        """Attention and MLP side by side: their partial sums add before one all-reduce (PaLM sec. 2)."""
+        mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(16, 1, 4))
+        model = dict(kind="transformer", layers=4, d_model=1024, heads=8, d_ff=4096, vocab=1000, seq_len=128)
+        _, seq = _plan(mesh, 0.0, 0.0, cost=model_cost(TransformerModel(**model)))
+        _, par = _plan(mesh, 0.0, 0.0, cost=model_cost(TransformerModel(**model, parallel_block=True)))
+        t_seq, t_par = (p.per_layer.to_pandas() for p in (seq, par))
+        tp_seq, tp_par = t_seq[t_seq.mesh_axis == "tensor"], t_par[t_par.mesh_axis == "tensor"]
+        assert (tp_par["bytes"].to_numpy() == 1 * 2 * 128 * 1024 * 2.0).all()  # one all-reduce of b x s x d bf16
+        assert tp_par["bytes"].sum() == tp_seq["bytes"].sum() / 2
+        assert par.forward_s == pytest.approx(seq.forward_s / 2, rel=1e-12)  # nothing to hide behind: all exposed
+
     def test_collective_matmul_hides_a_fraction_of_each_tp_all_reduce(self):
         mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(16, 1, 4))
         _, exposed = _plan(mesh, 1e3, 2e3)

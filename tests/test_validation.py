@@ -110,6 +110,11 @@ class TestMapping:
         cases, (skip,) = reference.map_entries([odd])
         assert cases == [] and "save_qkv_proj" in skip.reason and "minimal" in skip.reason
 
+    def test_palm_runs_its_parallel_layers(self):
+        cases, _ = reference.map_entries(reference.load_reference())
+        palm = next(c for c in cases if c.id == "e2e_palm_540b_tpuv4_6144")
+        assert palm.scenarios[0]["model"]["parallel_block"] is True  # the entry: "parallel layers"
+
     @pytest.mark.parametrize(("case_id", "billions"), [("e2e_maxtext_v4_22B_1x_v4-128", 22), ("e2e_maxtext_v4_52B_1x_v4-384", 52)])
     def test_2023_maxtext_runs_are_the_models_their_readme_names(self, case_id, billions):
         """The v4 scripts override emb, heads, mlp and layers; the rest is the 2023 base.yml (head_dim 256, a
@@ -120,7 +125,7 @@ class TestMapping:
         cases, _ = reference.map_entries(reference.load_reference())
         case = next(c for c in cases if c.id == case_id)
         model = TransformerModel(**case.scenarios[0]["model"])
-        assert (model.head_dim, model.mlp, model.tied_embeddings, model.vocab) == (256, "gelu", True, 32768)
+        assert (model.head_dim, model.mlp, model.tied_embeddings, model.vocab, model.parallel_block) == (256, "gelu", True, 32768, True)
         assert model_cost(model).params == pytest.approx(billions * 1e9, rel=0.01)
 
     def test_prediction_uses_inputs_only(self):

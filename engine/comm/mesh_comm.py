@@ -12,7 +12,8 @@ Per-step collectives by strategy (one representative chip, steady state):
   of each collective longer than its neighbour's compute is exposed; the first
   gather and the last reduce-scatter of a pass cannot hide.
 * tensor parallel (Megatron-LM, Shoeybi et al. 2019): two all-reduces of the
-  layer's activations forward and two backward per transformer layer over
+  layer's activations forward and two backward per transformer layer (one each
+  with a parallel attention/MLP block) over
   ``tensor`` (two more in the backward pass under full remat, for the recomputed
   forward). They sit on the critical path (the next matmul needs the result), so without help they are fully exposed; XLA's collective-matmul decomposition
   (Wang et al. 2023) hides a calibrated fraction ``tp_overlap_frac`` of each
@@ -302,8 +303,8 @@ def plan_step_comm(
     if scatter_on.any():
         rs[scatter_on] = each("reduce-scatter", r_bytes[scatter_on], fsdp)
     # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
-    # per pass); for other models one per GEMM output.
-    per_layer = 2 if cost.kind == "transformer" else 1
+    # per pass, 1 with a parallel block); for other models one per GEMM output.
+    per_layer = cost.tp_all_reduces_per_layer
     tp_on = (act > 0) & (tensor.size > 1)
     a_bytes = per_chip_batch * act * wire
     if tp_on.any():
