@@ -47,8 +47,10 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
     replicas = scenario.data_parallel * scenario.dcn_data_parallel
     if replicas > 1 and "overlap" not in scenario.interconnect.model_fields_set:
         # PaLM (Chowdhery et al. 2022, sec. 4) ran its cross-pod gradient reduction after the backward pass;
-        # MaxText overlaps it only where its scripts set XLA's data-parallel all-reduce flags
-        assumed["interconnect.overlap"] = "false (the gradient all-reduce runs after the backward pass, exposed)"
+        # XLA can overlap it with compute (Cloud TPU Multislice overview; MaxText's v5p scripts turn on its
+        # data-parallel all-reduce flags), which a scenario says with interconnect.overlap = true
+        assumed["interconnect.overlap"] = ("false (the gradient all-reduce runs after the backward pass, exposed; "
+                                           "true if XLA overlaps it with compute)")
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,
