@@ -32,6 +32,7 @@ from statistics import NormalDist
 import numpy as np
 import pyarrow as pa
 
+from .batch_norm import plan_batch_norm_sync
 from .calibration import Calibration, load_calibration
 from .errors import SimulationError
 from .comm import GradientSync, MeshGradientSync, StepComm, gradient_sync, mesh_gradient_sync, mesh_link_penalties, plan_step_comm
@@ -187,6 +188,15 @@ def step_costs(
         comm = replace(comm, forward_s=comm.forward_s + ring.forward_exposed_s, backward_s=comm.backward_s + ring.backward_exposed_s,
                        total_comm_s=comm.total_comm_s + ring.send_s,
                        per_layer=pa.concat_tables([comm.per_layer, ring.per_layer]) if tables else comm.per_layer)  # fmt: skip
+    bn_group = getattr(model, "batch_norm_group", 1)
+    if bn_group > 1 and cost.batch_norm_ops:
+        idx = list(cost.batch_norm_ops)
+        bn = plan_batch_norm_sync(cost.ops.n[idx], tuple(cost.ops.names[i] for i in idx), bn_group, remat=tr.remat,
+                                  link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
+                                  hop_latency_s=cal.ici_hop_latency_s, op_overhead_s=cal.op_overhead_s, tables=tables)  # fmt: skip
+        comm = replace(comm, forward_s=comm.forward_s + bn.forward_s, backward_s=comm.backward_s + bn.backward_s,
+                       total_comm_s=comm.total_comm_s + bn.exposed_s,
+                       per_layer=pa.concat_tables([comm.per_layer, bn.per_layer]) if tables else comm.per_layer)  # fmt: skip
     # per-microbatch collectives (FSDP gathers, TP all-reduces, expert all-to-alls) repeat per microbatch
     comm_fwd_s, comm_bwd_s = comm.forward_s * work, comm.backward_s * work
     shard = par.fsdp * par.tensor

@@ -1,5 +1,6 @@
 """What a run assumed about how the job runs: attention kernel, remat policy, precision recipe,
-and whether the data-parallel gradient all-reduce overlaps the backward pass.
+whether the data-parallel gradient all-reduce overlaps the backward pass, and whether a
+ResNet's batch norm pools its statistics over chips.
 
 These choices move a transformer's step time by tens of percent, and a scenario may
 leave them out. Each is stated in the run's facts (and so in ``run --json`` and on the
@@ -11,9 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scenario import Scenario, TransformerModel
+from .scenario import ResNet50Model, Scenario, TransformerModel
 
-__all__ = ["PRECISION_RECIPES", "run_assumptions"]
+__all__ = ["PRECISION_RECIPES", "BN_POOLED_IMAGES", "run_assumptions"]
+
+#: images per chip below which large-batch TPU ResNet training pools batch-norm statistics over chips
+#: (the Google MLPerf ResNet-50 logs: ``model_bn_span`` 64 wherever a replica holds fewer images)
+BN_POOLED_IMAGES = 64
 
 #: what each ``training.precision`` means for the chip's work (engine/compute.py, engine/memory.py)
 PRECISION_RECIPES = {
@@ -32,7 +37,8 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
     ``training.precision`` that the scenario left out, each with the value taken, and
     ``interconnect.overlap`` when the run all-reduces gradients across data-parallel
     replicas (a ``data`` axis, or slices over the DCN) and the scenario does not say
-    whether that overlaps the backward pass.
+    whether that overlaps the backward pass, and ``model.batch_norm_group`` when a data-parallel
+    ResNet holds fewer than :data:`BN_POOLED_IMAGES` images per chip and the scenario does not say.
     """
     model, tr = scenario.model, scenario.training
     assumed: dict[str, str] = {}
@@ -45,6 +51,10 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
         if key not in tr.model_fields_set:
             assumed[f"training.{key}"] = str(getattr(tr, key))
     replicas = scenario.data_parallel * scenario.dcn_data_parallel
+    if isinstance(model, ResNet50Model) and "batch_norm_group" not in model.model_fields_set and replicas > 1:
+        if scenario.per_chip_batch < BN_POOLED_IMAGES:
+            assumed["model.batch_norm_group"] = (f"1 (each chip normalises over its own {scenario.per_chip_batch} images; "
+                                                 "large-batch TPU runs pool statistics over chips: set batch_norm_group)")  # fmt: skip
     if replicas > 1 and "overlap" not in scenario.interconnect.model_fields_set:
         # PaLM (Chowdhery et al. 2022, sec. 4) ran its cross-pod gradient reduction after the backward pass;
         # XLA can overlap it with compute (Cloud TPU Multislice overview; MaxText's v5p scripts turn on its

@@ -111,6 +111,8 @@ class ModelCost:
     # after each row-parallel GEMM block): a transformer's attention and MLP blocks make 2, a parallel block 1
     # (both partial sums add before one all-reduce); other models 1 per GEMM output.
     tp_all_reduces_per_layer: int = 1
+    # indices of the ops whose output a batch-norm layer normalises (its channels: the op's n)
+    batch_norm_ops: tuple[int, ...] = ()
 
     @property
     def active_params_eff(self) -> int:
@@ -194,7 +196,8 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
     params += c_in * model.classes + model.classes
     rows.append(("fc", 1, c_in, model.classes, 1, False, model.classes))
     in_elems.append(c_in)
-    return ModelCost("resnet50", params, _ops(rows, in_elems=in_elems), None, blocks)
+    bn_ops = tuple(i for i, r in enumerate(rows) if r[0] != "fc")  # every convolution is followed by a batch norm
+    return ModelCost("resnet50", params, _ops(rows, in_elems=in_elems), None, blocks, batch_norm_ops=bn_ops)
 
 
 def _tp_all_reduces(model: TransformerModel) -> int:

@@ -82,6 +82,10 @@ class ResNet50Model(_Section):
     kind: Literal["resnet50"]
     image_size: PositiveInt = 224
     classes: PositiveInt = 1000
+    # Chips whose batch-norm statistics are pooled (distributed batch normalization, Ying et al. 2018,
+    # arXiv:1811.06992): one all-reduce per batch-norm layer and pass among that many neighbouring
+    # replicas (engine/batch_norm.py). 1: each chip normalises over its own images.
+    batch_norm_group: PositiveInt = 1
 
 
 #: shortest sequence for which ``attention = "autoselected"`` takes the flash kernel (MaxText
@@ -602,6 +606,12 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         valid = [c for c in range(1, min(seq, n) + 1) if seq % c == 0 and n % c == 0]
         problems.append(("parallelism.context", f"{p.context} does not divide the model's seq_len of {seq}; valid: a divisor "
                          f"of {seq} that also divides the slice's {n} chips: {', '.join(map(str, valid))}"))  # fmt: skip
+    bn_group = getattr(s.model, "batch_norm_group", 1)
+    if bn_group > 1 and s.data_parallel % bn_group:
+        valid = [g for g in range(1, s.data_parallel + 1) if s.data_parallel % g == 0]
+        problems.append(("model.batch_norm_group", f"{bn_group} chips per batch-norm group do not divide the slice's "
+                         f"{s.data_parallel} data-parallel replicas; valid: {', '.join(map(str, valid[:12]))}"
+                         + (", ..." if len(valid) > 12 else "")))  # fmt: skip
     if p.virtual_stages > 1 and p.pipeline_schedule != "interleaved":
         problems.append(("parallelism.virtual_stages", f"{p.virtual_stages} virtual stages need pipeline_schedule = "
                          f"\"interleaved\" (got {p.pipeline_schedule!r}); valid: 1, or the interleaved schedule"))  # fmt: skip

@@ -69,6 +69,17 @@ class TestDefaultKernel:
         assert "interconnect.overlap" not in assumed(topology="1x1x1")  # one replica: nothing to all-reduce
         assert "interconnect.overlap" in assumed(topology="1x1x1", slices=2)  # two slices over the DCN
 
+    def test_an_unpooled_batch_norm_is_an_assumption_only_at_small_per_chip_batches(self):
+        def assumed(batch, **model):
+            s = scenario_from_dict({"name": "r", "pod": {"chip": "tpu-v4", "topology": "2x2x2"}, "model": {"kind": "resnet50", **model},
+                                    "training": {"global_batch": batch, "steps": 2, "remat": "none", "precision": "bf16"}})  # fmt: skip
+            return run_assumptions(s)["defaults_assumed"]
+
+        assert assumed(8 * 32)["model.batch_norm_group"].startswith("1 (each chip normalises over its own 32 images")
+        assert "model.batch_norm_group" not in assumed(8 * 64)  # 64 per chip: what the MLPerf runs pool at least
+        assert "model.batch_norm_group" not in assumed(8 * 32, batch_norm_group=2)  # the scenario says
+        assert "model.batch_norm_group" not in assumed(8 * 32, batch_norm_group=1)
+
     def test_run_json_shows_what_was_assumed(self, tmp_path):
         env = {**os.environ, "PODSCOPE_DB": str(tmp_path / "db.duckdb")}
         p = subprocess.run([sys.executable, "-m", "profiler", "run", "data/scenarios/llm-1b-v5p-64.toml", "--json"],

@@ -1,0 +1,105 @@
+"""Distributed batch normalization: batch statistics pooled over a group of replicas.
+
+Batch normalization (Ioffe & Szegedy 2015, arXiv:1502.03167) normalises each channel by
+the mean and variance of the batch. With few images per chip those statistics get noisy,
+so large-batch TPU training pools them over a group of neighbouring data-parallel replicas
+(Ying et al. 2018, "Image Classification at Supercomputer Scale", arXiv:1811.06992,
+"distributed batch normalization"; the Google MLPerf ResNet-50 code's
+``distributed_group_size``, which its logs record as ``model_bn_span`` = group x images
+per replica). ``[model] batch_norm_group = G`` says how many chips pool their statistics.
+
+Per batch-norm layer, with ``C`` channels, each pass adds one all-reduce among the ``G``
+chips of the group:
+
+* **forward**: the per-channel sum and sum of squares (``2 C`` fp32) before the layer can
+  normalise;
+* **backward**: the two per-channel gradient sums (``sum dy`` and ``sum dy x_hat``,
+  ``2 C`` fp32) before the layer's input gradient;
+* a ``remat = "full"`` recompute runs the forward all-reduces again.
+
+Each one sits between two dependent ops, so no compute hides it: it is exposed. Its
+payload is a few kilobytes, so it is bound by latency: a ring all-reduce over a line of
+``G`` chips of the ``data`` axis (:func:`engine.comm.collectives.all_reduce_time_s`, the
+group being consecutive replicas) plus the per-op overhead every op of the engine pays
+(``[compute] op_overhead_us``): a cross-replica sum is one more op of the layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .comm.collectives import all_reduce_time_s
+from .trace import TABLES
+from .units import seconds_to_ns
+
+__all__ = ["BatchNormSync", "STAT_BYTES", "plan_batch_norm_sync"]
+
+LAYER_COLLECTIVES = TABLES["extra_layer_collectives"]
+
+#: batch-norm statistics are kept in fp32 whatever the training precision (two per channel)
+STAT_BYTES = 2 * 4
+
+
+@dataclass(frozen=True)
+class BatchNormSync:
+    """A step's distributed batch-norm all-reduces on one chip, per pass through the model (seconds)."""
+
+    group: int
+    layers: int  # batch-norm layers
+    forward_s: float  # every layer's forward all-reduce, exposed
+    backward_s: float  # every layer's backward all-reduce (and a full-remat recompute's), exposed
+    bytes_per_pass: float  # payload per chip of all layers' all-reduces in one pass
+    per_layer: pa.Table  # rows of TABLES["extra_layer_collectives"] (op all-reduce, axis data)
+
+    @property
+    def exposed_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def plan_batch_norm_sync(
+    channels: np.ndarray,
+    names: tuple[str, ...],
+    group: int,
+    *,
+    remat: str,
+    link_bytes_per_s: float,
+    hop_latency_s: float,
+    op_overhead_s: float,
+    tables: bool = True,
+) -> BatchNormSync:
+    """The all-reduces of batch-norm layers with ``channels`` pooled over ``group`` chips (module docstring)."""
+    channels = np.asarray(channels, dtype=np.float64)
+    nbytes = STAT_BYTES * channels
+    if group <= 1 or channels.size == 0:
+        return BatchNormSync(1, int(channels.size), 0.0, 0.0, 0.0, LAYER_COLLECTIVES.empty())
+    one = np.array([all_reduce_time_s(b, [group], [False], link_bytes_per_s, hop_latency_s)[0] for b in nbytes]) + op_overhead_s
+    passes_fwd = 2 if remat == "full" else 1
+    forward_s = float(one.sum())
+    table = LAYER_COLLECTIVES.empty()
+    if tables:
+        phases = ["forward", "backward"] + (["recompute"] if passes_fwd == 2 else [])
+        n = channels.size
+        table = LAYER_COLLECTIVES.table(
+            {
+                "unit": pa.array([i + 1 for i in range(n) for _ in phases], pa.int32()),
+                "layer": pa.array([f"{names[i]}.bn" for i in range(n) for _ in phases], pa.string()),
+                "phase": pa.array([p for _ in range(n) for p in phases], pa.string()),
+                "op": pa.array(["all-reduce"] * (n * len(phases)), pa.string()),
+                "mesh_axis": pa.array(["data"] * (n * len(phases)), pa.string()),
+                "bytes": pa.array([float(nbytes[i]) for i in range(n) for _ in phases], pa.float64()),
+                "time_ns": pa.array(
+                    seconds_to_ns("batch-norm all-reduce", [float(one[i]) for i in range(n) for _ in phases]), pa.int64()
+                ),
+            }
+        )
+    return BatchNormSync(
+        group=group,
+        layers=int(channels.size),
+        forward_s=forward_s,
+        backward_s=forward_s * passes_fwd,
+        bytes_per_pass=float(nbytes.sum()),
+        per_layer=table,
+    )
