@@ -11,8 +11,12 @@ results it had *not* been fitted on, not from the engine's own noise:
    first: model kind, parallelism kind (which mesh axes are larger than 1) and one slice or
    several; then model kind alone; then all cases. A group is used only with at least
    :data:`MIN_CASES` ratios, else the next broader one.
-3. A group's range is ``[exp(-q), exp(q)]`` with ``q`` the 80th percentile of its ``|ln r|``
-   (numpy's linear-interpolation percentile): symmetric in log space, so it always contains
+3. A group's range is ``[exp(-q), exp(q)]`` with ``q`` the split-conformal 80% quantile of its
+   ``n`` values of ``|ln r|``: the ``ceil((n + 1) 0.8)``-th smallest (the largest when that exceeds
+   ``n``). For exchangeable errors that rank contains a new case's error with probability at least
+   80% (Lei, G'Sell, Rinaldo, Tibshirani & Wasserman 2018, "Distribution-Free Predictive Inference
+   for Regression", JASA, sec. 2.2, split conformal); the plain sample percentile of a dozen values
+   sits below it and covers less than it says. The range is symmetric in log space, so it always contains
    the point prediction. Symmetric because the *sign* of a held-out error does not carry over
    from one chip generation to another (the modelling error a fit absorbs differs by chip, so
    one generation's held-out cases can all be too fast and another's all too slow), while its
@@ -60,7 +64,7 @@ __all__ = [
     "step_time_range_s",
 ]
 
-#: share of real step times a range is meant to contain, and the percentile of |ln(real / predicted)| that bounds it
+#: share of real step times a range is meant to contain (the split-conformal level of |ln(real / predicted)|)
 NOMINAL_COVERAGE = 0.8
 ERROR_PERCENTILE = 100.0 * NOMINAL_COVERAGE
 #: fewest held-out ratios a group needs for its own range: below that its 80th percentile is little more
@@ -68,7 +72,8 @@ ERROR_PERCENTILE = 100.0 * NOMINAL_COVERAGE
 MIN_CASES = 8
 #: the whole rule in one line (written beside the table in the calibration file)
 RULE = (
-    f"predicted step x [exp(-q), exp(q)], q = P{ERROR_PERCENTILE:g} of |ln(real step / predicted step)| over the "
+    "predicted step x [exp(-q), exp(q)], q = the ceil((n + 1) x 0.8)-th smallest of the n values of "
+    "|ln(real step / predicted step)| (split conformal, Lei et al. 2018) over the "
     "leave-one-generation-out predictions of comparable cases (model kind / parallelism kind / single- or "
     f"multi-slice, else model kind, else all cases; a group needs >= {MIN_CASES} cases)"
 )
@@ -119,9 +124,12 @@ def step_time_ratio(case: Case, error_pct: float) -> float | None:
 def range_factors(ratios: Sequence[float]) -> tuple[float, float]:
     """(low, high) multipliers of a predicted step time from step-time ratios: ``exp(-q), exp(q)``.
 
-    ``q`` is the :data:`ERROR_PERCENTILE` th percentile of ``|ln r|`` (numpy, linear interpolation).
+    ``q`` is the split-conformal :data:`NOMINAL_COVERAGE` quantile of the ``n`` values of ``|ln r|``: the
+    ``ceil((n + 1) x NOMINAL_COVERAGE)``-th smallest, the largest when that rank exceeds ``n`` (module docstring).
     """
-    q = float(np.percentile(np.abs(np.log(np.asarray(ratios, dtype=np.float64))), ERROR_PERCENTILE))
+    errors = np.sort(np.abs(np.log(np.asarray(ratios, dtype=np.float64))))
+    rank = min(math.ceil(round((errors.size + 1) * NOMINAL_COVERAGE, 9)), errors.size)
+    q = float(errors[rank - 1])
     return math.exp(-q), math.exp(q)
 
 

@@ -105,6 +105,18 @@ def _with_sharded_update(scenario: dict[str, Any]) -> dict[str, Any]:
 #: (JAX's Pallas TPU flash attention, jax.experimental.pallas.ops.tpu, dates from 2023).
 PALM_ATTENTION = ("standard", "PaLM 2022 predates TPU flash-attention kernels")
 
+#: images whose batch-norm statistics the Google MLPerf ResNet-50 runs pool at least: their logs record
+#: ``model_bn_span`` 64 where a replica holds fewer images (training_results_v0.7 Google/results/tpu-v4-512-TF:
+#: 64 at 32 per chip; tpu-v3-8192-TF: 64 at 8 per core) and the replica's own batch otherwise (v0.6 tpu-v3-256:
+#: 128; v0.7 tpu-v4-128-TF: 128). Distributed batch normalization: Ying et al. 2018, arXiv:1811.06992.
+MLPERF_RESNET_BN_SPAN_IMAGES = 64
+
+
+def resnet_batch_norm_group(per_chip_images: float) -> int:
+    """Chips that pool batch-norm statistics so a group holds at least ``MLPERF_RESNET_BN_SPAN_IMAGES`` images."""
+    return max(1, math.ceil(MLPERF_RESNET_BN_SPAN_IMAGES / per_chip_images))
+
+
 def _map_mlperf(e: Entry) -> Case | Skipped | None:
     inp = e["inputs"]
     bench = str(inp.get("benchmark", ""))
@@ -121,12 +133,15 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
                            "needs the epochs to converge, which the entry does not give")  # fmt: skip
         topo, slices = default_topology(chip, chips)
         per_chip = batch / chips
+        bn_group = resnet_batch_norm_group(per_chip)
+        model = {"kind": "resnet50", "batch_norm_group": bn_group}
         return Case(
             id=e["id"], kind=e["kind"], family="MLPerf ResNet-50", chip=chip, model="ResNet-50",
             metric="images/s per chip (steady state)", unit="images/s", published=float(exp["steady_images_per_s_per_chip"]),
-            how="work_per_step", scenarios=(_with_sharded_update(scenario_dict(e["id"], chip, topo, slices, {"kind": "resnet50"}, batch, optimizer="momentum")),),
+            how="work_per_step", scenarios=(_with_sharded_update(scenario_dict(e["id"], chip, topo, slices, model, batch, optimizer="momentum")),),
             work_per_step=per_chip,
-            note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, momentum (LARS-like) optimizer, weight update sharded "
+            note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, batch norm pooled over {bn_group} chip(s), "
+                 "momentum (LARS-like) optimizer, weight update sharded "
                  "across replicas (Kumar et al. 2019, 2021: the TPU MLPerf ResNet-50 submissions); published "
                  "steady state includes the eval share of each epoch block, which Podscope does not model",
         )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Distributed batch normalization: the all-reduces by hand, where they sit in the step, bad input."""
+"""Distributed batch normalization: the all-reduces by hand, where they sit in the step, bad input, the MLPerf mapping."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from engine.batch_norm import STAT_BYTES, plan_batch_norm_sync
 from engine.calibration import load_calibration
 from engine.models import model_cost
 from engine.scenario import ResNet50Model
+from profiler.reference import resnet_batch_norm_group
 
 W = 50e9  # one link, bytes/s
 HOP_S = 1e-6
@@ -104,6 +105,24 @@ class TestBadInput:
         with pytest.raises(ScenarioError) as e:
             scenario_from_dict(_resnet(0))
         assert [k for k, _ in e.value.problems] == ["model.batch_norm_group"]
+
+
+class TestMlperfMapping:
+    @pytest.mark.parametrize(
+        ("per_chip", "group"),
+        [(256, 1), (128, 1), (64, 1), (32, 2), (16, 4), (8, 8)],  # v3-256, v4-128: own batch; v4-512: 2; v3-8192: 4 chips
+    )
+    def test_groups_pool_at_least_64_images(self, per_chip, group):
+        assert resnet_batch_norm_group(per_chip) == group
+
+    def test_the_v4_512_case_is_mapped_with_its_group(self):
+        from profiler.reference import load_reference, map_entries
+
+        cases, _ = map_entries(load_reference())
+        by_id = {c.id: c for c in cases}
+        assert by_id["mlperf_v0.7_tpu-v4-512-TF_resnet"].scenarios[0]["model"]["batch_norm_group"] == 2
+        assert by_id["mlperf_v0.7_tpu-v3-8192-TF_resnet"].scenarios[0]["model"]["batch_norm_group"] == 4
+        assert by_id["mlperf_v0.7_tpu-v4-128-TF_resnet"].scenarios[0]["model"]["batch_norm_group"] == 1
 
 
 def test_stat_bytes_are_two_fp32_per_channel():

@@ -110,11 +110,24 @@ class TestRanges:
         assert ranges.step_time_ratio(replace(thr, how="weak_scaling"), 5.0) is None
 
     def test_range_factors_by_hand(self):
-        # |ln r| = 0.1, 0.2, 0.3, 0.4, 0.5; P80 (linear, index 0.8 * 4 = 3.2) = 0.4 + 0.2 * 0.1 = 0.42
-        ratios = [math.exp(x) for x in (-0.1, 0.2, -0.3, 0.4, -0.5)]
+        # |ln r| = 0.1 .. 0.9 (n = 9): split-conformal rank ceil(10 x 0.8) = 8 -> 0.8
+        ratios = [math.exp(x * (-1) ** i) for i, x in enumerate((0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9))]
         low, high = ranges.range_factors(ratios)
-        assert (low, high) == (pytest.approx(math.exp(-0.42)), pytest.approx(math.exp(0.42)))
+        assert (low, high) == (pytest.approx(math.exp(-0.8)), pytest.approx(math.exp(0.8)))
         assert low < 1.0 < high  # always contains the point prediction
+        # n = 3: rank ceil(4 x 0.8) = 4 > 3 -> the largest
+        assert ranges.range_factors([math.exp(0.1), math.exp(-0.3), math.exp(0.2)])[1] == pytest.approx(math.exp(0.3))
+        # n = 11: rank ceil(12 x 0.8) = ceil(9.6) = 10 (not 9, the plain 80th percentile's neighbour)
+        eleven = [math.exp(0.01 * (i + 1)) for i in range(11)]
+        assert ranges.range_factors(eleven)[1] == pytest.approx(math.exp(0.10))
+
+    def test_conformal_rank_covers_its_level_on_exchangeable_errors(self):
+        # the guarantee the rule rests on: a new draw lands inside the range built from n draws >= 80% of the time
+        rng = np.random.default_rng(7)
+        n, trials = 9, 4000
+        draws = np.exp(rng.standard_t(3, size=(trials, n + 1)) * 0.1)
+        inside = [ranges.range_factors(d[:n])[0] <= d[n] <= ranges.range_factors(d[:n])[1] for d in draws]
+        assert 0.78 <= np.mean(inside) <= 0.86  # exact level (n+1)^-1 ceil((n+1) 0.8) = 0.8, Monte-Carlo noise ~0.6%
 
     def test_table_uses_the_most_specific_group_with_enough_cases(self):
         assert ranges.MIN_CASES == 8
@@ -127,7 +140,7 @@ class TestRanges:
             ratios[f"r{i}"] = math.exp(-0.5)
         table = ranges.range_table(ratios, keys)
         assert set(table) == {"transformer/fsdp/single-slice", "transformer", "all"}
-        q = np.percentile([0.01 * (i + 1) for i in range(8)], 80)  # 0.0660
+        q = 0.08  # split-conformal rank ceil(9 x 0.8) = 8 of the 8 values 0.01 .. 0.08
         assert table["transformer/fsdp/single-slice"]["high_factor"] == pytest.approx(math.exp(q))
         assert table["all"]["n"] == 11
         group, row = ranges.lookup(table, ranges.comparable_keys("resnet50", "data", 1))
