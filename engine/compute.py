@@ -5,7 +5,8 @@ a fixed per-op overhead (Williams et al. 2009, "Roofline"). FLOPs are counted on
 MXU-padded shapes: every GEMM dimension is rounded up to the chip's systolic
 array edge (``mxu_dim``), which is why small or oddly shaped layers run far below
 peak on TPUs. Backward is twice the forward (same roofline, 2x work); full
-rematerialisation adds one more forward.
+rematerialisation reruns the forward of every op whose output a backward op reads
+(see :func:`passes_per_op`).
 """
 
 from __future__ import annotations
@@ -39,9 +40,20 @@ def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
     forward passes of the core. Under ``selective`` that recompute *is* the policy's
     attention-core recompute; under ``minimal`` (``checkpoint_dots_with_no_batch_dims``,
     which saves no kernel output) and ``full`` the kernel's forward is rerun as well.
+
+    ``full`` (``jax.checkpoint`` with no saving policy) recomputes a layer's *linearization points*
+    from its saved input (the jax.checkpoint docstring): what its backward ops read. A GEMM's
+    gradient reads its inputs, not its output, so an op whose output only adds into the residual
+    stream (``GemmOps.residual_out``: a transformer's MLP down-projection, and the attention output
+    projection of a parallel block) is not rerun: 3 passes. XLA's own FLOP count agrees
+    (``tests/fixtures/remat/remat_flops.json``, made by ``scripts/fixtures/make_remat_flops.py``):
+    a full-remat layer recomputes 0.767 of its forward FLOPs where the forward without the
+    down-projection is 0.765, and a parallel block 0.708 where without both projections it is 0.706.
     """
     attn = np.asarray(ops.w_is_activation, dtype=bool)
     passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
+    if remat == "full" and ops.residual_out is not None:
+        passes[ops.residual_out] = PASSES_BY_REMAT["none"]
     if remat in ("selective", "minimal"):
         passes[attn] = 4.0
     if flash:

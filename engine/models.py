@@ -57,6 +57,9 @@ class GemmOps:
     # Distinct weight matrices of the op's shape: a routed-expert GEMM holds one per expert (its rows,
     # m, are the tokens routed to any of them). None: one weight matrix per repeat.
     w_copies: np.ndarray | None = None
+    # True where the op's output only adds into the residual stream, so no backward op reads it: a
+    # full-remat backward pass does not rerun that op (see engine/compute.py passes_per_op). None: none.
+    residual_out: np.ndarray | None = None
 
     @property
     def copies(self) -> np.ndarray:
@@ -113,6 +116,9 @@ class ModelCost:
     tp_all_reduces_per_layer: int = 1
     # indices of the ops whose output a batch-norm layer normalises (its channels: the op's n)
     batch_norm_ops: tuple[int, ...] = ()
+    # Of tp_all_reduces_per_layer, those a full-remat recompute runs again: the all-reduce after a block
+    # whose last GEMM it does not rerun (GemmOps.residual_out) is not repeated. None: all of them.
+    tp_all_reduces_recomputed_per_layer: int | None = None
 
     @property
     def active_params_eff(self) -> int:
@@ -132,6 +138,7 @@ def _ops(
     launches: list[int] | None = None,
     in_elems: list[int] | None = None,
     copies: list[int] | None = None,
+    residual_out: set[str] | frozenset[str] = frozenset(),
 ) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
@@ -145,6 +152,7 @@ def _ops(
         launches=np.asarray(launches if launches is not None else count, dtype=np.float64),
         in_elems=np.asarray(in_elems, dtype=np.float64) if in_elems is not None else None,
         w_copies=np.asarray(copies, dtype=np.float64) if copies is not None else None,
+        residual_out=np.array([name in residual_out for name in names], dtype=bool) if residual_out else None,
     )
 
 
@@ -206,6 +214,22 @@ def _tp_all_reduces(model: TransformerModel) -> int:
     return 1 if model.parallel_block else 2
 
 
+def _residual_out(model: TransformerModel) -> frozenset[str]:
+    """The layer's GEMMs whose output only adds into the residual stream, so no backward op reads it.
+
+    A sequential block's attention output feeds the MLP's LayerNorm, whose gradient needs its input:
+    it is read. The MLP's (and shared experts') down-projection adds into the next layer's input
+    and nothing of this layer's backward reads it; in a parallel block the attention output
+    projection joins it. A routed expert's output is read: the gate's gradient needs it.
+    """
+    return frozenset({"layer.mlp_out", "layer.shared_out"} | ({"layer.out"} if model.parallel_block else set()))
+
+
+def _tp_recomputed(model: TransformerModel) -> int:
+    """Of a layer's tensor-parallel all-reduces, those after a GEMM a full-remat recompute reruns."""
+    return 0 if model.parallel_block else 1
+
+
 def _transformer(model: TransformerModel) -> ModelCost:
     t, d, h, q, kv = model.seq_len, model.d_model, model.heads, model.head_dim_eff, model.kv_heads_eff
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
@@ -224,8 +248,9 @@ def _transformer(model: TransformerModel) -> ModelCost:
         rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
         launches = [n_l] * 6 + [1]
         # the input embedding is the sparse part: each token looks up one d-wide row
-        return ModelCost("transformer", params, _ops(rows, launches), t, model.layers, model.vocab * d, float(t * d),
-                         tp_all_reduces_per_layer=_tp_all_reduces(model))
+        return ModelCost("transformer", params, _ops(rows, launches, residual_out=_residual_out(model)), t, model.layers,
+                         model.vocab * d, float(t * d), tp_all_reduces_per_layer=_tp_all_reduces(model),
+                         tp_all_reduces_recomputed_per_layer=_tp_recomputed(model))  # fmt: skip
     return _moe_transformer(model, rows, params)
 
 
@@ -268,8 +293,9 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     launches = [model.layers if r[0] in ("layer.qkv", "layer.scores", "layer.values", "layer.out") else r[4] for r in rows[:-1]] + [1]
     copies = [e if r[0] in ("layer.expert_in", "layer.expert_out") else 1 for r in rows]
     return ModelCost(
-        "transformer", params, _ops(rows, launches, copies=copies), t, model.layers, model.vocab * d, float(t * d),
-        expert_params=expert_params, active_params=active, moe_layers=n_moe, tp_all_reduces_per_layer=_tp_all_reduces(model),
+        "transformer", params, _ops(rows, launches, copies=copies, residual_out=_residual_out(model)), t, model.layers,
+        model.vocab * d, float(t * d), expert_params=expert_params, active_params=active, moe_layers=n_moe,
+        tp_all_reduces_per_layer=_tp_all_reduces(model), tp_all_reduces_recomputed_per_layer=_tp_recomputed(model),
     )  # fmt: skip
 
 

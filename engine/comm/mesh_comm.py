@@ -14,8 +14,9 @@ Per-step collectives by strategy (one representative chip, steady state):
 * tensor parallel (Megatron-LM, Shoeybi et al. 2019): two all-reduces of the
   layer's activations forward and two backward per transformer layer (one each
   with a parallel attention/MLP block) over
-  ``tensor`` (two more in the backward pass under full remat, for the recomputed
-  forward). They sit on the critical path (the next matmul needs the result), so without help they are fully exposed; XLA's collective-matmul decomposition
+  ``tensor`` (under full remat the recomputed forward repeats the attention block's; the
+  MLP's down-projection, and a parallel block's whole output, is not recomputed:
+  engine/compute.py ``passes_per_op``). They sit on the critical path (the next matmul needs the result), so without help they are fully exposed; XLA's collective-matmul decomposition
   (Wang et al. 2023) hides a calibrated fraction ``tp_overlap_frac`` of each
   behind the layer's own matmuls.
 * parameter server (TF ``ParameterServerStrategy``): the sparse parameters
@@ -229,8 +230,9 @@ def plan_step_comm(
     (backward includes any recomputation); they are spread over layer units by
     FLOP share to decide what each unit's communication can hide behind.
     ``ps_hosts > 0`` selects the parameter-server strategy for ``cost.sparse_params``.
-    Under ``remat = "full"`` the recomputed forward repeats each layer's tensor-parallel
-    all-reduces inside the backward pass (Korthikanti et al. 2022, sec. 5); the other
+    Under ``remat = "full"`` the recomputed forward repeats, inside the backward pass, the
+    tensor-parallel all-reduces after the GEMMs it reruns (Korthikanti et al. 2022, sec. 5;
+    ``ModelCost.tp_all_reduces_recomputed_per_layer``); the other
     policies recompute only work inside a head shard, which needs no communication.
     ``tp_overlap_frac`` of each tensor-parallel all-reduce hides behind the same unit's compute
     in that pass (never more than that compute): the collective-matmul decomposition.
@@ -305,13 +307,17 @@ def plan_step_comm(
     # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
     # per pass, 1 with a parallel block); for other models one per GEMM output.
     per_layer = cost.tp_all_reduces_per_layer
+    # a full-remat recompute reruns only the all-reduces after GEMMs it reruns (engine/models.py)
+    recomputed = per_layer if cost.tp_all_reduces_recomputed_per_layer is None else cost.tp_all_reduces_recomputed_per_layer
     tp_on = (act > 0) & (tensor.size > 1)
     a_bytes = per_chip_batch * act * wire
+    tp_r = np.zeros_like(tp_f)
     if tp_on.any():
         tp_f[tp_on] = per_layer * each("all-reduce", a_bytes[tp_on], tensor)
         tp_b[tp_on] = tp_f[tp_on]
-        if remat == "full":
-            tp_b[tp_on] += tp_f[tp_on]
+        if remat == "full" and recomputed:
+            tp_r[tp_on] = tp_f[tp_on] * recomputed / per_layer
+            tp_b[tp_on] += tp_r[tp_on]
     for i, u in enumerate(units if tables else ()):
         if gather_on[i]:
             rows += [
@@ -325,8 +331,8 @@ def plan_step_comm(
                 (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
                 (i, u.name, "backward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
             ]
-            if remat == "full":
-                rows.append((i, u.name, "recompute", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]))
+            if remat == "full" and recomputed:
+                rows.append((i, u.name, "recompute", "all-reduce", "tensor", recomputed * a_bytes[i], tp_r[i]))
     # Forward: gather of unit i prefetched during compute of unit i-1; the first is exposed.
     fwd_fsdp = ag[0] + float(np.maximum(0.0, ag[1:] - cf[:-1]).sum()) if n else 0.0
     # Backward runs units in reverse: gather of i hides behind backward of i+1, together with the

@@ -1,0 +1,70 @@
+"""Full remat against XLA's own FLOP count: which of a layer's GEMMs the backward pass reruns.
+
+The fixture (``scripts/fixtures/make_remat_flops.py``, JAX 0.10.2 on CPU) holds
+``compiled.cost_analysis()["flops"]`` of the gradient of 4- and 8-layer stacks, with and
+without ``jax.checkpoint``; the per-layer difference cancels everything outside the layers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.calibration import Calibration
+from engine.catalog import load_catalog
+from engine.compute import passes_per_op, step_compute
+from engine.models import model_cost
+from engine.scenario import TransformerModel
+
+FIXTURE = Path(__file__).parent / "fixtures" / "remat" / "remat_flops.json"
+DATA = json.loads(FIXTURE.read_text())
+DIMS = DATA["model"]
+
+
+def _xla(parallel: bool, layers: int, remat: str) -> float:
+    (row,) = [r for r in DATA["steps"] if (r["parallel_block"], r["layers"], r["remat"]) == (parallel, layers, remat)]
+    return row["xla_flops"]
+
+
+def _model(parallel: bool, layers: int) -> TransformerModel:
+    return TransformerModel(kind="transformer", layers=layers, d_model=DIMS["d_model"], heads=DIMS["heads"],
+                            head_dim=DIMS["head_dim"], d_ff=DIMS["d_ff"], vocab=128, seq_len=DIMS["seq_len"],
+                            mlp="swiglu", attention="standard", parallel_block=parallel)  # fmt: skip
+
+
+def _engine(parallel: bool, layers: int, remat: str) -> float:
+    cal = Calibration(mxu_efficiency=1.0, hbm_efficiency=1.0, op_overhead_s=0.0, step_overhead_s=0.0, jitter_frac=0.0)
+    cost = model_cost(_model(parallel, layers))
+    return step_compute(cost, load_catalog()["tpu-v5p"], cal, DIMS["batch"], "fp32", remat).hardware_flops
+
+
+def _per_layer(f, parallel: bool, remat: str) -> float:
+    return (f(parallel, 8, remat) - f(parallel, 4, remat)) / 4
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel-block"])
+class TestAgainstXla:
+    def test_a_layer_without_remat_is_three_forward_passes(self, parallel):
+        assert _per_layer(_engine, parallel, "none") == pytest.approx(_per_layer(_xla, parallel, "none"), rel=0.01)
+
+    def test_full_remat_reruns_what_xla_reruns(self, parallel):
+        def recompute(f):
+            return _per_layer(f, parallel, "full") - _per_layer(f, parallel, "none")
+
+        engine, xla = recompute(_engine), recompute(_xla)
+        assert engine == pytest.approx(xla, rel=0.02)
+        forward = _per_layer(_engine, parallel, "none") / 3
+        # a whole forward would be 1.0: the down-projection (and a parallel block's attention output) is not rerun
+        assert engine / forward == pytest.approx(0.708 if parallel else 0.767, abs=0.005)
+
+
+def test_residual_only_outputs_are_the_block_ends():
+    seq, par = model_cost(_model(False, 2)).ops, model_cost(_model(True, 2)).ops
+    assert [n for n, r in zip(seq.names, seq.residual_out) if r] == ["layer.mlp_out"]
+    assert [n for n, r in zip(par.names, par.residual_out) if r] == ["layer.out", "layer.mlp_out"]
+    passes = passes_per_op(seq, "full")
+    assert passes[list(seq.names).index("layer.mlp_out")] == 3.0 and passes[list(seq.names).index("layer.qkv")] == 4.0
+    assert np.all(passes_per_op(seq, "none") == 3.0)
