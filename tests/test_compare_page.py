@@ -165,3 +165,25 @@ def test_compare_opens_beside_a_related_run_that_fits():
     only_oom = runs[runs.run_id.isin([1, 6])]
     assert default_other_run(only_oom, 1, "llm", "tpu-v5p") == 6  # nothing fits: the newest other run
     assert default_other_run(runs[runs.run_id == 1], 1, "llm", "tpu-v5p") is None
+
+
+def test_what_if_pools_a_resnets_batch_norm_over_chips(tmp_path, monkeypatch):
+    from engine import scenario_from_dict
+
+    raw = {"name": "rn", "pod": {"chip": "tpu-v4", "topology": "2x2x2"}, "model": {"kind": "resnet50"},
+           "training": {"global_batch": 256, "steps": 3, "optimizer": "momentum"}}  # fmt: skip
+    path = tmp_path / "bn.duckdb"
+    write_run(Database(path), simulate(scenario_from_dict(raw)), name="rn")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/compare.py")
+    next(n for n in at.number_input if n.label == "Batch-norm group").set_value(4)
+    next(b for b in at.button if b.label == "Simulate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    with Database(path).read() as con:
+        runs = queries.list_runs(con)
+        newest, base = (int(r) for r in runs["run_id"].iloc[:2])
+        rows = con.execute("SELECT count(*) FROM extra_layer_collectives WHERE run_id = ? AND layer LIKE '%.bn'", [newest]).fetchone()[0]
+        slower = [queries.run_summary(con, r)["step_time_s"] for r in (newest, base)]
+    assert rows == 53 * 2  # one all-reduce per batch-norm layer, forward and backward
+    assert slower[0] > slower[1]
+

@@ -66,6 +66,13 @@ def _knobs(base: dict) -> dict | None:
         set_input = c2.checkbox("Set input pipeline", value=bool(inp), help="[input] prefetch and num_parallel_calls (tf.data)")
         prefetch = _choice(c3, "Prefetch (batches)", ["autotune", 0, 1, 2, 4, 8, 16], inp.get("prefetch", "autotune"))
         calls = _choice(c4, "Parallel calls", ["autotune", 1, 2, 4, 8, 16, 32, 64], inp.get("num_parallel_calls", "autotune"))
+        model = base.get("model") or {}
+        bn_group = None
+        if model.get("kind") == "resnet50":
+            bn_group = st.columns(4)[0].number_input(
+                "Batch-norm group", min_value=1, value=int(model.get("batch_norm_group", 1)),
+                help="chips that pool batch-norm statistics (distributed batch norm: one all-reduce per layer and pass); "
+                     "a divisor of the data-parallel replicas")  # fmt: skip
         submitted = st.form_submit_button("Simulate", type="primary")
     if not submitted:
         return None
@@ -90,6 +97,7 @@ def _knobs(base: dict) -> dict | None:
         ("parallelism.context", int(context), par, 1),
         ("parallelism.fsdp_shard", fsdp_shard, par, "all"),
         ("training.optimizer_state", optimizer_state, training, "fp32"),
+        *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
     ):
         key = dotted.split(".")[1]
         if value != section.get(key, default) or key in section:
