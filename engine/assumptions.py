@@ -12,13 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .batch_norm import POOLED_SPAN_IMAGES
 from .scenario import ResNet50Model, Scenario, TransformerModel
 
-__all__ = ["PRECISION_RECIPES", "BN_POOLED_IMAGES", "run_assumptions"]
-
-#: images per chip below which large-batch TPU ResNet training pools batch-norm statistics over chips
-#: (the Google MLPerf ResNet-50 logs: ``model_bn_span`` 64 wherever a replica holds fewer images)
-BN_POOLED_IMAGES = 64
+__all__ = ["PRECISION_RECIPES", "run_assumptions"]
 
 #: what each ``training.precision`` means for the chip's work (engine/compute.py, engine/memory.py)
 PRECISION_RECIPES = {
@@ -38,7 +35,7 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
     ``interconnect.overlap`` when the run all-reduces gradients across data-parallel
     replicas (a ``data`` axis, or slices over the DCN) and the scenario does not say
     whether that overlaps the backward pass, and ``model.batch_norm_group`` when a data-parallel
-    ResNet holds fewer than :data:`BN_POOLED_IMAGES` images per chip and the scenario does not say.
+    ResNet holds fewer than :data:`~engine.batch_norm.POOLED_SPAN_IMAGES` images per chip and the scenario does not say.
     """
     model, tr = scenario.model, scenario.training
     assumed: dict[str, str] = {}
@@ -52,7 +49,7 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
             assumed[f"training.{key}"] = str(getattr(tr, key))
     replicas = scenario.data_parallel * scenario.dcn_data_parallel
     if isinstance(model, ResNet50Model) and "batch_norm_group" not in model.model_fields_set and replicas > 1:
-        if scenario.per_chip_batch < BN_POOLED_IMAGES:
+        if scenario.per_chip_batch < POOLED_SPAN_IMAGES:
             assumed["model.batch_norm_group"] = (f"1 (each chip normalises over its own {scenario.per_chip_batch} images; "
                                                  "large-batch TPU runs pool statistics over chips: set batch_norm_group)")  # fmt: skip
     if replicas > 1 and "overlap" not in scenario.interconnect.model_fields_set:

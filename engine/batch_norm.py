@@ -35,12 +35,19 @@ from .comm.collectives import all_reduce_time_s
 from .trace import TABLES
 from .units import seconds_to_ns
 
-__all__ = ["BatchNormSync", "STAT_BYTES", "plan_batch_norm_sync"]
+__all__ = ["BatchNormSync", "STAT_BYTES_PER_CHANNEL", "POOLED_SPAN_IMAGES", "plan_batch_norm_sync"]
 
 LAYER_COLLECTIVES = TABLES["extra_layer_collectives"]
 
 #: batch-norm statistics are kept in fp32 whatever the training precision (two per channel)
-STAT_BYTES = 2 * 4
+STAT_BYTES_PER_CHANNEL = 2 * 4
+
+#: images whose statistics large-batch TPU ResNet training pools at least: the Google MLPerf ResNet-50
+#: logs record ``model_bn_span`` 64 wherever a replica holds fewer images (training_results_v0.7
+#: Google/results/tpu-v4-512-TF: 64 at 32 per chip; tpu-v3-8192-TF: 64 at 8 per core;
+#: training_results_v2.0 cloud-tpu-v4-8192-TF: 64 at 8 per chip) and the replica's own batch otherwise
+#: (v0.6 tpu-v3-256: 128; v0.7 tpu-v4-128-TF: 128)
+POOLED_SPAN_IMAGES = 64
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ def plan_batch_norm_sync(
 ) -> BatchNormSync:
     """The all-reduces of batch-norm layers with ``channels`` pooled over ``group`` chips (module docstring)."""
     channels = np.asarray(channels, dtype=np.float64)
-    nbytes = STAT_BYTES * channels
+    nbytes = STAT_BYTES_PER_CHANNEL * channels
     if group <= 1 or channels.size == 0:
         return BatchNormSync(1, int(channels.size), 0.0, 0.0, 0.0, LAYER_COLLECTIVES.empty())
     one = np.array([all_reduce_time_s(b, [group], [False], link_bytes_per_s, hop_latency_s)[0] for b in nbytes]) + op_overhead_s

@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from engine.batch_norm import POOLED_SPAN_IMAGES
 from engine.catalog import DATA_DIR
 from engine.errors import ReferenceFileError
 
@@ -105,16 +106,10 @@ def _with_sharded_update(scenario: dict[str, Any]) -> dict[str, Any]:
 #: (JAX's Pallas TPU flash attention, jax.experimental.pallas.ops.tpu, dates from 2023).
 PALM_ATTENTION = ("standard", "PaLM 2022 predates TPU flash-attention kernels")
 
-#: images whose batch-norm statistics the Google MLPerf ResNet-50 runs pool at least: their logs record
-#: ``model_bn_span`` 64 where a replica holds fewer images (training_results_v0.7 Google/results/tpu-v4-512-TF:
-#: 64 at 32 per chip; tpu-v3-8192-TF: 64 at 8 per core) and the replica's own batch otherwise (v0.6 tpu-v3-256:
-#: 128; v0.7 tpu-v4-128-TF: 128). Distributed batch normalization: Ying et al. 2018, arXiv:1811.06992.
-MLPERF_RESNET_BN_SPAN_IMAGES = 64
-
-
 def resnet_batch_norm_group(per_chip_images: float) -> int:
-    """Chips that pool batch-norm statistics so a group holds at least ``MLPERF_RESNET_BN_SPAN_IMAGES`` images."""
-    return max(1, math.ceil(MLPERF_RESNET_BN_SPAN_IMAGES / per_chip_images))
+    """Chips that pool batch-norm statistics so a group holds at least ``POOLED_SPAN_IMAGES`` images, as the
+    Google MLPerf ResNet-50 submissions ran (their logs' ``model_bn_span``; engine/batch_norm.py)."""
+    return max(1, math.ceil(POOLED_SPAN_IMAGES / per_chip_images))
 
 
 def _map_mlperf(e: Entry) -> Case | Skipped | None:
