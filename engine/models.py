@@ -226,8 +226,16 @@ def _residual_out(model: TransformerModel) -> frozenset[str]:
 
 
 def _tp_recomputed(model: TransformerModel) -> int:
-    """Of a layer's tensor-parallel all-reduces, those after a GEMM a full-remat recompute reruns."""
-    return 0 if model.parallel_block else 1
+    """Of a layer's tensor-parallel all-reduces, those after a GEMM a full-remat recompute reruns.
+
+    A sequential block reruns its attention block's (the output is read, :func:`_residual_out`), a
+    parallel block neither projection. A mixture-of-experts block's routed outputs are read, so its
+    all-reduce reruns too; the dense layers of a model that interleaves them are charged the same
+    (one all-reduce per such layer and step counted twice).
+    """
+    if model.parallel_block:
+        return 0
+    return 2 if model.moe else 1
 
 
 def _transformer(model: TransformerModel) -> ModelCost:

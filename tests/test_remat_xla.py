@@ -68,3 +68,14 @@ def test_residual_only_outputs_are_the_block_ends():
     passes = passes_per_op(seq, "full")
     assert passes[list(seq.names).index("layer.mlp_out")] == 3.0 and passes[list(seq.names).index("layer.qkv")] == 4.0
     assert np.all(passes_per_op(seq, "none") == 3.0)
+
+
+def test_the_recompute_reruns_the_all_reduces_after_what_it_reruns():
+    assert model_cost(_model(False, 2)).tp_all_reduces_recomputed_per_layer == 1  # attention's, not the MLP's
+    assert model_cost(_model(True, 2)).tp_all_reduces_recomputed_per_layer == 0
+    moe = _model(False, 2).model_copy(update={"experts": 8, "experts_per_token": 2})
+    cost = model_cost(moe)
+    assert cost.moe_layers == 2 and cost.tp_all_reduces_recomputed_per_layer == 2  # the gates read the experts' outputs
+    names = [n for n, r in zip(cost.ops.names, cost.ops.residual_out) if r]
+    assert "layer.expert_out" not in names
+
