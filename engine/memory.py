@@ -148,7 +148,10 @@ def transformer_layer_activation_bytes(
     elif remat == "minimal":
         per_token = (h + 2 * kv) * q + d + ff_in + d  # weight-matmul outputs only
     else:
-        per_token = 4.0 * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff  # LayerNorms, QKV, out-proj, MLP
+        # LayerNorms (input and output of each), QKV, out-proj, MLP. A parallel block has one LayerNorm,
+        # whose output both the QKV and the MLP's first GEMM read: 2 d instead of 4 d.
+        norms = 2.0 if getattr(model, "parallel_block", False) else 4.0
+        per_token = norms * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff
         if remat != "selective" and model.attention_kernel != "flash":
             per_token += h * s  # softmax probabilities
     if getattr(model, "moe_layers", 0) and remat != "full":

@@ -60,6 +60,15 @@ class TestTransformerActivations:
         # q, k, v (3d) + out-proj output (d) + MLP in (4d) + MLP out (d) = 9d per token
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "minimal") == 9 * self.h * 2 * self.s * self.b
 
+    def test_a_parallel_block_saves_one_layer_norm_and_one_shared_input(self):
+        seq = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
+        par = transformer_layer_activation_bytes(_gpt(parallel_block=True), self.b, "bf16", "none")
+        assert seq - par == 2 * self.h * 2 * self.s * self.b  # 2 d per token, bf16
+        for remat in ("full", "minimal"):  # what these save has no LayerNorm in it
+            assert transformer_layer_activation_bytes(_gpt(parallel_block=True), self.b, "bf16", remat) == (
+                transformer_layer_activation_bytes(_gpt(), self.b, "bf16", remat)
+            )
+
     def test_tensor_parallel_and_fp32(self):
         one = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none", tensor=4) == one / 4
