@@ -88,18 +88,16 @@ def plan_batch_norm_sync(
     table = LAYER_COLLECTIVES.empty()
     if tables:
         phases = ["forward", "backward"] + (["recompute"] if passes_fwd == 2 else [])
-        n = channels.size
+        n, k = channels.size, len(phases)
         table = LAYER_COLLECTIVES.table(
             {
-                "unit": pa.array([i + 1 for i in range(n) for _ in phases], pa.int32()),
-                "layer": pa.array([f"{names[i]}.bn" for i in range(n) for _ in phases], pa.string()),
-                "phase": pa.array([p for _ in range(n) for p in phases], pa.string()),
-                "op": pa.array(["all-reduce"] * (n * len(phases)), pa.string()),
-                "mesh_axis": pa.array(["data"] * (n * len(phases)), pa.string()),
-                "bytes": pa.array([float(nbytes[i]) for i in range(n) for _ in phases], pa.float64()),
-                "time_ns": pa.array(
-                    seconds_to_ns("batch-norm all-reduce", [float(one[i]) for i in range(n) for _ in phases]), pa.int64()
-                ),
+                "unit": pa.array(np.repeat(np.arange(1, n + 1, dtype=np.int32), k)),
+                "layer": pa.array(np.repeat([f"{name}.bn" for name in names], k), pa.string()),
+                "phase": pa.array(phases * n, pa.string()),
+                "op": pa.array(["all-reduce"] * (n * k), pa.string()),
+                "mesh_axis": pa.array(["data"] * (n * k), pa.string()),
+                "bytes": pa.array(np.repeat(nbytes, k)),
+                "time_ns": pa.array(seconds_to_ns("batch-norm all-reduce", np.repeat(one, k))),
             }
         )
     return BatchNormSync(

@@ -47,7 +47,6 @@ from .reference import Case
 
 __all__ = [
     "NOMINAL_COVERAGE",
-    "ERROR_PERCENTILE",
     "MIN_CASES",
     "RULE",
     "parallelism_kind",
@@ -66,7 +65,6 @@ __all__ = [
 
 #: share of real step times a range is meant to contain (the split-conformal level of |ln(real / predicted)|)
 NOMINAL_COVERAGE = 0.8
-ERROR_PERCENTILE = 100.0 * NOMINAL_COVERAGE
 #: fewest held-out ratios a group needs for its own range: below that its 80th percentile is little more
 #: than its largest error or two, so the next broader group is used
 MIN_CASES = 8
