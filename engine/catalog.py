@@ -42,8 +42,10 @@ _REQUIRED = {
 }
 
 #: keys a chip table may omit, with their default: on-chip memory beside the cores that holds
-#: whole tensors between ops (TPU v4's CMEM); 0 where the generation has none or none is documented
-_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0}  # 0 fp8: the chip has no fp8 matmul rate
+#: whole tensors between ops (TPU v4's CMEM), 0 where the generation has none or none is documented;
+#: the fp8 matmul rate, 0 where the chip has none; the HBM XLA lets one program use, 0 where no
+#: compiler log of it is on record
+_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0}
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,18 @@ class ChipSpec:
     wraparound: Wraparound
     cmem_bytes: float = 0.0  # on-chip common memory (v4 CMEM) that can hold a tensor between ops
     peak_fp8_flops_per_s: float = 0.0  # 0: no fp8 matmul rate (fp8 training is refused)
+    hbm_program_limit_bytes: float = 0.0  # XLA's compile-time HBM limit for one program; 0: not on record
 
     @property
     def has_fp8(self) -> bool:
         return self.peak_fp8_flops_per_s > 0
+
+    def usable_hbm_bytes(self, reserved_frac: float) -> float:
+        """HBM a training step may use: XLA's compile-time limit where the catalog records one (what
+        the runtime reserves is already taken off), else the capacity less ``reserved_frac`` of it."""
+        if self.hbm_program_limit_bytes > 0:
+            return self.hbm_program_limit_bytes
+        return self.hbm_bytes * (1.0 - reserved_frac)
 
     def peak_flops_per_s(self, precision: str) -> float:
         """Peak matmul rate for a training precision (fp32 runs as multi-pass bf16)."""
@@ -113,6 +123,10 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         value = raw.get(name, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             problems.append((f"{key}.{name}", f"expected a number >= 0, got {value!r}"))
+    limit = raw.get("hbm_program_limit_gib", 0.0)
+    if not problems and limit > raw["hbm_gib"]:
+        problems.append((f"{key}.hbm_program_limit_gib", f"{limit!r} is more than the chip's hbm_gib {raw['hbm_gib']!r}; "
+                                                         "valid: 0 (no limit on record) up to hbm_gib"))
     for name in raw:
         if name not in _REQUIRED and name not in _OPTIONAL:
             problems.append((f"{key}.{name}", f"unknown key; valid keys: {', '.join([*_REQUIRED, *_OPTIONAL])}"))
@@ -137,6 +151,7 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         wraparound=raw["wraparound"],
         cmem_bytes=float(raw.get("cmem_mib", _OPTIONAL["cmem_mib"])) * MIB_BYTES,
         peak_fp8_flops_per_s=float(raw.get("peak_fp8_tflops", _OPTIONAL["peak_fp8_tflops"])) * TERA,
+        hbm_program_limit_bytes=float(limit) * GIB_BYTES,
     )
 
 

@@ -35,9 +35,11 @@ Temporaries: the bf16 (or gathered, under FSDP) copies of two weight tensors
 by layer), a layer's two largest weight gradients unsharded before their
 reduce-scatters, and the fp32 logits of the loss.
 
-Headroom: a fraction of HBM (``Calibration.hbm_reserved_frac``) is treated as
-unusable (runtime reservations and allocator fragmentation); a job whose peak
-exceeds the rest is out of memory.
+Headroom: a job may use what XLA's compiler lets one program use on the chip (its
+compile-time HBM limit, the capacity less what the runtime reserves: 30.75 of 32 GiB on
+TPU v4, 15.48 of 16 on v5e; ``data/chips.toml`` cites the compiler logs); on a generation
+with no such log on record, the capacity less a fraction (``Calibration.hbm_reserved_frac``).
+A job whose peak exceeds it is out of memory.
 
 The step is laid out as a timeline (start, forward through each layer, loss,
 backward through each layer in reverse, optimizer update): activations grow in
@@ -262,7 +264,7 @@ def hbm_plan(
     fsdp: int,
     tensor: int,
     capacity_bytes: float,
-    reserved_frac: float,
+    usable_bytes: float,
     sparse_off_chip: bool = False,
     expert: int = 1,
     pipeline: int = 1,
@@ -284,8 +286,8 @@ def hbm_plan(
         Samples per chip per step.
     fsdp, tensor
         Mesh axis sizes that shard the model states (and, for ``tensor``, activations).
-    capacity_bytes
-        The chip's HBM, bytes; ``reserved_frac`` of it is unusable headroom.
+    capacity_bytes, usable_bytes
+        The chip's HBM, bytes, and the part of it a step may use (:meth:`~engine.catalog.ChipSpec.usable_hbm_bytes`).
     sparse_off_chip
         True under the parameter-server strategy: embedding tables live on PS hosts.
     expert
@@ -391,7 +393,7 @@ def hbm_plan(
         peak_bytes=float(totals[k]),
         peak_phase=phases[k],
         capacity_bytes=float(capacity_bytes),
-        usable_bytes=float(capacity_bytes) * (1.0 - reserved_frac),
+        usable_bytes=float(usable_bytes),
         model_state_bytes=params_b + opt_b + grads_done,
         timeline=table,
     )

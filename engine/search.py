@@ -351,7 +351,7 @@ def _search_fixed(plan: Plan, combo: dict[str, Any], raw: dict[str, Any], cal: C
         return
     par = s.parallelism
     mesh = {a: s.mesh_sizes[a] for a in search_axes(s.model)}
-    usable = s.chip_spec().hbm_bytes * (1.0 - cal.hbm_reserved_frac)
+    usable = s.chip_spec().usable_hbm_bytes(cal.hbm_reserved_frac)
     if float(_model_state_bytes(model_cost(s.model), s, par.fsdp, par.tensor, par.expert)) > usable * (1 + 1e-9):
         add(combo, s.total_chips, mesh, REASONS["model_states"])
         return
@@ -397,7 +397,7 @@ def _search_meshes(
         rule(label, bad)
     expert = sizes.get("expert", ones)
     rule(REASONS["batch"], probe.training.global_batch % (sizes["data"] * sizes["fsdp"] * expert * slices) != 0)
-    usable = probe.chip_spec().hbm_bytes * (1.0 - cal.hbm_reserved_frac)
+    usable = probe.chip_spec().usable_hbm_bytes(cal.hbm_reserved_frac)
     states = _model_state_bytes(shared.cost(probe), probe, sizes["fsdp"], sizes["tensor"], expert)
     rule(REASONS["model_states"], states > usable * (1 + 1e-9))
 

@@ -145,6 +145,8 @@ def test_absurd_but_valid_sizes_are_a_simulation_error_not_garbage(small_scenari
         ({"bogus_gbps": 1.0}, "unknown key; valid keys: display_name"),
         ({"cmem_mib": -1.0}, "expected a number >= 0"),
         ({"cmem_mib": "big"}, "expected a number >= 0"),
+        ({"hbm_program_limit_gib": 40.0}, "more than the chip's hbm_gib 32.0; valid: 0 (no limit on record) up to hbm_gib"),
+        ({"hbm_program_limit_gib": -1.0}, "expected a number >= 0"),
     ],
 )
 def test_catalog_rejects_bad_chip_tables(tmp_path, edit, fragment):

@@ -91,7 +91,7 @@ class TestTransformerActivations:
 
 def _plan(cost, model, **kw):
     args = dict(per_chip_batch=4, precision="bf16", optimizer="adam", remat="none", fsdp=1, tensor=1,
-                capacity_bytes=16 * GIB, reserved_frac=0.05)  # fmt: skip
+                capacity_bytes=16 * GIB, usable_bytes=16 * GIB * 0.95)  # fmt: skip
     args.update(kw)
     return hbm_plan(cost, model, **args)
 
@@ -148,12 +148,12 @@ class TestPlan:
         expected = 8 * ((1024 + 4096) + 0.5 * (2 * 4096 + 2 * 1024)) * 2
         assert plan.timeline.to_pandas().query("phase == 'loss' and category == 'activations'")["bytes"].item() == expected
 
-    def test_headroom_reserve_decides_oom(self):
+    def test_usable_bytes_decide_oom_not_capacity(self):
         model = _gpt()
         cost = model_cost(model)
         peak = _plan(cost, model).peak_bytes
-        assert not _plan(cost, model, capacity_bytes=peak * 1.01, reserved_frac=0.0).oom
-        assert _plan(cost, model, capacity_bytes=peak * 1.01, reserved_frac=0.05).oom
+        assert not _plan(cost, model, capacity_bytes=peak * 1.01, usable_bytes=peak * 1.01).oom
+        assert _plan(cost, model, capacity_bytes=peak * 1.01, usable_bytes=peak * 0.99).oom
 
 
 def _gpt3(topology: str, fsdp: int, global_batch: int, remat: str = "full") -> dict:

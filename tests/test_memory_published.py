@@ -104,6 +104,6 @@ def test_maxtext_runs_that_ran_are_predicted_to_fit(run_id, cfg):
     # a tensor group of tp chips shares the batch of its tp devices
     plan = hbm_plan(model_cost(m), m, per_chip_batch=cfg["pdb"] * tp, precision="bf16", optimizer="adam",
                     remat=cfg["remat"], fsdp=fsdp, tensor=tp, capacity_bytes=chip.hbm_bytes,
-                    reserved_frac=load_calibration().hbm_reserved_frac)  # fmt: skip
+                    usable_bytes=chip.usable_hbm_bytes(load_calibration().hbm_reserved_frac))  # fmt: skip
     print(f"{run_id:40s} peak {plan.peak_bytes / GIB:6.1f} GiB of {plan.usable_bytes / GIB:5.1f} usable ({plan.peak_phase})")
     assert not plan.oom

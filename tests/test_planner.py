@@ -122,7 +122,7 @@ def _tiny_plan(tmp_path, **search):
 def test_infeasible_reasons_are_counted_on_a_hand_checkable_search(tmp_path):
     plan = _tiny_plan(tmp_path, max_chips=4, **{"pod.topology": ["2x2x1", "4x4x4"]})
     base = scenario_from_dict(_TINY_BASE)
-    usable = base.chip_spec().hbm_bytes * (1 - load_calibration().hbm_reserved_frac)
+    usable = base.chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
     states = model_cost(base.model).params * bytes_per_param("adam", "bf16").model_states
     assert states / 2 > usable > states / 4  # fsdp x tensor = 2 cannot hold the model states; 4 can
     result = search(plan)

@@ -23,7 +23,7 @@ PSI = 2 * (1024 * 1024 + 1024)
 
 def _states(fsdp_shard: str, optimizer_state: str = "fp32", fsdp: int = 4) -> float:
     plan = hbm_plan(model_cost(MLP), MLP, per_chip_batch=1, precision="bf16", optimizer="adam", remat="none", fsdp=fsdp, tensor=1,
-                    capacity_bytes=1e12, reserved_frac=0.0, fsdp_shard=fsdp_shard, optimizer_state=optimizer_state)  # fmt: skip
+                    capacity_bytes=1e12, usable_bytes=1e12, fsdp_shard=fsdp_shard, optimizer_state=optimizer_state)  # fmt: skip
     return plan.model_state_bytes
 
 

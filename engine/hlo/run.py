@@ -51,7 +51,7 @@ def simulate_hlo(scenario, cal: Calibration, *, on_events: Callable[[pa.RecordBa
     laid = assemble(segments, steps, chips, detail=scenario.sim.trace, sample=None if sample is None else sample.chips,
                      on_events=on_events)
 
-    usable = chip.hbm_bytes * (1.0 - cal.hbm_reserved_frac)
+    usable = chip.usable_hbm_bytes(cal.hbm_reserved_frac)
     peak = cost.peak_live_bytes_per_device
     breakdown = {"params": cost.parameter_bytes_per_device, "grads": 0.0, "optimizer": 0.0, "activations": 0.0,
                  "temporary": max(peak - cost.parameter_bytes_per_device, 0.0)}  # fmt: skip
