@@ -36,7 +36,9 @@ class Calibration:
     # (XLA async collective fusion / collective matmul, Wang et al. 2023, ASPLOS, "Overlap
     # Communication with Dependent Computation via Decomposition in Large Deep Learning Models").
     tp_overlap_frac: float = 0.0
-    hbm_reserved_frac: float = 0.05  # HBM a job cannot use (runtime reservations, fragmentation)
+    # HBM a job cannot use on a chip whose XLA compile-time limit is not in the catalog (runtime
+    # reservations, fragmentation; an assumption): ChipSpec.usable_hbm_bytes
+    hbm_reserved_frac: float = 0.05
 
 
 _KEYS = {
