@@ -71,6 +71,21 @@ KNOWN_MOE_ARCHITECTURES = {
                       "mlp": "swiglu", "experts": 64, "experts_per_token": 6, "shared_experts": 2, "d_ff_expert": 1408},
 }  # fmt: skip
 
+#: How a MoE run a source describes in words was set up, where the source links its configuration.
+#: "700B Mixtral-like MoE": MaxText docs/guides/custom_model.md links its final configuration,
+#: AI-Hypercomputer/maxtext @ 3662540ee852d0d8f8333a36c04ddc0f1316ebfb,
+#: benchmarks/maxtext_trillium_model_configs.py, custom_moe_700b: per_device_batch_size 1 x
+#: max_target_length 8192, ici_fsdp_parallelism 16 x ici_expert_parallelism 16, attention "flash",
+#: sparse_matmul False (dense dispatch through capacity_factor-sized buffers), opt_type "sgd",
+#: remat_policy "custom" with decoder_layer_input and the q/k/v/out projections offloaded to host and
+#: everything else recomputed (the engine's "full": the same recomputed layer, less the projections),
+#: weight_dtype bfloat16 (the engine keeps fp32 master weights, so its memory is an upper bound).
+KNOWN_MOE_RUNS = {
+    "700b mixtral-like moe": {"seq": 8192, "per_device_batch": 1, "fsdp": 16, "expert": 16, "attention": "flash",
+                              "optimizer": "sgd", "remat": "full",
+                              "source": "custom_model.md's linked config custom_moe_700b (maxtext @ 3662540e)"},
+}  # fmt: skip
+
 def _moe_dims_from_text(text: str) -> dict[str, Any] | None:
     """Dims of a MoE model described in words ("emb 8192, mlp 32768, 16 experts top-2, head_dim 256, 128 q / 8 kv heads, 56 layers")."""
     pats = {"d_model": r"emb (\d+)", "d_ff": r"mlp (\d+)", "experts": r"(\d+) experts", "experts_per_token": r"top-(\d+)",
@@ -113,10 +128,16 @@ def _map_maxtext_moe(e: Entry) -> Case | Skipped:
     if dims is None or mfu_key is None or not tokens:
         return Skipped(e["id"], e["kind"], "mixture-of-experts entry without dims Podscope can read, tokens per device or a 1-pod MFU")
     chips = to_int(mfu_key.split("_")[2]) or 256
-    seq = 2048  # MaxText base.yml max_target_length: the entry gives tokens per device only
-    pdb = max(1, tokens // seq)
+    run = next((r for name, r in KNOWN_MOE_RUNS.items() if text.lower().startswith(name)), None)
+    if run is not None and run["seq"] * run["per_device_batch"] != tokens:
+        return Skipped(e["id"], e["kind"], f"the entry's {tokens} tokens per device disagree with its source's configuration "
+                       f"({run['per_device_batch']} x {run['seq']}, {run['source']})")  # fmt: skip
+    if run is None:  # the entry gives tokens per device only: MaxText base.yml's max_target_length, FSDP over the slice
+        run = {"seq": 2048, "per_device_batch": max(1, tokens // 2048), "fsdp": chips, "expert": 1, "attention": "autoselected",
+               "optimizer": "adam", "remat": "full", "source": "seq assumed: MaxText's default; FSDP over the slice"}  # fmt: skip
+    seq, pdb = run["seq"], run["per_device_batch"]
     topo, slices = default_topology(chip, chips)
-    m = {"kind": "transformer", **dims, "seq_len": seq}
+    m = {"kind": "transformer", **dims, "seq_len": seq, "attention": run["attention"]}
     active = float(re.search(r"([\d.]+e\d+) active", text).group(1)) if re.search(r"([\d.]+e\d+) active", text) else None
     if active is None:
         return Skipped(e["id"], e["kind"], "mixture-of-experts entry without its active parameter count (MaxText's MFU counts them)")
@@ -126,10 +147,12 @@ def _map_maxtext_moe(e: Entry) -> Case | Skipped:
     return Case(
         id=e["id"], kind=e["kind"], family="MaxText MoE", chip=chip, model=f"MoE {dims['experts']}x top-{dims['experts_per_token']}",
         metric="MFU, 1 pod (MaxText count)", unit="fraction", published=float(exp[mfu_key]), how="work_per_step",
-        scenarios=(scenario_dict(e["id"], chip, topo, slices, m, pdb * chips, remat="full", fsdp=chips),),
+        scenarios=(scenario_dict(e["id"], chip, topo, slices, m, pdb * chips, optimizer=run["optimizer"], remat=run["remat"],
+                                 fsdp=run["fsdp"], expert=run["expert"]),),
         work_per_step=flops / peak,
-        note=f"{topo}, fsdp {chips}, {pdb} x {seq} tokens/chip (seq assumed: MaxText's default), remat full, "
-             "vocab 32000 (MaxText base.yml); MaxText FLOP count with the entry's active parameters over Podscope's step time",
+        note=f"{topo}, fsdp {run['fsdp']} x expert {run['expert']}, {pdb} x {seq} tokens/chip, {run['attention']} attention, "
+             f"{run['optimizer']}, remat {run['remat']} ({run['source']}); vocab 32000 (MaxText base.yml); MaxText FLOP count "
+             "with the entry's active parameters over Podscope's step time",
         never_fitted=True,
     )  # fmt: skip
 

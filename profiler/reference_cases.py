@@ -124,12 +124,12 @@ def to_int(value: Any) -> int | None:
     return None
 
 def scenario_dict(name: str, chip: str, topology: str, slices: int, model: dict, batch: int, *, precision: str = "bf16",
-              optimizer: str = "adam", remat: str = "none", fsdp: int = 1, tensor: int = 1) -> dict[str, Any]:  # fmt: skip
+              optimizer: str = "adam", remat: str = "none", fsdp: int = 1, tensor: int = 1, expert: int = 1) -> dict[str, Any]:  # fmt: skip
     # Few steps are enough: with calibrated jitter the median steady step settles within a few.
     return {
         "name": name,
         "pod": {"chip": chip, "topology": topology, "slices": slices},
         "model": model,
         "training": {"global_batch": batch, "steps": 4, "precision": precision, "optimizer": optimizer, "remat": remat},
-        "parallelism": {"fsdp": fsdp, "tensor": tensor},
+        "parallelism": {"fsdp": fsdp, "tensor": tensor, **({"expert": expert} if expert > 1 else {})},
     }

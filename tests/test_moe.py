@@ -197,6 +197,20 @@ def test_published_moe_entries_become_predicted_cases():
     assert deepseek.model.capacity_factor == 0.0  # MaxText's default: dropless
 
 
+def test_the_700b_moe_run_is_mapped_as_its_linked_configuration_ran():
+    """custom_model.md links the run's configuration: 1 x 8192 tokens per chip, FSDP 16 x expert 16, flash
+    attention, SGD. Mapped as FSDP over all 256 chips at MaxText's default sequence, the FSDP all-gathers of a
+    754B model would dominate a step that the real mesh never paid for."""
+    from profiler.reference import load_reference, map_entries
+    from profiler.validation import build_scenarios
+
+    cases, _ = map_entries(load_reference())
+    big = build_scenarios(next(c for c in cases if c.id == "e2e_maxtext_v6e_700b_moe"))[0]
+    assert (big.model.seq_len, big.training.global_batch) == (8192, 256)
+    assert (big.parallelism.fsdp, big.parallelism.expert) == (16, 16)
+    assert (big.model.attention, big.training.optimizer) == ("flash", "sgd")
+
+
 def test_the_published_deepseek_run_fits_in_hbm():
     """The run was logged using 44.6 of 95.7 GB after init with an XLA estimate of 100.4 GB in all: it
     ran, so it fits. Dropless dispatch buffers hold each token's 6 routed copies, not 64."""
