@@ -47,13 +47,13 @@ from .scenario import ParameterServerSection, Scenario
 from .step import Segment, seeded_rng
 from .stragglers import straggler_factors
 from .topology import Pod, build_pod
-from .units import BYTES_PER_ELEMENT, GB_BYTES
+from .units import BYTES_PER_ELEMENT, GB_BYTES, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = ["StepCosts", "step_costs", "scenario_compute", "activation_send_bytes", "Estimate", "evaluate", "slowest_factor",
            "steady_state_scenario"]
 
-#: bytes read + written per parameter by the optimizer update (fp32 master weights)
-UPDATE_BASE_BYTES_PER_PARAM = 4 + 4 + 4  # read weight and gradient, write weight
+#: elements read + written per parameter by the optimizer update, each in the stored weights' dtype
+UPDATE_BASE_ELEMENTS_PER_PARAM = 3  # read weight and gradient, write weight
 
 #: sections whose mechanisms the analytic step does not express (see the module docstring)
 UNEXPRESSED_SECTIONS = ("input", "compile", "failures")
@@ -177,6 +177,7 @@ def step_costs(
         dispatch_bytes=dispatch_bytes,
         pipeline=stages,
         fsdp_shard=par.fsdp_shard,
+        weight_dtype=tr.weight_dtype,
     )
     ring = None
     if cp > 1:
@@ -201,7 +202,8 @@ def step_costs(
     comm_fwd_s, comm_bwd_s = comm.forward_s * work, comm.backward_s * work
     shard = par.fsdp * par.tensor
     dense_params = cost.params - (cost.sparse_params if use_ps else 0) - cost.expert_params * (1 - 1 / par.expert)
-    update_bytes = dense_params / shard / stages * (UPDATE_BASE_BYTES_PER_PARAM + 2 * optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
+    update_bytes = dense_params / shard / stages * (UPDATE_BASE_ELEMENTS_PER_PARAM * WEIGHT_BYTES_PER_ELEMENT[tr.weight_dtype]
+                                                    + 2 * optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
     if par.shard_weight_update:
         # Each replica updates 1/replicas of the weights (Xu et al. 2020); a ring all-reduce is already
         # reduce-scatter + all-gather, so the collective's cost is unchanged.
@@ -232,7 +234,7 @@ def step_costs(
             usable_bytes=chip.usable_hbm_bytes(cal.hbm_reserved_frac), sparse_off_chip=use_ps,
             timeline=tables, expert=par.expert, pipeline=stages, grad_accumulator=n_mb > 1 and stages == 1,
             in_flight=in_flight_microbatches(stages, n_mb, par.pipeline_schedule, par.virtual_stages),
-            context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state,
+            context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state, weight_dtype=tr.weight_dtype,
             ring_buffer_bytes=ring.buffer_bytes if ring is not None else (0.0, 0.0),
         )  # fmt: skip
         args.update(changes)

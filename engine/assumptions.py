@@ -58,9 +58,12 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
         # data-parallel all-reduce flags), which a scenario says with interconnect.overlap = true
         assumed["interconnect.overlap"] = ("false (the gradient all-reduce runs after the backward pass, exposed; "
                                            "true if XLA overlaps it with compute)")
+    recipe = f"{tr.precision}: {PRECISION_RECIPES[tr.precision]}"
+    if tr.weight_dtype == "bf16":
+        recipe = recipe.replace("fp32 master weights, gradients", "bf16 weights and gradients (no fp32 master copy)")
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,
-        "precision_recipe": f"{tr.precision}: {PRECISION_RECIPES[tr.precision]}",
+        "precision_recipe": recipe,
         "defaults_assumed": assumed,
     }

@@ -12,7 +12,8 @@ in step ``i`` (after its compute, before its checkpoint) costs, on every chip:
 
 Checkpoints are written after every ``checkpoint_every_steps``-th step, blocking
 the step (``other``), at checkpoint bytes over the hosts' write bandwidth. By
-default a checkpoint holds the fp32 weights and optimizer state.
+default a checkpoint holds the stored weights (in ``training.weight_dtype``) and the
+optimizer state.
 
 Goodput = (wall time - compiles - checkpoint writes - restarts - re-executed
 work) / wall time: the share of wall time that advanced training (input waits
@@ -50,7 +51,7 @@ class FailureSection(BaseModel):
     host_mtbf_hours: Annotated[float, Field(gt=0)] | None = None
     fail_at_steps: list[Annotated[int, Field(ge=0)]] = []
     checkpoint_every_steps: Annotated[int, Field(ge=0)] = 0  # 0: never
-    checkpoint_bytes: Annotated[float, Field(ge=0)] | None = None  # None: fp32 weights + optimizer state
+    checkpoint_bytes: Annotated[float, Field(ge=0)] | None = None  # None: stored weights + optimizer state
     storage_write_bytes_per_s_per_host: Annotated[float, Field(gt=0)] = 1e9
     storage_read_bytes_per_s_per_host: Annotated[float, Field(gt=0)] = 2e9
     restart_s: Annotated[float, Field(ge=0)] = 120.0  # re-provision and re-initialise (prior)

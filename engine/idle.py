@@ -43,11 +43,11 @@ from .failures import (
     young_interval_s,
 )
 from .input_pipeline import run_input_queue, step_lengths_s
-from .memory import MASTER_WEIGHT_BYTES_PER_PARAM, optimizer_state_bytes_per_param
+from .memory import optimizer_state_bytes_per_param
 from .models import model_cost
 from .step import Segment, SimContext, StepCursor
 from .stragglers import straggler_factors
-from .units import NS_PER_S
+from .units import NS_PER_S, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = ["IdlePlan", "plan_idle", "idle_facts"]
 
@@ -198,7 +198,7 @@ def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePl
     tail = [scaled(seg, shape=False) for seg in tail]
 
     fl = s.failures
-    ckpt_bytes = ctx.cost.params * (MASTER_WEIGHT_BYTES_PER_PARAM + optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
+    ckpt_bytes = ctx.cost.params * (WEIGHT_BYTES_PER_ELEMENT[tr.weight_dtype] + optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
     ckpt_s = np.zeros(steps)
     if fl is not None:
         size = fl.checkpoint_bytes if fl.checkpoint_bytes is not None else ckpt_bytes

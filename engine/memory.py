@@ -2,7 +2,8 @@
 
 Model states (Rajbhandari et al. 2020, "ZeRO", sec. 3.1; mixed precision after
 Micikevicius et al. 2018): every parameter keeps an fp32 master copy (4 bytes)
-and an fp32 gradient (4 bytes, JAX gradients take the parameters' dtype), plus
+and an fp32 gradient (4 bytes, JAX gradients take the parameters' dtype), or 2 and
+2 when the weights are stored in bf16 (``training.weight_dtype``), plus
 the optimizer's fp32 state: Adam m and v (8), momentum (4), SGD (0), Adafactor
 (factored second moments, O(rows + cols), taken as 0 per parameter; Shazeer &
 Stern 2018). Adam therefore costs 16 bytes per parameter, ZeRO's "16 Psi".
@@ -58,7 +59,7 @@ import pyarrow as pa
 
 from .models import ModelCost, layer_units
 from .trace import TABLES
-from .units import BYTES_PER_ELEMENT, GIB_BYTES
+from .units import BYTES_PER_ELEMENT, GIB_BYTES, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = [
     "BytesPerParam",
@@ -72,12 +73,8 @@ __all__ = [
     "OPTIMIZER_STATE_BYTES_PER_ELEMENT",
     "optimizer_state_bytes_per_param",
     "zero_shards",
-    "MASTER_WEIGHT_BYTES_PER_PARAM",
-    "GRADIENT_BYTES_PER_PARAM",
 ]
 
-MASTER_WEIGHT_BYTES_PER_PARAM = 4.0
-GRADIENT_BYTES_PER_PARAM = 4.0
 #: the optimizer's state per parameter in fp32 (``training.optimizer_state = "fp32"``)
 OPTIMIZER_STATE_BYTES_PER_PARAM = {"sgd": 0.0, "momentum": 4.0, "adam": 8.0, "adafactor": 0.0}
 #: bytes per element of the optimizer's moments by ``training.optimizer_state``. "bf16": DeepSeek-V3
@@ -85,7 +82,8 @@ OPTIMIZER_STATE_BYTES_PER_PARAM = {"sgd": 0.0, "momentum": 4.0, "adam": 8.0, "ad
 #: weights and gradients in FP32; optax offers it per moment (``adam(mu_dtype=...)``,
 #: ``sgd(accumulator_dtype=...)``).
 OPTIMIZER_STATE_BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0}
-#: bytes of the per-layer compute copy of a weight (cast from the fp32 master before the matmul)
+#: bytes of the per-layer compute copy of a weight (cast from the stored weight before the matmul;
+#: none where the stored weight is already no wider than the compute dtype)
 COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0, "fp8": 1.0}
 #: logits are upcast to fp32 for the softmax cross-entropy (as in MaxText / t5x losses)
 LOGIT_BYTES = 4.0
@@ -111,14 +109,12 @@ def optimizer_state_bytes_per_param(optimizer: str, optimizer_state: str = "fp32
     return OPTIMIZER_STATE_BYTES_PER_PARAM[optimizer] * OPTIMIZER_STATE_BYTES_PER_ELEMENT[optimizer_state] / 4.0
 
 
-def bytes_per_param(optimizer: str, precision: str, optimizer_state: str = "fp32") -> BytesPerParam:
-    """Bytes per parameter of the model states (fp32 master weights, fp32 gradients, optimizer)."""
-    return BytesPerParam(
-        MASTER_WEIGHT_BYTES_PER_PARAM,
-        GRADIENT_BYTES_PER_PARAM,
-        optimizer_state_bytes_per_param(optimizer, optimizer_state),
-        COMPUTE_COPY_BYTES_PER_PARAM[precision],
-    )
+def bytes_per_param(optimizer: str, precision: str, optimizer_state: str = "fp32", weight_dtype: str = "fp32") -> BytesPerParam:
+    """Bytes per parameter of the model states (weights and gradients in ``weight_dtype``, optimizer) and
+    of a weight's compute copy (a cast only where the compute dtype is narrower than the stored weight)."""
+    stored = WEIGHT_BYTES_PER_ELEMENT[weight_dtype]
+    copy = COMPUTE_COPY_BYTES_PER_PARAM[precision]
+    return BytesPerParam(stored, stored, optimizer_state_bytes_per_param(optimizer, optimizer_state), copy if copy < stored else 0.0)
 
 
 def zero_shards(fsdp_shard: str) -> tuple[bool, bool]:
@@ -275,6 +271,7 @@ def hbm_plan(
     fsdp_shard: str = "all",
     optimizer_state: str = "fp32",
     ring_buffer_bytes: tuple[float, float] = (0.0, 0.0),
+    weight_dtype: str = "fp32",
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -297,7 +294,7 @@ def hbm_plan(
         microbatches whose activations the busiest stage holds at once (engine/pipeline.py);
         ``per_chip_batch`` is then one microbatch.
     grad_accumulator
-        Gradient accumulation: the fp32 gradients of the whole step live from the first
+        Gradient accumulation: the gradients of the whole step live from the first
         microbatch's backward pass to the update, so they are counted at every point.
     timeline
         False leaves the ``timeline`` table empty (the peak is the same; for fast evaluation).
@@ -311,6 +308,8 @@ def hbm_plan(
     ring_buffer_bytes
         Ring attention's blocks in flight (engine/context.py), temporary bytes during the forward
         and the backward pass.
+    weight_dtype
+        ``"fp32"`` (master weights and gradients, 4 bytes each) or ``"bf16"`` (2 each, no master copy).
 
     Returns
     -------
@@ -319,7 +318,7 @@ def hbm_plan(
     """
     units = layer_units(cost)
     n = len(units)
-    bpp = bytes_per_param(optimizer, precision, optimizer_state)
+    bpp = bytes_per_param(optimizer, precision, optimizer_state, weight_dtype)
     weights_sharded, grads_sharded = zero_shards(fsdp_shard)
     p_unit = np.array([u.params for u in units], dtype=np.float64)
     if sparse_off_chip:
@@ -340,7 +339,7 @@ def hbm_plan(
     # weight tensors are in compute form at once (in use + prefetched): gathered under FSDP, else cast.
     tensors = _unit_weight_tensors(cost, units, p_unit, expert)
     gathered = fsdp > 1 and weights_sharded
-    copy_bytes = bpp.compute_copy if bpp.compute_copy else (MASTER_WEIGHT_BYTES_PER_PARAM if gathered else 0.0)
+    copy_bytes = bpp.compute_copy if bpp.compute_copy else (bpp.params if gathered else 0.0)
     weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
@@ -375,7 +374,7 @@ def hbm_plan(
     arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
     arr[n + 2 : 2 * n + 2, 4] = weights_tmp + grad_tmp[::-1] + ring_bwd_b
     arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
-    if grad_accumulator:  # the fp32 accumulator is present from the first microbatch to the update
+    if grad_accumulator:  # the gradient accumulator is present from the first microbatch to the update
         arr[1:-1, 1] = grads_done
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))

@@ -207,10 +207,14 @@ class TrainingSection(_Section):
     remat: Literal["none", "full", "selective", "minimal"] = "none"
     # with parallelism.pipeline > 1: pipeline microbatches; otherwise gradient accumulation steps
     microbatches: PositiveInt = 1
-    # dtype of the optimizer's moments (Adam m and v, momentum); master weights and gradients stay fp32.
+    # dtype of the optimizer's moments (Adam m and v, momentum), whatever the weights' dtype.
     # "bf16": DeepSeek-V3 (arXiv:2412.19437, sec. 3.3.3) tracks AdamW's moments in BF16; optax exposes
     # it as adam(mu_dtype=...) and sgd(accumulator_dtype=...) (engine/memory.py).
     optimizer_state: Literal["fp32", "bf16"] = "fp32"
+    # dtype the weights are stored, reduced and updated in; their gradients take it too (engine/units.py
+    # WEIGHT_BYTES_PER_ELEMENT). "fp32": mixed precision's master copy; "bf16": no master copy
+    # (MaxText's weight_dtype: bfloat16), half the model-state HBM and gradient traffic.
+    weight_dtype: Literal["fp32", "bf16"] = "fp32"
 
 
 class ParameterServerSection(_Section):
@@ -580,6 +584,9 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         with_fp8 = sorted(k for k, c in catalog.items() if c.has_fp8)
         problems.append(("training.precision", f"fp8 needs a chip with an fp8 matmul rate; {chip.key} has none; valid: "
                          f"bf16, int8 or fp32 on {chip.key}, or fp8 on {', '.join(with_fp8) or 'no catalog chip'}"))  # fmt: skip
+    if s.training.precision == "fp32" and s.training.weight_dtype == "bf16":
+        problems.append(("training.weight_dtype", "bf16 weights under fp32 compute would be widened for every matmul; "
+                         "valid: fp32 with precision fp32, or bf16 with precision bf16, int8 or fp8"))  # fmt: skip
     experts = getattr(s.model, "experts", 0)
     if p.expert > 1 and not experts:
         problems.append(("parallelism.expert", f"{p.expert} expert-parallel chips, but the model has no experts; valid: 1, "
@@ -649,7 +656,7 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
 
 #: keys an HLO module already fixes, and the idle-time sections not yet simulated for one
 _HLO_MODEL_KEYS = frozenset(HloModel.model_fields)
-_HLO_FIXED_TRAINING = ("precision", "optimizer", "remat")
+_HLO_FIXED_TRAINING = ("precision", "optimizer", "remat", "weight_dtype")
 _HLO_UNSUPPORTED_SECTIONS = ("parallelism", "input", "compile", "stragglers", "failures")
 
 

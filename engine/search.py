@@ -9,7 +9,7 @@ is its reason (counted in :attr:`PlanResult.infeasible`):
 2. mesh rules, vectorised over all factorisations of a slice at once: attention heads
    divisible by ``tensor``; ``seq_len`` divisible by ``context``; the experts divisible by
    ``expert``; the global batch divisible by ``data x fsdp x expert x slices``;
-3. a memory lower bound, vectorised too: the model states alone (fp32 master weights,
+3. a memory lower bound, vectorised too: the model states alone (stored weights,
    gradients and optimizer state over ``fsdp x tensor``, as the ZeRO stage shards them, the
    routed experts also over ``expert``) exceed the usable HBM;
 4. full scenario validation (the mesh must lie on the torus; every other scenario rule);
@@ -324,7 +324,7 @@ def _model_state_bytes(cost: ModelCost, s: Scenario, fsdp: np.ndarray | int, ten
                        expert: np.ndarray | int = 1) -> np.ndarray:  # fmt: skip
     """Bytes of params, gradients and optimizer state per chip: a lower bound of the peak (engine.memory)."""
     tr, par = s.training, s.parallelism
-    bpp = bytes_per_param(tr.optimizer, tr.precision, tr.optimizer_state)
+    bpp = bytes_per_param(tr.optimizer, tr.precision, tr.optimizer_state, tr.weight_dtype)
     params = cost.params - (cost.sparse_params if par.strategy == "parameter_server" else 0)
     params = params - cost.expert_params * (1.0 - 1.0 / np.asarray(expert, dtype=np.float64))
     shard = np.asarray(fsdp, dtype=np.float64) * np.asarray(tensor, dtype=np.float64)

@@ -23,7 +23,7 @@ from .hlo.run import simulate_hlo
 from .idle import idle_facts, plan_idle
 from .analytic import StepCosts
 from .mesh import Mesh, axis_index_of_chips
-from .memory import GRADIENT_BYTES_PER_PARAM, MASTER_WEIGHT_BYTES_PER_PARAM, MemoryPlan, oom_detail, optimizer_state_bytes_per_param
+from .memory import MemoryPlan, oom_detail, optimizer_state_bytes_per_param
 from .models import ModelCost, model_cost
 from .moe import RoutingPlan, plan_routing
 from .pipeline import PipelinePlan, plan_pipeline
@@ -33,7 +33,7 @@ from .step import Segment, SimContext, assemble
 from .topology import Pod
 from .topology import build_pod
 from .trace import CHIPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
-from .units import NS_PER_S
+from .units import NS_PER_S, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = ["simulate"]
 
@@ -206,7 +206,7 @@ def _expert_load_table(factor: np.ndarray, steady: np.ndarray) -> pa.Table:
 def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, steady: np.ndarray) -> dict:
     """Summary facts of a mixture-of-experts run: total vs active parameters, capacity, drops, imbalance."""
     m, par = s.model, s.parallelism
-    per_param = MASTER_WEIGHT_BYTES_PER_PARAM + GRADIENT_BYTES_PER_PARAM + optimizer_state_bytes_per_param(s.training.optimizer, s.training.optimizer_state)
+    per_param = 2 * WEIGHT_BYTES_PER_ELEMENT[s.training.weight_dtype] + optimizer_state_bytes_per_param(s.training.optimizer, s.training.optimizer_state)
     return {
         "params_total": cost.params,
         "params_active": cost.active_params_eff,
@@ -218,7 +218,7 @@ def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, steady:
         "moe_busiest_expert_over_mean": float(routing.busiest_over_mean[steady].mean()),
         "moe_busiest_group_factor": float(routing.group_factor[steady].max(axis=1).mean()),
         "expert_all_to_all_s": comm.all_to_all_s,
-        # model states of this chip's experts (fp32 weights, gradients, optimizer), the Memory page's expert term
+        # model states of this chip's experts (weights, gradients, optimizer), the Memory page's expert term
         "hbm_expert_weight_bytes": cost.expert_params / (par.fsdp * par.tensor * par.expert) * per_param,
     }
 
@@ -244,4 +244,6 @@ def _sharding_facts(s: Scenario, costs: StepCosts) -> dict:
                     "zero_grad_reduce_scatter_s": comm.fsdp_grad_sync_s})  # fmt: skip
     if tr.optimizer_state != "fp32":
         out["optimizer_state"] = tr.optimizer_state
+    if tr.weight_dtype != "fp32":
+        out["weight_dtype"] = tr.weight_dtype
     return out

@@ -78,11 +78,13 @@ KNOWN_MOE_ARCHITECTURES = {
 #: max_target_length 8192, ici_fsdp_parallelism 16 x ici_expert_parallelism 16, attention "flash",
 #: sparse_matmul False (dense dispatch through capacity_factor-sized buffers), opt_type "sgd",
 #: remat_policy "custom" with decoder_layer_input and the q/k/v/out projections offloaded to host and
-#: everything else recomputed (the engine's "full": the same recomputed layer, less the projections),
-#: weight_dtype bfloat16 (the engine keeps fp32 master weights, so its memory is an upper bound).
+#: everything else recomputed (the engine's "full": the same recomputed layer, less the projections;
+#: it keeps the layer inputs in HBM, which the run kept on the host), weight_dtype bfloat16. Its XLA flags
+#: include DATA_PARALLEL_OVERLAP (benchmarks/xla_flags_library.py: --xla_tpu_enable_data_parallel_all_reduce_opt,
+#: as in the v5p scripts below), so on several pods the cross-pod gradient all-reduce overlaps compute.
 KNOWN_MOE_RUNS = {
     "700b mixtral-like moe": {"seq": 8192, "per_device_batch": 1, "fsdp": 16, "expert": 16, "attention": "flash",
-                              "optimizer": "sgd", "remat": "full",
+                              "optimizer": "sgd", "remat": "full", "weight_dtype": "bf16", "dcn_overlap": True,
                               "source": "custom_model.md's linked config custom_moe_700b (maxtext @ 3662540e)"},
 }  # fmt: skip
 
@@ -100,8 +102,11 @@ def _moe_dims_from_text(text: str) -> dict[str, Any] | None:
     # Mixtral-like: each expert is a full-width SwiGLU MLP; vocab from MaxText base.yml (not in the entry)
     return {**m, "d_ff_expert": m["d_ff"], "vocab": _MAXTEXT_BASE["vocab"], "mlp": "swiglu"}
 
-def _map_maxtext_moe(e: Entry) -> Case | Skipped:
-    """A MaxText mixture-of-experts run: a named architecture or dims in words, FSDP over the slice."""
+def _map_maxtext_moe(e: Entry) -> Case | tuple[Case, ...] | Skipped:
+    """A MaxText mixture-of-experts run: a named architecture or dims in words, FSDP over the slice.
+
+    An entry that also gives the MFU on several pods (``mfu_<N>pods_<chips>chips``) adds a DCN
+    weak-scaling check: MFU on N pods over MFU on one, the per-chip batch held, never fitted."""
     inp, exp = e["inputs"], e["expected"]
     text = str(inp.get("model", ""))
     chip = chip_key(str(inp.get("chip", "")))
@@ -134,7 +139,7 @@ def _map_maxtext_moe(e: Entry) -> Case | Skipped:
                        f"({run['per_device_batch']} x {run['seq']}, {run['source']})")  # fmt: skip
     if run is None:  # the entry gives tokens per device only: MaxText base.yml's max_target_length, FSDP over the slice
         run = {"seq": 2048, "per_device_batch": max(1, tokens // 2048), "fsdp": chips, "expert": 1, "attention": "autoselected",
-               "optimizer": "adam", "remat": "full", "source": "seq assumed: MaxText's default; FSDP over the slice"}  # fmt: skip
+               "optimizer": "adam", "remat": "full", "weight_dtype": "fp32", "source": "seq assumed: MaxText's default; FSDP over the slice"}  # fmt: skip
     seq, pdb = run["seq"], run["per_device_batch"]
     topo, slices = default_topology(chip, chips)
     m = {"kind": "transformer", **dims, "seq_len": seq, "attention": run["attention"]}
@@ -144,17 +149,36 @@ def _map_maxtext_moe(e: Entry) -> Case | Skipped:
     # MaxText's MFU: 6 x active params x tokens + causal attention, over the step time and the chip's peak
     flops = maxtext_flops_per_chip_per_step(active, dims["heads"], dims["layers"], dims["head_dim"], seq, float(pdb))
     peak = load_catalog()[chip].peak_flops_per_s("bf16")
-    return Case(
+    one_pod = scenario_dict(e["id"], chip, topo, slices, m, pdb * chips, optimizer=run["optimizer"], remat=run["remat"],
+                            fsdp=run["fsdp"], expert=run["expert"], weight_dtype=run["weight_dtype"])
+    case = Case(
         id=e["id"], kind=e["kind"], family="MaxText MoE", chip=chip, model=f"MoE {dims['experts']}x top-{dims['experts_per_token']}",
         metric="MFU, 1 pod (MaxText count)", unit="fraction", published=float(exp[mfu_key]), how="work_per_step",
-        scenarios=(scenario_dict(e["id"], chip, topo, slices, m, pdb * chips, optimizer=run["optimizer"], remat=run["remat"],
-                                 fsdp=run["fsdp"], expert=run["expert"]),),
+        scenarios=(one_pod,),
         work_per_step=flops / peak,
         note=f"{topo}, fsdp {run['fsdp']} x expert {run['expert']}, {pdb} x {seq} tokens/chip, {run['attention']} attention, "
-             f"{run['optimizer']}, remat {run['remat']} ({run['source']}); vocab 32000 (MaxText base.yml); MaxText FLOP count "
+             f"{run['optimizer']}, {run['weight_dtype']} weights, remat {run['remat']} ({run['source']}); vocab 32000 (MaxText base.yml); MaxText FLOP count "
              "with the entry's active parameters over Podscope's step time",
         never_fitted=True,
     )  # fmt: skip
+    pods = [(k, int(mt.group(1))) for k in exp if (mt := re.fullmatch(r"mfu_(\d+)pods_\d+chips", k)) and int(mt.group(1)) > 1]
+    checks = []
+    overlap = bool(run.get("dcn_overlap"))
+    for key, n in pods:
+        single = copy.deepcopy(one_pod)
+        single["interconnect"] = {"overlap": overlap}
+        multi = copy.deepcopy(single)
+        multi["pod"]["slices"] = slices * n
+        multi["training"]["global_batch"] *= n
+        checks.append(Case(
+            id=f"{e['id']}_{n}pods", kind="collective", family="MaxText MoE", chip=chip, model=case.model,
+            metric=f"MFU, {n} pods vs 1 (weak scaling)", unit="x", published=float(exp[key]) / float(exp[mfu_key]),
+            how="weak_scaling", scenarios=(single, multi), scale=1.0, from_entry=e["id"],
+            note=f"{n} x {topo} over DCN, data parallel across pods, with the 1-pod case's mesh and batch per chip; the DCN "
+                 f"all-reduce {'overlaps compute (the configuration sets DATA_PARALLEL_OVERLAP)' if overlap else 'follows the backward pass'}; "
+                 "ratio = step(1 pod) / step(N pods)",
+        ))  # fmt: skip
+    return (case, *checks) if checks else case
 
 #: The attention kernel each source's runs used, with where the source says so (inputs, not outcomes).
 #: MaxText's v5p scripts (AI-Hypercomputer/maxtext @ 75a430609ff6875a8a7543e9311cc644b3a53d17,
@@ -179,7 +203,7 @@ MAXTEXT_2023_BASE = {"head_dim": 256, "mlp": "gelu", "tied_embeddings": True, "v
 #: MaxText remat_policy -> the engine's remat policy with the same saved/recomputed split
 _MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none"}
 
-def map_maxtext(e: Entry) -> Case | Skipped | None:
+def map_maxtext(e: Entry) -> Case | tuple[Case, ...] | Skipped | None:
     inp = e["inputs"]
     if str(inp.get("framework", "")).lower() != "maxtext" or "benchmark" in inp:
         return None  # MLPerf submissions run on MaxText too; _map_mlperf reads those

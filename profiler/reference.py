@@ -319,5 +319,8 @@ def map_entries(entries: list[Entry]) -> tuple[list[Case], list[Skipped]]:
         out = map_maxtext_multislice(e, entries) or map_maxtext(e) or _map_mlperf(e) or _map_palm(e, entries) or _map_formula(e)
         if out is None:
             out = Skipped(e["id"], e["kind"], _skip_reason(e))
-        (cases if isinstance(out, Case) else skipped).append(out)
+        if isinstance(out, tuple):  # an entry with several comparable figures (a MoE run's 1-pod MFU and its multi-pod ratio)
+            cases.extend(out)
+        else:
+            (cases if isinstance(out, Case) else skipped).append(out)
     return cases, skipped

@@ -53,6 +53,13 @@ class Case:
     #: an end-to-end case that is predicted but never fitted: a kind of job (mixture-of-experts) whose
     #: mechanisms the fitted parameters were not chosen on, kept out of the fit so it stays a true prediction
     never_fitted: bool = False
+    #: the reference entry a second figure of one entry comes from (its ``id`` is then derived); "" = ``id``
+    from_entry: str = ""
+
+    @property
+    def entry_id(self) -> str:
+        """The id of the reference entry this case reads."""
+        return self.from_entry or self.id
 
     @property
     def fit(self) -> bool:
@@ -124,12 +131,14 @@ def to_int(value: Any) -> int | None:
     return None
 
 def scenario_dict(name: str, chip: str, topology: str, slices: int, model: dict, batch: int, *, precision: str = "bf16",
-              optimizer: str = "adam", remat: str = "none", fsdp: int = 1, tensor: int = 1, expert: int = 1) -> dict[str, Any]:  # fmt: skip
+              optimizer: str = "adam", remat: str = "none", fsdp: int = 1, tensor: int = 1, expert: int = 1,
+                  weight_dtype: str = "fp32") -> dict[str, Any]:  # fmt: skip
     # Few steps are enough: with calibrated jitter the median steady step settles within a few.
     return {
         "name": name,
         "pod": {"chip": chip, "topology": topology, "slices": slices},
         "model": model,
-        "training": {"global_batch": batch, "steps": 4, "precision": precision, "optimizer": optimizer, "remat": remat},
+        "training": {"global_batch": batch, "steps": 4, "precision": precision, "optimizer": optimizer, "remat": remat,
+                     **({"weight_dtype": weight_dtype} if weight_dtype != "fp32" else {})},
         "parallelism": {"fsdp": fsdp, "tensor": tensor, **({"expert": expert} if expert > 1 else {})},
     }

@@ -138,12 +138,14 @@ def test_what_if_sets_context_zero_stage_and_optimizer_state(tmp_path, monkeypat
     next(n for n in at.number_input if n.label == "Context parallel").set_value(2)
     next(s for s in at.selectbox if s.label == "FSDP shards").set_value("optimizer")
     next(s for s in at.selectbox if s.label == "Optimizer state").set_value("bf16")
+    next(s for s in at.selectbox if s.label == "Weights").set_value("bf16")
     next(b for b in at.button if b.label == "Simulate").click().run()
     assert not at.exception, [e.value for e in at.exception]
     with Database(path).read() as con:
         newest = int(queries.list_runs(con)["run_id"].iloc[0])
         summary = queries.run_summary(con, newest)
     assert summary["context_parallel"] == 2 and summary["fsdp_shard"] == "optimizer" and summary["optimizer_state"] == "bf16"
+    assert summary["weight_dtype"] == "bf16"
     assert summary["ring_exposed_s"] >= 0 and summary["zero_weight_gather_s"] > 0
 
 

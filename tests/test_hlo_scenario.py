@@ -58,10 +58,10 @@ class TestValidation:
         assert Path(s.model.path) == (tmp_path / "transformer_dp8.hlo.txt.gz").resolve()
 
     def test_keys_the_module_fixes_are_errors_naming_them(self, tmp_path):
-        p = write_scenario(tmp_path, model_extra="layers = 2", training_extra='precision = "bf16"\noptimizer = "adam"',
+        p = write_scenario(tmp_path, model_extra="layers = 2", training_extra='precision = "bf16"\noptimizer = "adam"\nweight_dtype = "bf16"',
                            more="[parallelism]\ndata = 8")  # fmt: skip
         probs = problems_of(p)
-        assert set(probs) == {"model.layers", "training.precision", "training.optimizer", "parallelism"}
+        assert set(probs) == {"model.layers", "training.precision", "training.optimizer", "training.weight_dtype", "parallelism"}
         assert "HLO module fixes" in probs["model.layers"]
 
     def test_device_count_must_equal_chips(self, tmp_path):

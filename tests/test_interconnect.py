@@ -310,13 +310,14 @@ def test_link_load_is_stored_with_the_run(write_toml, db):
     assert math.isfinite(util)
 
 
-def test_run_charges_the_hand_computed_all_reduce(write_toml, ideal_calibration):
-    """Ideal links, no latency: the collective event is the simultaneous ring all-reduce worked by hand."""
-    from engine.memory import GRADIENT_BYTES_PER_PARAM
-
-    r = simulate(load_scenario(write_toml(SCEN)), calibration=ideal_calibration)
+@pytest.mark.parametrize(("weight_dtype", "grad_bytes"), [("fp32", 4), ("bf16", 2)])
+def test_run_charges_the_hand_computed_all_reduce(write_toml, ideal_calibration, weight_dtype, grad_bytes):
+    """Ideal links, no latency: the collective event is the simultaneous ring all-reduce worked by hand,
+    on gradients in the stored weights' dtype."""
+    text = SCEN.replace("steps = 4", f"steps = 4\nweight_dtype = '{weight_dtype}'")
+    r = simulate(load_scenario(write_toml(text)), calibration=ideal_calibration)
     params = 2048 * 8192 + 8192 + 8192 * 2048 + 2048
-    v = params * GRADIENT_BYTES_PER_PARAM
+    v = params * grad_bytes
     w = CAT["tpu-v4"].ici_link_bytes_per_s
     s0 = 3 / 4 * (v / 3) / 2 / w  # stage 0: a third of the array on each axis, both directions
     expect_s = 2 * s0 * (1 + 1 / 4 + 1 / 16)  # shard shrinks 4x per stage; reduce-scatter then all-gather

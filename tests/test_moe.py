@@ -187,7 +187,7 @@ def test_published_moe_entries_become_predicted_cases():
 
     cases, skipped = map_entries(load_reference())
     moe = {c.id: c for c in cases if c.family == "MaxText MoE"}
-    assert set(moe) == {"e2e_maxtext_deepseek2_16b_v5p8", "e2e_maxtext_v6e_700b_moe"}
+    assert set(moe) == {"e2e_maxtext_deepseek2_16b_v5p8", "e2e_maxtext_v6e_700b_moe", "e2e_maxtext_v6e_700b_moe_4pods"}
     assert not [s for s in skipped if "mixture-of-experts" in s.reason]
     deepseek = build_scenarios(moe["e2e_maxtext_deepseek2_16b_v5p8"])[0]
     assert deepseek.model.experts == 64 and deepseek.parallelism.fsdp == 4
@@ -208,7 +208,24 @@ def test_the_700b_moe_run_is_mapped_as_its_linked_configuration_ran():
     big = build_scenarios(next(c for c in cases if c.id == "e2e_maxtext_v6e_700b_moe"))[0]
     assert (big.model.seq_len, big.training.global_batch) == (8192, 256)
     assert (big.parallelism.fsdp, big.parallelism.expert) == (16, 16)
-    assert (big.model.attention, big.training.optimizer) == ("flash", "sgd")
+    assert (big.model.attention, big.training.optimizer, big.training.weight_dtype) == ("flash", "sgd", "bf16")
+
+
+def test_the_700b_moe_run_fits_and_its_four_pod_figure_is_a_dcn_check():
+    """It ran on 32 GiB chips with bf16 weights and SGD: it fits. Its 4-pod MFU over its 1-pod MFU is a weak-scaling
+    check over DCN, with the per-chip batch and mesh held and the all-reduce overlapped as the configuration's flags say."""
+    from engine.analytic import evaluate
+    from profiler.reference import load_reference, map_entries
+    from profiler.validation import build_scenarios
+
+    cases, _ = map_entries(load_reference())
+    one = next(c for c in cases if c.id == "e2e_maxtext_v6e_700b_moe")
+    assert not evaluate(build_scenarios(one)[0]).oom
+    check = next(c for c in cases if c.id == "e2e_maxtext_v6e_700b_moe_4pods")
+    single, multi = build_scenarios(check)
+    assert (check.kind, check.entry_id, check.published) == ("collective", one.id, pytest.approx(0.353 / 0.381))
+    assert (single.pod.slices, multi.pod.slices) == (1, 4) and multi.per_chip_batch == single.per_chip_batch
+    assert multi.interconnect.overlap and not check.fit
 
 
 def test_the_published_deepseek_run_fits_in_hbm():

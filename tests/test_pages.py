@@ -323,7 +323,7 @@ def test_memory_page_shows_ring_buffers_zero_stage_and_optimizer_state(tmp_path,
 
     raw = {"name": "cp-zero", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
            "model": {"kind": "transformer", "layers": 2, "d_model": 512, "heads": 8, "d_ff": 2048, "vocab": 1000, "seq_len": 4096},
-           "training": {"global_batch": 4, "steps": 3, "optimizer_state": "bf16"},
+           "training": {"global_batch": 4, "steps": 3, "optimizer_state": "bf16", "weight_dtype": "bf16"},
            "parallelism": {"fsdp": 2, "context": 2, "fsdp_shard": "grads+optimizer"}}  # fmt: skip
     result = simulate(scenario_from_dict(raw))
     path = tmp_path / "cp.duckdb"
@@ -334,3 +334,4 @@ def test_memory_page_shows_ring_buffers_zero_stage_and_optimizer_state(tmp_path,
     want = result.facts.extra["hbm_ring_kv_buffer_bytes"]
     assert metrics["Ring attention K/V buffers"] == fmt.gib(want, 2)
     assert metrics["FSDP shards"] == "ZeRO-2: grads+optimizer" and metrics["Optimizer moments"] == "bf16"
+    assert metrics["Weights"] == "bf16"

@@ -82,7 +82,9 @@ class TestMapping:
     def test_every_entry_is_a_case_or_skipped_with_reason(self):
         entries = reference.load_reference()
         cases, skipped = reference.map_entries(entries)
-        assert sorted([c.id for c in cases] + [s.id for s in skipped]) == sorted(e["id"] for e in entries)
+        assert sorted({c.entry_id for c in cases} | {s.id for s in skipped}) == sorted(e["id"] for e in entries)
+        assert not {c.entry_id for c in cases} & {s.id for s in skipped}
+        assert len({c.id for c in cases}) == len(cases)
         assert all(s.reason for s in skipped)
         assert any(c.kind == "end_to_end" for c in cases)
 
@@ -341,8 +343,8 @@ def test_mixture_of_experts_cases_are_predicted_but_never_fitted():
     from profiler.validation import expressible
 
     cases, _ = expressible(*map_entries(load_reference()))
-    moe = [c for c in cases if c.family == "MaxText MoE"]
-    assert moe and all(c.kind == "end_to_end" and not c.fit for c in moe)
+    moe = [c for c in cases if c.family == "MaxText MoE" and c.kind == "end_to_end"]
+    assert moe and not any(c.fit for c in cases if c.family == "MaxText MoE")
     v = validation.run_validation()
     ids = {c.id for c in moe}
     never = v.summary["end_to_end_never_fitted"]

@@ -1,4 +1,4 @@
-"""ZeRO stages for FSDP and bf16 optimizer state: per-chip model-state bytes, the collectives each stage issues.
+"""ZeRO stages for FSDP, bf16 optimizer state and bf16 weights: per-chip model-state bytes, the collectives each stage issues.
 
 Rajbhandari et al. 2020 ("ZeRO", Figure 1) with Podscope's bytes per parameter: fp32 weights P = 4,
 fp32 gradients G = 4, optimizer state K (Adam 8 in fp32, 4 in bf16), Psi parameters over Nd chips:
@@ -21,9 +21,10 @@ MLP = MlpModel(kind="mlp", layer_sizes=[1024, 1024, 1024])
 PSI = 2 * (1024 * 1024 + 1024)
 
 
-def _states(fsdp_shard: str, optimizer_state: str = "fp32", fsdp: int = 4) -> float:
+def _states(fsdp_shard: str, optimizer_state: str = "fp32", fsdp: int = 4, weight_dtype: str = "fp32") -> float:
     plan = hbm_plan(model_cost(MLP), MLP, per_chip_batch=1, precision="bf16", optimizer="adam", remat="none", fsdp=fsdp, tensor=1,
-                    capacity_bytes=1e12, usable_bytes=1e12, fsdp_shard=fsdp_shard, optimizer_state=optimizer_state)  # fmt: skip
+                    capacity_bytes=1e12, usable_bytes=1e12, fsdp_shard=fsdp_shard, optimizer_state=optimizer_state,
+                    weight_dtype=weight_dtype)  # fmt: skip
     return plan.model_state_bytes
 
 
@@ -46,6 +47,14 @@ class TestModelStateBytes:
         assert bytes_per_param("adam", "bf16", "bf16").model_states == 4 + 4 + 4  # master weights and gradients stay fp32
         assert _states("all", "bf16") == pytest.approx((4 + 4 + 4) * PSI / 4)
         assert _states("optimizer", "bf16") == pytest.approx((4 + 4) * PSI + 4 * PSI / 4)
+
+    def test_bf16_weights_halve_weights_and_gradients_and_drop_the_cast(self):
+        """MaxText's weight_dtype bfloat16: weights and gradients 2 bytes each, the optimizer state unchanged;
+        a bf16 weight needs no bf16 compute copy, while fp8 compute still casts."""
+        assert bytes_per_param("adam", "bf16", "fp32", "bf16") == bytes_per_param("adam", "bf16", "fp32", "fp32").__class__(2, 2, 8, 0)
+        assert bytes_per_param("adam", "bf16").compute_copy == 2 and bytes_per_param("adam", "fp8", "fp32", "bf16").compute_copy == 1
+        assert _states("all", weight_dtype="bf16") == pytest.approx((2 + 2 + 8) * PSI / 4)
+        assert _states("optimizer", "bf16", weight_dtype="bf16") == pytest.approx((2 + 2) * PSI + 4 * PSI / 4)
 
     def test_without_fsdp_every_stage_is_the_same(self):
         assert _states("all", fsdp=1) == _states("optimizer", fsdp=1) == _states("grads+optimizer", fsdp=1) == 16 * PSI
@@ -102,6 +111,20 @@ class TestRun:
         # replicated weights: 16x the params bytes of ZeRO-3 on this chip
         assert r.facts.hbm_breakdown_bytes["params"] == pytest.approx(16 * base.facts.hbm_breakdown_bytes["params"])
 
+    def test_bf16_weights_halve_gradient_traffic_and_the_update(self):
+        """Gradients take the weights' dtype: the FSDP reduce-scatters move half the bytes, the update
+        reads and writes half; the run says which dtype it assumed."""
+        base = simulate(scenario_from_dict(_llm()))
+        r = simulate(scenario_from_dict(_llm(training={"weight_dtype": "bf16"})))
+        assert r.facts.extra["weight_dtype"] == "bf16" and "weight_dtype" not in base.facts.extra
+        assert r.facts.hbm_breakdown_bytes["params"] == pytest.approx(base.facts.hbm_breakdown_bytes["params"] / 2)
+        assert "bf16 weights and gradients" in r.facts.extra["precision_recipe"]
+        assert "fp32 master weights" in base.facts.extra["precision_recipe"]
+        lc, b = (x.trace.extra["layer_collectives"].to_pandas() for x in (r, base))
+        rs, rs0 = lc[lc.op == "reduce-scatter"].bytes.sum(), b[b.op == "reduce-scatter"].bytes.sum()
+        ag, ag0 = lc[lc.op == "all-gather"].bytes.sum(), b[b.op == "all-gather"].bytes.sum()
+        assert rs0 > 0 and rs == pytest.approx(rs0 / 2) and ag == pytest.approx(ag0)  # weights gather in bf16 either way
+
     def test_bad_values_name_the_key(self):
         with pytest.raises(ScenarioError) as e:
             scenario_from_dict(_llm(parallelism={"fsdp_shard": "weights"}))
@@ -109,3 +132,6 @@ class TestRun:
         with pytest.raises(ScenarioError) as e:
             scenario_from_dict(_llm(training={"optimizer_state": "fp16"}))
         assert any(k == "training.optimizer_state" for k, _ in e.value.problems) and "bf16" in str(e.value)
+        with pytest.raises(ScenarioError) as e:
+            scenario_from_dict(_llm(training={"precision": "fp32", "weight_dtype": "bf16"}))
+        assert any(k == "training.weight_dtype" for k, _ in e.value.problems) and "valid: fp32 with precision fp32" in str(e.value)

@@ -59,7 +59,10 @@ def _knobs(base: dict) -> dict | None:
                                   help="ZeRO stage: all = ZeRO-3, grads+optimizer = ZeRO-2, optimizer = ZeRO-1")
         states = ["fp32", "bf16"]
         optimizer_state = c3.selectbox("Optimizer state", states, index=states.index(training.get("optimizer_state", "fp32")),
-                                       help="dtype of the optimizer's moments; master weights and gradients stay fp32")
+                                       help="dtype of the optimizer's moments, whatever the weights' dtype")
+        weight_dtype = c4.selectbox("Weights", states, index=states.index(training.get("weight_dtype", "fp32")),
+                                    help="dtype the weights and their gradients are stored, reduced and updated in: "
+                                         "fp32 = mixed precision's master copy, bf16 = no master copy")
         c1, c2, c3, c4 = st.columns(4)
         remats = ["none", "minimal", "selective", "full"]
         remat = c1.selectbox("Remat", remats, index=remats.index(training.get("remat", "none")) if training.get("remat", "none") in remats else 0)
@@ -97,6 +100,7 @@ def _knobs(base: dict) -> dict | None:
         ("parallelism.context", int(context), par, 1),
         ("parallelism.fsdp_shard", fsdp_shard, par, "all"),
         ("training.optimizer_state", optimizer_state, training, "fp32"),
+        ("training.weight_dtype", weight_dtype, training, "fp32"),
         *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
     ):
         key = dotted.split(".")[1]

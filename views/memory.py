@@ -61,7 +61,11 @@ def _parallel_terms(summary: dict) -> None:
                       "the optimizer state stays sharded"))  # fmt: skip
     if summary.get("optimizer_state") is not None:
         items.append(("Optimizer moments", str(summary["optimizer_state"]),
-                      "the optimizer's moments in this dtype (the optimizer term above); master weights and gradients fp32"))
+                      "the optimizer's moments in this dtype (the optimizer term above), whatever the weights' dtype"))
+    if summary.get("weight_dtype") is not None:
+        items.append(("Weights", str(summary["weight_dtype"]),
+                      "weights and their gradients stored, reduced and updated in this dtype, without an fp32 master copy "
+                      "(the params and grads terms above)"))
     if not items:
         return
     cols = st.columns(len(items))

@@ -30,7 +30,7 @@ from .collectives import (
 )
 from .fabric import Fabric, RingPhase, collective_on_pod, dcn_link_table, mesh_ring_phases, slice_fabrics
 from .gradient_sync import GradientSync, MeshGradientSync, gradient_sync, mesh_gradient_sync, overlap_exposed_s, overlap_table
-from .mesh_comm import GRADIENT_WIRE_BYTES_PER_ELEMENT, LinkPenalty, StepComm, mesh_all_to_all_s, mesh_collective_s, mesh_link_penalties, plan_step_comm
+from .mesh_comm import LinkPenalty, StepComm, mesh_all_to_all_s, mesh_collective_s, mesh_link_penalties, plan_step_comm
 
 __all__ = [
     "OPS",
@@ -59,7 +59,6 @@ __all__ = [
     "mesh_gradient_sync",
     "overlap_exposed_s",
     "overlap_table",
-    "GRADIENT_WIRE_BYTES_PER_ELEMENT",
     "LinkPenalty",
     "StepComm",
     "mesh_all_to_all_s",

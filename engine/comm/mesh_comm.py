@@ -2,7 +2,7 @@
 
 Per-step collectives by strategy (one representative chip, steady state):
 
-* data parallel: gradients (fp32, :data:`GRADIENT_WIRE_BYTES_PER_ELEMENT`) all-reduced over ``data``
+* data parallel: gradients (in the weights' dtype, :data:`~engine.units.WEIGHT_BYTES_PER_ELEMENT`) all-reduced over ``data``
   after the backward pass, then across slices over DCN (TPUStrategy / pjit replicated params).
 * FSDP / ZeRO-3 (Rajbhandari et al. 2020): each layer's parameters all-gathered
   over ``fsdp`` before its forward and again before its backward, its gradients
@@ -44,12 +44,11 @@ from ..models import ModelCost, layer_units
 from ..scenario import InterconnectSection
 from ..topology import Pod
 from ..trace import TABLES
-from ..units import BYTES_PER_ELEMENT, seconds_to_ns
+from ..units import BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_ELEMENT, seconds_to_ns
 from .collectives import dcn_all_reduce_time_s, ring_phase
 from .fabric import mesh_ring_phases, slice_fabrics
 
 __all__ = [
-    "GRADIENT_WIRE_BYTES_PER_ELEMENT",
     "LinkPenalty",
     "mesh_all_to_all_s",
     "mesh_collective_s",
@@ -57,13 +56,6 @@ __all__ = [
     "StepComm",
     "plan_step_comm",
 ]
-
-#: Gradients are reduced in fp32 whatever the compute precision: under the mixed-precision recipe
-#: the parameters are fp32, so their gradients are fp32 (the bf16 cast's transpose converts back)
-#: and the data-parallel all-reduce / FSDP reduce-scatter moves 4 bytes per element, as TF's
-#: TPUStrategy with mixed_bfloat16 and PyTorch DDP with AMP do. memory.py keeps them as fp32 too.
-GRADIENT_WIRE_BYTES_PER_ELEMENT = 4.0
-
 
 @dataclass(frozen=True)
 class LinkPenalty:
@@ -223,6 +215,7 @@ def plan_step_comm(
     dispatch_bytes: float = 0.0,
     pipeline: int = 1,
     fsdp_shard: str = "all",
+    weight_dtype: str = "fp32",
 ) -> StepComm:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -255,17 +248,20 @@ def plan_step_comm(
     ``fsdp_shard`` picks the ZeRO stage (Rajbhandari et al. 2020, sec. 5 and 7): ``"all"``
     (ZeRO-3) as above; ``"grads+optimizer"`` (ZeRO-2) keeps the weights replicated over ``fsdp``
     (no per-layer gathers), reduce-scatters each layer's gradients and all-gathers the updated
-    fp32 weights once per step; ``"optimizer"`` (ZeRO-1) keeps every layer's gradients whole until
+    stored weights once per step; ``"optimizer"`` (ZeRO-1) keeps every layer's gradients whole until
     the backward ends, reduce-scatters them over ``fsdp`` once per step (each chip updates only its
     optimizer partition, so it needs only that partition's reduced gradients: ZeRO's sec. 7.2.1,
     the same volume as data parallelism), then gathers the weights the same way. A ``context`` axis replicates the weights: the gradients reduce-scatter over it, the
     data-parallel all-reduce moves ``1 / context`` of them, and they gather back.
+    Gradients travel in ``weight_dtype`` (:data:`~engine.units.WEIGHT_BYTES_PER_ELEMENT`): fp32 under the
+    mixed-precision recipe, bf16 when the weights are stored in bf16.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
     ep = mesh["expert"]
     pen = link_penalties or {}
     wire = BYTES_PER_ELEMENT[precision]
+    grad_wire = WEIGHT_BYTES_PER_ELEMENT[weight_dtype]  # gradients take the stored weights' dtype
     link, lat = link_bytes_per_s, hop_latency_s
     sparse = float(cost.sparse_params) if ps_hosts else 0.0
     rows: list[tuple[int, str, str, str, str, float, float]] = []
@@ -299,7 +295,7 @@ def plan_step_comm(
     fsdp_on = (p_unit > 0) & (fsdp.size > 1)
     gather_on, scatter_on = fsdp_on & (fsdp_shard == "all"), fsdp_on & (fsdp_shard != "optimizer")
     g_bytes = p_unit / tensor.size * wire
-    r_bytes = p_unit / tensor.size * GRADIENT_WIRE_BYTES_PER_ELEMENT
+    r_bytes = p_unit / tensor.size * grad_wire
     if gather_on.any():
         ag[gather_on] = each("all-gather", g_bytes[gather_on], fsdp)
     if scatter_on.any():
@@ -362,14 +358,14 @@ def plan_step_comm(
 
     # Data-parallel gradient sync of this chip's dense shard: over `data` in the slice, then DCN.
     dense = cost.params - sparse - cost.expert_params * (1.0 - 1.0 / ep.size)
-    shard_bytes = dense / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT / pipeline
-    replicated_bytes = (cost.params - sparse - cost.expert_params) / (fsdp.size * tensor.size) * GRADIENT_WIRE_BYTES_PER_ELEMENT / pipeline
+    shard_bytes = dense / (fsdp.size * tensor.size) * grad_wire / pipeline
+    replicated_bytes = (cost.params - sparse - cost.expert_params) / (fsdp.size * tensor.size) * grad_wire / pipeline
     expert_sync_s = mesh_collective_s("all-reduce", replicated_bytes, ep, link, lat) if ep.size > 1 else 0.0
     if expert_sync_s > 0:
         rows.append((-1, "model", "gradient_sync", "all-reduce", "expert", replicated_bytes, expert_sync_s))
     fsdp_grad_s = weight_gather_s = 0.0
     if fsdp.size > 1 and fsdp_shard != "all":
-        full_bytes = shard_bytes * fsdp.size  # this chip's replicated (tensor) shard, fp32
+        full_bytes = shard_bytes * fsdp.size  # this chip's replicated (tensor) shard, in weight_dtype
         weight_gather_s = mesh_collective_s("all-gather", full_bytes, fsdp, link, lat, pen.get("fsdp"))
         rows.append((-1, "model", "update", "all-gather", "fsdp", full_bytes, weight_gather_s))
         if fsdp_shard == "optimizer":
