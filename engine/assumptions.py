@@ -59,8 +59,10 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
         assumed["interconnect.overlap"] = ("false (the gradient all-reduce runs after the backward pass, exposed; "
                                            "true if XLA overlaps it with compute)")
     recipe = f"{tr.precision}: {PRECISION_RECIPES[tr.precision]}"
-    if tr.weight_dtype == "bf16":
-        recipe = recipe.replace("fp32 master weights, gradients", "bf16 weights and gradients (no fp32 master copy)")
+    if tr.weight_dtype == "bf16":  # training.weight_dtype: the model states' part of the recipe changes
+        states = f"bf16 weights and gradients (no fp32 master copy), {tr.optimizer_state} optimizer state"
+        recipe = (recipe.replace("fp32 master weights, gradients and optimizer state", states)
+                  .replace("fp32 master weights, gradients and accumulation", f"{states}, fp32 accumulation"))  # fmt: skip
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,

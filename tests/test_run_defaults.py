@@ -36,6 +36,17 @@ class TestDefaultKernel:
         assert extra["defaults_assumed"]["training.remat"] == "none"
         assert extra["remat_policy"] == "none" and extra["precision_recipe"].startswith("bf16")
 
+    @pytest.mark.parametrize(("precision", "chip", "tail"), [
+        ("bf16", "tpu-v5p", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state"),
+        ("fp8", "tpu7x", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state, fp32 accumulation"),
+    ])  # fmt: skip
+    def test_the_recipe_states_bf16_weights_and_moments(self, precision, chip, tail):
+        raw = {"name": "t", "pod": {"chip": chip, "topology": "2x2x1"},
+               "model": {"kind": "transformer", "layers": 2, "d_model": 256, "heads": 4, "d_ff": 1024, "vocab": 1000, "seq_len": 512},
+               "training": {"global_batch": 8, "steps": 2, "precision": precision, "weight_dtype": "bf16", "optimizer_state": "bf16"}}  # fmt: skip
+        recipe = run_assumptions(scenario_from_dict(raw))["precision_recipe"]
+        assert recipe.startswith(f"{precision}: ") and recipe.endswith(tail) and "master weights" not in recipe
+
     def test_short_sequences_get_dot_product_attention(self):
         # MaxText layers/attentions.py: autoselected with length < 128 takes the dot-product path
         assert _scenario(seq_len=64).model.attention_kernel == "standard"
