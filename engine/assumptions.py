@@ -15,15 +15,26 @@ from typing import Any
 from .batch_norm import POOLED_SPAN_IMAGES
 from .scenario import ResNet50Model, Scenario, TransformerModel
 
-__all__ = ["PRECISION_RECIPES", "run_assumptions"]
+__all__ = ["PRECISION_RECIPES", "precision_recipe", "run_assumptions"]
 
-#: what each ``training.precision`` means for the chip's work (engine/compute.py, engine/memory.py)
+#: what each ``training.precision`` means for the chip's work (engine/compute.py, engine/units.py); the
+#: model states' dtypes (``training.weight_dtype``, ``training.optimizer_state``) complete the recipe
 PRECISION_RECIPES = {
-    "bf16": "bf16 matmuls and activations; fp32 master weights, gradients and optimizer state",
-    "int8": "int8 weight matmuls (AQT); bf16 attention einsums and activations; fp32 master weights, gradients and optimizer state",
-    "fp32": "fp32 matmuls as 3 bf16 MXU passes; fp32 activations, weights, gradients and optimizer state",
-    "fp8": "fp8 weight matmuls at the chip's fp8 peak, fp8 weights and activations in HBM and on the wire; bf16 attention einsums; fp32 master weights, gradients and accumulation",
-}
+    "bf16": "bf16 matmuls and activations",
+    "int8": "int8 weight matmuls (AQT); bf16 attention einsums and activations",
+    "fp32": "fp32 matmuls as 3 bf16 MXU passes; fp32 activations",
+    "fp8": "fp8 weight matmuls at the chip's fp8 peak with fp32 accumulation, fp8 weights and activations in HBM and on the "
+           "wire; bf16 attention einsums",
+}  # fmt: skip
+
+
+def precision_recipe(precision: str, weight_dtype: str = "fp32", optimizer_state: str = "fp32") -> str:
+    """The run's precision recipe: its compute (:data:`PRECISION_RECIPES`) and its model states' dtypes (engine/memory.py)."""
+    if weight_dtype == "bf16":
+        weights = "bf16 weights and gradients (no fp32 master copy)"
+    else:
+        weights = "fp32 weights and gradients" if precision == "fp32" else "fp32 master weights and gradients"
+    return f"{precision}: {PRECISION_RECIPES[precision]}; {weights}, {optimizer_state} optimizer state"
 
 
 def run_assumptions(scenario: Scenario) -> dict[str, Any]:
@@ -58,14 +69,9 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
         # data-parallel all-reduce flags), which a scenario says with interconnect.overlap = true
         assumed["interconnect.overlap"] = ("false (the gradient all-reduce runs after the backward pass, exposed; "
                                            "true if XLA overlaps it with compute)")
-    recipe = f"{tr.precision}: {PRECISION_RECIPES[tr.precision]}"
-    if tr.weight_dtype == "bf16":  # training.weight_dtype: the model states' part of the recipe changes
-        states = f"bf16 weights and gradients (no fp32 master copy), {tr.optimizer_state} optimizer state"
-        recipe = (recipe.replace("fp32 master weights, gradients and optimizer state", states)
-                  .replace("fp32 master weights, gradients and accumulation", f"{states}, fp32 accumulation"))  # fmt: skip
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,
-        "precision_recipe": recipe,
+        "precision_recipe": precision_recipe(tr.precision, tr.weight_dtype, tr.optimizer_state),
         "defaults_assumed": assumed,
     }

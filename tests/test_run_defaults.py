@@ -38,7 +38,7 @@ class TestDefaultKernel:
 
     @pytest.mark.parametrize(("precision", "chip", "tail"), [
         ("bf16", "tpu-v5p", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state"),
-        ("fp8", "tpu7x", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state, fp32 accumulation"),
+        ("fp8", "tpu7x", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state"),
     ])  # fmt: skip
     def test_the_recipe_states_bf16_weights_and_moments(self, precision, chip, tail):
         raw = {"name": "t", "pod": {"chip": chip, "topology": "2x2x1"},
