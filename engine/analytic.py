@@ -146,8 +146,12 @@ def step_costs(
     mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, scenario.mesh_sizes, par.mapping)
     model = scenario.model
     moe = getattr(model, "moe_layers", 0) > 0
-    # each MoE layer's dispatch: this chip's tokens, k copies each, d_model wide
-    dispatch_bytes = b_mb * model.seq_len * model.experts_per_token * model.d_model * BYTES_PER_ELEMENT[tr.precision] if moe else 0.0
+    # each MoE layer's dispatch: this chip's tokens, k copies each, d_model wide; under dense dispatch
+    # the experts' whole capacity buffers travel, empty slots included
+    dispatch_bytes = 0.0
+    if moe:
+        slots = model.experts * model.expert_capacity_per_sequence if model.moe_dispatch == "dense" else model.seq_len * model.experts_per_token
+        dispatch_bytes = b_mb * slots * model.d_model * BYTES_PER_ELEMENT[tr.precision]
     cp = par.context
     if cp > 1:
         dispatch_bytes /= cp  # this chip's seq_len / context tokens
@@ -396,7 +400,7 @@ def evaluate(
         # the busiest expert group's chips set the barrier: the median step's busiest group (engine/moe.py)
         m = scenario.model
         routing = plan_routing(m.experts, m.capacity_factor, scenario.parallelism.expert, scenario.training.steps,
-                               seeded_rng(scenario.sim.seed, "routing"))  # fmt: skip
+                               seeded_rng(scenario.sim.seed, "routing"), dense=m.moe_dispatch == "dense")  # fmt: skip
         busiest = float(np.median(routing.group_factor.max(axis=1)))
         fwd_bwd += c.comp.expert_fwd_bwd_s * c.work * (busiest - 1.0)
     step_s = (

@@ -50,7 +50,7 @@ def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
     a full-remat layer recomputes 0.767 of its forward FLOPs where the forward without the
     down-projection is 0.765, and a parallel block 0.708 where without both projections it is 0.706.
     """
-    attn = np.asarray(ops.w_is_activation, dtype=bool)
+    attn = np.asarray(ops.is_attention, dtype=bool)
     passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
     if remat == "full" and ops.residual_out is not None:
         passes[ops.residual_out] = PASSES_BY_REMAT["none"]
@@ -80,7 +80,7 @@ class ComputeCost:
 
     fwd_bwd_s: float
     model_flops: float  # useful FLOPs per chip per step (forward + backward, no remat)
-    hardware_flops: float  # FLOPs the chip executes (padding excluded, remat included)
+    hardware_flops: float  # FLOPs the chip executes (padding excluded, remat and MoE routing einsums included)
     matmul_s: float  # part of fwd_bwd_s bound by FLOPs
     memory_s: float  # part bound by HBM bandwidth
     overhead_s: float
@@ -150,7 +150,7 @@ def step_compute(
         # Flash attention (Dao et al. 2022; Pallas splash attention on TPU) tiles the attention core
         # in on-chip memory: the seq x seq scores, their softmax and the probabilities (one attention
         # op's output and the next one's input) never reach HBM; only Q, K, V and the output do.
-        attn = ops.w_is_activation
+        attn = ops.is_attention
         prev_attn = np.concatenate([[False], attn[:-1]])
         next_attn = np.concatenate([attn[1:], [False]])
         in_elems = np.where(attn & prev_attn, 0.0, in_elems)
@@ -175,14 +175,15 @@ def step_compute(
     flop_bound = t_flops >= t_bytes
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
-    ex, attn = ops.is_expert, ops.w_is_activation
+    ex, attn = ops.is_expert, ops.is_attention
+    useful = np.where(ops.is_routing, 0.0, flops_useful)  # the MoE routing einsums move tokens: not model FLOPs
     return ComputeCost(
         expert_forward_s=float(per_pass[ex].sum()),
         expert_fwd_bwd_s=float((per_pass * passes)[ex].sum()),
         attention_forward_s=float(per_pass[attn].sum()),
         attention_fwd_bwd_s=float((per_pass * passes)[attn].sum()),
         fwd_bwd_s=total,
-        model_flops=float(flops_useful.sum()) * 3.0,
+        model_flops=float(useful.sum()) * 3.0,
         hardware_flops=float((flops_useful * passes).sum()),
         matmul_s=float((per_pass * passes)[flop_bound].sum()),
         memory_s=float((per_pass * passes)[~flop_bound].sum()),

@@ -60,6 +60,18 @@ class GemmOps:
     # True where the op's output only adds into the residual stream, so no backward op reads it: a
     # full-remat backward pass does not rerun that op (see engine/compute.py passes_per_op). None: none.
     residual_out: np.ndarray | None = None
+    # True for a mixture of experts' dispatch and combine einsums (``moe_dispatch = "dense"``): activation x
+    # activation GEMMs the chip executes that are not the model's FLOPs and not attention. None: none.
+    routing: np.ndarray | None = None
+
+    @property
+    def is_routing(self) -> np.ndarray:
+        return self.routing if self.routing is not None else np.zeros(len(self.names), dtype=bool)
+
+    @property
+    def is_attention(self) -> np.ndarray:
+        """The attention core: activation x activation GEMMs (scores and values), not MoE routing einsums."""
+        return self.w_is_activation & ~self.is_routing
 
     @property
     def copies(self) -> np.ndarray:
@@ -81,7 +93,13 @@ class GemmOps:
 
     @property
     def flops_per_sample(self) -> np.ndarray:
+        """FLOPs each op executes per sample (MoE routing einsums included)."""
         return 2.0 * self.m * self.k * self.n * self.count
+
+    @property
+    def model_flops_per_sample(self) -> np.ndarray:
+        """The model's FLOPs per sample and op: 0 for the MoE routing einsums, which move tokens."""
+        return np.where(self.is_routing, 0.0, self.flops_per_sample)
 
     @property
     def elementwise_elems_total(self) -> np.ndarray:
@@ -126,7 +144,7 @@ class ModelCost:
 
     @property
     def fwd_flops_per_sample(self) -> float:
-        return float(self.ops.flops_per_sample.sum())
+        return float(self.ops.model_flops_per_sample.sum())
 
     @property
     def train_flops_per_sample(self) -> float:
@@ -139,6 +157,7 @@ def _ops(
     in_elems: list[int] | None = None,
     copies: list[int] | None = None,
     residual_out: set[str] | frozenset[str] = frozenset(),
+    routing: set[str] | frozenset[str] = frozenset(),
 ) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
@@ -153,6 +172,7 @@ def _ops(
         in_elems=np.asarray(in_elems, dtype=np.float64) if in_elems is not None else None,
         w_copies=np.asarray(copies, dtype=np.float64) if copies is not None else None,
         residual_out=np.array([name in residual_out for name in names], dtype=bool) if residual_out else None,
+        routing=np.array([name in routing for name in names], dtype=bool) if routing else None,
     )
 
 
@@ -270,8 +290,14 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     doubling the in-projection) and the shared experts' MLPs (GShard, Lepikhin et al. 2020;
     DeepSeekMoE, Dai et al. 2024). The routed GEMMs' rows are the ``k`` copies of every token,
     their weights one matrix per expert (``w_copies``). Model FLOPs count the tokens routed,
-    ``k`` per token; tokens over capacity and the imbalance across experts are the step's
-    concern (engine/moe.py), not the model's.
+    ``k`` per token; tokens over capacity, the imbalance across experts and the empty slots of
+    capacity buffers are the step's concern (engine/moe.py), not the model's.
+
+    ``moe_dispatch = "dense"`` adds GShard's dispatch and combine einsums per sequence (Lepikhin et al.
+    2020, appendix A.2; MaxText layers/moe.py dense_matmul: ``BSM,BSEC->EBCM`` and
+    ``EBCM,BSEC->BSM``): one-hot masks of ``seq_len x experts x C`` (C slots per expert,
+    :attr:`~engine.scenario.TransformerModel.expert_capacity_per_sequence`) contracted with the tokens,
+    ``2 seq_len x experts x C x d_model`` FLOPs each, executed (``GemmOps.routing``) but not model FLOPs.
     """
     t, d = model.seq_len, model.d_model
     e, k, sh = model.experts, model.experts_per_token, model.shared_experts
@@ -292,6 +318,12 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
         ("layer.expert_in", t * k, d, ff_e_in, n_moe, False, t * k * ff_e_in),
         ("layer.expert_out", t * k, ff_e, d, n_moe, False, 2 * t * d),  # weighted combine + residual add
     ]
+    routing: frozenset[str] = frozenset()
+    if model.moe_dispatch == "dense":
+        slots = e * model.expert_capacity_per_sequence  # every expert's buffer, per sequence
+        moe = [moe[0], ("layer.dispatch", slots, t, d, n_moe, True, 0), moe[1],
+               ("layer.expert_out", t * k, ff_e, d, n_moe, False, 0), ("layer.combine", t, slots, d, n_moe, True, 2 * t * d)]  # fmt: skip
+        routing = frozenset({"layer.dispatch", "layer.combine"})
     if sh:
         moe += [
             ("layer.shared_in", t, d, sh * ff_e_in, n_moe, False, t * sh * ff_e_in),
@@ -301,7 +333,7 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     launches = [model.layers if r[0] in ("layer.qkv", "layer.scores", "layer.values", "layer.out") else r[4] for r in rows[:-1]] + [1]
     copies = [e if r[0] in ("layer.expert_in", "layer.expert_out") else 1 for r in rows]
     return ModelCost(
-        "transformer", params, _ops(rows, launches, copies=copies, residual_out=_residual_out(model)), t, model.layers,
+        "transformer", params, _ops(rows, launches, copies=copies, residual_out=_residual_out(model), routing=routing), t, model.layers,
         model.vocab * d, float(t * d), expert_params=expert_params, active_params=active, moe_layers=n_moe,
         tp_all_reduces_per_layer=_tp_all_reduces(model), tp_all_reduces_recomputed_per_layer=_tp_recomputed(model),
     )  # fmt: skip

@@ -15,6 +15,11 @@ tokens it kept (a grouped matmul over the routed tokens, as MaxText's megablox
 kernels do), so the chips of the busiest group finish their MoE layers last and
 the others wait for them at the step's barrier (``sync_wait``). Without expert
 parallelism every chip holds every expert and only dropping changes its work.
+
+Under GShard's dense dispatch (``moe_dispatch = "dense"``; Lepikhin et al. 2020, appendix A.2)
+every expert computes its whole capacity buffer, ``capacity_factor`` times an even share, whether
+its slots are filled or not: every group's work is that, whatever the load, and no group waits
+for another.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ class RoutingPlan:
         return self.group_factor[:, group_of_chip]
 
 
-def plan_routing(experts: int, capacity_factor: float, groups: int, steps: int, rng: np.random.Generator) -> RoutingPlan:
+def plan_routing(experts: int, capacity_factor: float, groups: int, steps: int, rng: np.random.Generator,
+                 dense: bool = False) -> RoutingPlan:  # fmt: skip
     """Draw each step's load across experts and what each expert group computes.
 
     Parameters
@@ -57,6 +63,9 @@ def plan_routing(experts: int, capacity_factor: float, groups: int, steps: int, 
         Expert-parallel degree: experts are split into this many contiguous groups.
     steps
         Steps of the run; ``rng`` is the run's routing stream.
+    dense
+        GShard's dense dispatch: each group computes its experts' whole buffers (``capacity_factor``
+        times an even share) instead of the tokens they kept.
 
     Returns
     -------
@@ -68,7 +77,7 @@ def plan_routing(experts: int, capacity_factor: float, groups: int, steps: int, 
     kept = np.minimum(share, capacity)
     per_group = kept.reshape(steps, groups, experts // groups).sum(axis=2)
     return RoutingPlan(
-        group_factor=per_group * groups,
+        group_factor=np.full((steps, groups), capacity_factor) if dense else per_group * groups,
         dropped_frac=np.maximum(share - capacity, 0.0).sum(axis=1),
         busiest_over_mean=share.max(axis=1) * experts,
     )

@@ -123,6 +123,13 @@ class TransformerModel(_Section):
     # 0: dropless (no capacity; MaxText's capacity_factor -1 with its megablox grouped matmuls, MegaBlocks,
     # Gale et al. 2023): every routed token is computed and the buffers hold its k copies.
     capacity_factor: Annotated[float, Field(ge=0)] = 1.25
+    # How the experts compute their tokens. "grouped": tokens sorted by expert, one grouped matmul over
+    # the tokens each expert kept (MegaBlocks, Gale et al. 2023; MaxText's megablox, sparse_matmul true).
+    # "dense": GShard's einsum dispatch (Lepikhin et al. 2020, sec. 2.2 and appendix A.2; MaxText's
+    # sparse_matmul false, layers/moe.py dense_matmul): one-hot dispatch and combine einsums move each
+    # sequence's tokens into capacity-sized buffers per expert and back, and every expert computes its
+    # whole buffer, empty slots included. Needs a capacity (capacity_factor > 0).
+    moe_dispatch: Literal["grouped", "dense"] = "grouped"
     moe_layer_interval: PositiveInt = 1
     shared_experts: Annotated[int, Field(ge=0)] = 0
     d_ff_expert: PositiveInt | None = None
@@ -136,6 +143,9 @@ class TransformerModel(_Section):
         if self.experts and self.experts_per_token > self.experts:
             raise ValueError(f"experts_per_token ({self.experts_per_token}) must not exceed experts ({self.experts}); "
                              f"valid: 1 .. {self.experts}")  # fmt: skip
+        if self.experts and self.moe_dispatch == "dense" and self.capacity_factor <= 0:
+            raise ValueError("moe_dispatch 'dense' computes capacity-sized expert buffers and needs capacity_factor > 0; "
+                             "valid: capacity_factor > 0 with 'dense', or moe_dispatch 'grouped' for dropless routing")  # fmt: skip
         if self.experts and self.moe_layer_interval > self.layers:
             raise ValueError(f"moe_layer_interval ({self.moe_layer_interval}) exceeds layers ({self.layers}): no layer "
                              f"would be a mixture-of-experts layer; valid: 1 .. {self.layers}")  # fmt: skip
@@ -150,6 +160,13 @@ class TransformerModel(_Section):
         """Slots the dispatch buffers hold per token: ``k x capacity_factor`` (GShard's expert capacity
         summed over the experts), or ``k`` when dropless."""
         return self.experts_per_token * (self.capacity_factor or 1.0)
+
+    @property
+    def expert_capacity_per_sequence(self) -> int:
+        """Slots each expert's buffer holds per sequence under ``moe_dispatch = "dense"``: MaxText's
+        ``max(ceil(seq_len x k / experts) x capacity_factor, capacity_factor)`` (layers/moe.py generate_masks)."""
+        per_expert = math.ceil(self.seq_len * self.experts_per_token / self.experts) * self.capacity_factor
+        return int(max(per_expert, self.capacity_factor))
 
     @property
     def moe_layers(self) -> int:

@@ -79,7 +79,8 @@ def simulate(
     fwd_chip = bwd_chip = routing = expert_factor = None
     if cost.moe_layers:
         # the busiest expert group's chips compute more of their MoE layers (engine/moe.py)
-        routing = plan_routing(model.experts, model.capacity_factor, par.expert, steps, ctx.rng("routing"))
+        routing = plan_routing(model.experts, model.capacity_factor, par.expert, steps, ctx.rng("routing"),
+                               dense=model.moe_dispatch == "dense")
         where = pod.chip_table  # slice-local torus coordinates of every chip
         expert_factor = routing.chip_factor(axis_index_of_chips(mesh["expert"], [where[a] for a in "xyz"]))
         extra_work = expert_factor - 1.0
@@ -214,6 +215,7 @@ def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, steady:
         "moe_experts_per_token": m.experts_per_token,
         "moe_layers": cost.moe_layers,
         "moe_capacity_factor": m.capacity_factor,
+        "moe_dispatch": m.moe_dispatch,
         "moe_dropped_token_frac": float(routing.dropped_frac[steady].mean()),
         "moe_busiest_expert_over_mean": float(routing.busiest_over_mean[steady].mean()),
         "moe_busiest_group_factor": float(routing.group_factor[steady].max(axis=1).mean()),

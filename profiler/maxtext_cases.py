@@ -77,13 +77,14 @@ KNOWN_MOE_ARCHITECTURES = {
 #: benchmarks/maxtext_trillium_model_configs.py, custom_moe_700b: per_device_batch_size 1 x
 #: max_target_length 8192, ici_fsdp_parallelism 16 x ici_expert_parallelism 16, attention "flash",
 #: sparse_matmul False (dense dispatch through capacity_factor-sized buffers), opt_type "sgd",
+#: (sparse_matmul False is MaxText's dense_matmul: the engine's moe_dispatch "dense"),
 #: remat_policy "custom" with decoder_layer_input and the q/k/v/out projections offloaded to host and
 #: everything else recomputed (the engine's "full": the same recomputed layer, less the projections;
 #: it keeps the layer inputs in HBM, which the run kept on the host), weight_dtype bfloat16. Its XLA flags
 #: include DATA_PARALLEL_OVERLAP (benchmarks/xla_flags_library.py: --xla_tpu_enable_data_parallel_all_reduce_opt,
 #: as in the v5p scripts below), so on several pods the cross-pod gradient all-reduce overlaps compute.
 KNOWN_MOE_RUNS = {
-    "700b mixtral-like moe": {"seq": 8192, "per_device_batch": 1, "fsdp": 16, "expert": 16, "attention": "flash",
+    "700b mixtral-like moe": {"seq": 8192, "per_device_batch": 1, "fsdp": 16, "expert": 16, "attention": "flash", "moe_dispatch": "dense",
                               "optimizer": "sgd", "remat": "full", "weight_dtype": "bf16", "dcn_overlap": True,
                               "source": "custom_model.md's linked config custom_moe_700b (maxtext @ 3662540e)"},
 }  # fmt: skip
@@ -106,7 +107,9 @@ def _map_maxtext_moe(e: Entry) -> Case | tuple[Case, ...] | Skipped:
     """A MaxText mixture-of-experts run: a named architecture or dims in words, FSDP over the slice.
 
     An entry that also gives the MFU on several pods (``mfu_<N>pods_<chips>chips``) adds a DCN
-    weak-scaling check: MFU on N pods over MFU on one, the per-chip batch held, never fitted."""
+    weak-scaling check: MFU on N pods over MFU on one, the per-chip batch held, never fitted. One that
+    gives the MFU of the same model at another capacity factor (``mfu_cf<X>_...``) adds a check of
+    what the capacity costs: MFU at the run's capacity factor over MFU at X."""
     inp, exp = e["inputs"], e["expected"]
     text = str(inp.get("model", ""))
     chip = chip_key(str(inp.get("chip", "")))
@@ -142,7 +145,8 @@ def _map_maxtext_moe(e: Entry) -> Case | tuple[Case, ...] | Skipped:
                "optimizer": "adam", "remat": "full", "weight_dtype": "fp32", "source": "seq assumed: MaxText's default; FSDP over the slice"}  # fmt: skip
     seq, pdb = run["seq"], run["per_device_batch"]
     topo, slices = default_topology(chip, chips)
-    m = {"kind": "transformer", **dims, "seq_len": seq, "attention": run["attention"]}
+    m = {"kind": "transformer", **dims, "seq_len": seq, "attention": run["attention"],
+         **({"moe_dispatch": run["moe_dispatch"]} if "moe_dispatch" in run else {})}
     active = float(re.search(r"([\d.]+e\d+) active", text).group(1)) if re.search(r"([\d.]+e\d+) active", text) else None
     if active is None:
         return Skipped(e["id"], e["kind"], "mixture-of-experts entry without its active parameter count (MaxText's MFU counts them)")
@@ -177,6 +181,21 @@ def _map_maxtext_moe(e: Entry) -> Case | tuple[Case, ...] | Skipped:
             note=f"{n} x {topo} over DCN, data parallel across pods, with the 1-pod case's mesh and batch per chip; the DCN "
                  f"all-reduce {'overlaps compute (the configuration sets DATA_PARALLEL_OVERLAP)' if overlap else 'follows the backward pass'}; "
                  "ratio = step(1 pod) / step(N pods)",
+        ))  # fmt: skip
+    for key in exp:
+        mt = re.fullmatch(r"mfu_cf([\d.]+)_\w+", key)
+        if not mt or "capacity_factor" not in dims:
+            continue
+        other = copy.deepcopy(one_pod)
+        other["model"]["capacity_factor"] = float(mt.group(1))
+        checks.append(Case(
+            id=f"{e['id']}_cf{mt.group(1)}", kind="collective", family="MaxText MoE", chip=chip, model=case.model,
+            metric=f"MFU, capacity factor {dims['capacity_factor']:g} vs {mt.group(1)}", unit="x",
+            published=float(exp[mfu_key]) / float(exp[key]), how="weak_scaling", scenarios=(other, one_pod), scale=1.0,
+            from_entry=e["id"],
+            note=f"the 1-pod case at capacity factor {mt.group(1)} (the source's table: that configuration differs only in "
+                 f"capacity_factor) against {dims['capacity_factor']:g}; {m.get('moe_dispatch', 'grouped')} dispatch; "
+                 "ratio = step(other) / step(run)",
         ))  # fmt: skip
     return (case, *checks) if checks else case
 

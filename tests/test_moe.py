@@ -36,6 +36,24 @@ class TestMoeLayerCost:
         assert flops["layer.expert_out"] == 2 * (t * 2) * 8 * 8
         assert "layer.mlp_in" not in flops  # the only layer is a MoE layer
 
+    def test_dense_dispatch_adds_the_dispatch_and_combine_einsums_by_hand(self):
+        """GShard's einsums BSM,BSEC->EBCM and EBCM,BSEC->BSM with C = ceil(seq x k / E) x capacity factor
+        slots per expert: executed FLOPs, not model FLOPs, and not attention (flash leaves them alone)."""
+        m = TransformerModel(**{**TINY, "seq_len": 64, "capacity_factor": 1.5, "moe_dispatch": "dense"})
+        assert m.expert_capacity_per_sequence == 48  # ceil(64 x 2 / 4) x 1.5
+        dense, grouped = model_cost(m), model_cost(m.model_copy(update={"moe_dispatch": "grouped"}))
+        flops = dict(zip(dense.ops.names, dense.ops.flops_per_sample))
+        assert flops["layer.dispatch"] == flops["layer.combine"] == 2 * 64 * (4 * 48) * 8
+        assert dense.train_flops_per_sample == grouped.train_flops_per_sample  # the model's FLOPs are the routed tokens'
+        assert [n for n, r in zip(dense.ops.names, dense.ops.is_routing) if r] == ["layer.dispatch", "layer.combine"]
+        assert not (dense.ops.is_attention & dense.ops.is_routing).any() and dense.ops.is_attention.sum() == 2
+        chip = load_catalog()["tpu-v5p"]
+        from engine.calibration import Calibration
+
+        a, b = (step_compute(c, chip, Calibration(), 8, "bf16", "none", flash=True) for c in (dense, grouped))
+        assert a.model_flops == b.model_flops and a.hardware_flops == pytest.approx(b.hardware_flops + 3 * 8 * 2 * flops["layer.dispatch"])
+        assert a.attention_forward_s == b.attention_forward_s
+
     def test_moe_layer_interval_keeps_dense_mlps(self):
         c = model_cost(TransformerModel(**{**TINY, "layers": 4, "moe_layer_interval": 2}))
         counts = dict(zip(c.ops.names, c.ops.count))
@@ -120,6 +138,26 @@ class TestRouting:
         per_copy = 2 * d + 2 * ff_e + ff_e  # dispatched + combined token, SwiGLU's two inputs and its output
         assert layer_bytes(2.0) - layer_bytes(1.0) == pytest.approx(4 * 512 * k * per_copy * 2)  # 4 x 512 tokens, 2 B
 
+    def test_dense_dispatch_computes_every_buffer_and_nobody_waits(self):
+        """Every expert computes its whole capacity buffer: each group's work is capacity_factor x an even share,
+        whatever the load; tokens over capacity are still dropped."""
+        d = plan_routing(8, 1.25, 4, 50, np.random.default_rng(0), dense=True)
+        g = plan_routing(8, 1.25, 4, 50, np.random.default_rng(0))
+        assert (d.group_factor == 1.25).all() and g.group_factor.max() < 1.25
+        assert d.dropped_frac == pytest.approx(g.dropped_frac)
+        grouped = simulate(scenario_from_dict(_moe_scenario(model={"capacity_factor": 1.25})))
+        dense = simulate(scenario_from_dict(_moe_scenario(model={"capacity_factor": 1.25, "moe_dispatch": "dense"}, sim={"jitter_frac": 0.0})))
+        ev = dense.trace.events.to_pandas()
+        assert ev[ev.kind == "sync_wait"].dur_ns.sum() == 0  # every group computes the same
+        from engine.analytic import evaluate
+
+        assert evaluate(dense.scenario).step_time_s > evaluate(grouped.scenario).step_time_s
+        assert dense.facts.extra["moe_busiest_group_factor"] == pytest.approx(1.25)
+        # the all-to-alls carry the whole buffers: 512 x 2 x 1.25 slots per sequence instead of 512 x 2 copies
+        a2a = [x.trace.extra["layer_collectives"].to_pandas() for x in (dense, grouped)]
+        ratio = a2a[0][a2a[0].op == "all-to-all"].bytes.iloc[0] / a2a[1][a2a[1].op == "all-to-all"].bytes.iloc[0]
+        assert ratio == pytest.approx(1.25)
+
     def test_dropless_summary(self):
         r = simulate(scenario_from_dict(_moe_scenario(model={"capacity_factor": 0.0})))
         assert r.facts.extra["moe_capacity_factor"] == 0.0 and r.facts.extra["moe_dropped_token_frac"] == 0.0
@@ -167,6 +205,8 @@ class TestBadInput:
         [
             ({"model": {"experts_per_token": 9}}, "model", "valid: 1 .. 8"),
             ({"model": {"capacity_factor": -1.0}}, "model.capacity_factor", "greater than or equal to 0"),
+            ({"model": {"capacity_factor": 0.0, "moe_dispatch": "dense"}}, "model", "needs capacity_factor > 0"),
+            ({"model": {"moe_dispatch": "sparse"}}, "model.moe_dispatch", "'grouped' or 'dense'"),
             ({"parallelism": {"expert": 3, "fsdp": 1}}, "parallelism", ""),
             ({"parallelism": {"expert": 16, "fsdp": 1}}, "parallelism.expert", "does not divide the model's 8 experts"),
             ({"model": {"experts": 0}}, "parallelism.expert", "the model has no experts"),
@@ -187,7 +227,8 @@ def test_published_moe_entries_become_predicted_cases():
 
     cases, skipped = map_entries(load_reference())
     moe = {c.id: c for c in cases if c.family == "MaxText MoE"}
-    assert set(moe) == {"e2e_maxtext_deepseek2_16b_v5p8", "e2e_maxtext_v6e_700b_moe", "e2e_maxtext_v6e_700b_moe_4pods"}
+    assert set(moe) == {"e2e_maxtext_deepseek2_16b_v5p8", "e2e_maxtext_v6e_700b_moe", "e2e_maxtext_v6e_700b_moe_4pods",
+                        "e2e_maxtext_v6e_700b_moe_cf1.0"}
     assert not [s for s in skipped if "mixture-of-experts" in s.reason]
     deepseek = build_scenarios(moe["e2e_maxtext_deepseek2_16b_v5p8"])[0]
     assert deepseek.model.experts == 64 and deepseek.parallelism.fsdp == 4
@@ -209,6 +250,21 @@ def test_the_700b_moe_run_is_mapped_as_its_linked_configuration_ran():
     assert (big.model.seq_len, big.training.global_batch) == (8192, 256)
     assert (big.parallelism.fsdp, big.parallelism.expert) == (16, 16)
     assert (big.model.attention, big.training.optimizer, big.training.weight_dtype) == ("flash", "sgd", "bf16")
+    assert big.model.moe_dispatch == "dense"  # the configuration's sparse_matmul False
+
+
+def test_the_700b_moe_capacity_figure_is_a_check_of_what_capacity_costs():
+    """The source's experimental configuration differs from the final one only in capacity_factor (1.0 vs 1.5):
+    MFU 49.8% vs 38.1%. Dense dispatch computes every slot, so capacity 1.5 costs ~1.5x the expert work."""
+    from profiler.reference import load_reference, map_entries
+    from profiler.validation import build_scenarios
+
+    cases, _ = map_entries(load_reference())
+    check = next(c for c in cases if c.id == "e2e_maxtext_v6e_700b_moe_cf1.0")
+    other, run = build_scenarios(check)
+    assert (other.model.capacity_factor, run.model.capacity_factor) == (1.0, 1.5)
+    assert other.model.model_copy(update={"capacity_factor": 1.5}) == run.model
+    assert check.published == pytest.approx(0.381 / 0.498) and not check.fit
 
 
 def test_the_700b_moe_run_fits_and_its_four_pod_figure_is_a_dcn_check():
