@@ -76,11 +76,10 @@ KNOWN_MOE_ARCHITECTURES = {
 #: AI-Hypercomputer/maxtext @ 3662540ee852d0d8f8333a36c04ddc0f1316ebfb,
 #: benchmarks/maxtext_trillium_model_configs.py, custom_moe_700b: per_device_batch_size 1 x
 #: max_target_length 8192, ici_fsdp_parallelism 16 x ici_expert_parallelism 16, attention "flash",
-#: sparse_matmul False (dense dispatch through capacity_factor-sized buffers), opt_type "sgd",
-#: (sparse_matmul False is MaxText's dense_matmul: the engine's moe_dispatch "dense"),
-#: remat_policy "custom" with decoder_layer_input and the q/k/v/out projections offloaded to host and
-#: everything else recomputed (the engine's "full": the same recomputed layer, less the projections;
-#: it keeps the layer inputs in HBM, which the run kept on the host), weight_dtype bfloat16. Its XLA flags
+#: sparse_matmul False (MaxText's dense_matmul, capacity_factor-sized buffers: the engine's moe_dispatch
+#: "dense"), opt_type "sgd", remat_policy "custom" with decoder_layer_input and the q/k/v/out projections
+#: offloaded to host and everything else recomputed (taken as the engine's "full", which also recomputes
+#: those projections and keeps the layer inputs in HBM), weight_dtype bfloat16. Its XLA flags
 #: include DATA_PARALLEL_OVERLAP (benchmarks/xla_flags_library.py: --xla_tpu_enable_data_parallel_all_reduce_opt,
 #: as in the v5p scripts below), so on several pods the cross-pod gradient all-reduce overlaps compute.
 KNOWN_MOE_RUNS = {
@@ -161,6 +160,7 @@ def _map_maxtext_moe(e: Entry) -> Case | tuple[Case, ...] | Skipped:
         scenarios=(one_pod,),
         work_per_step=flops / peak,
         note=f"{topo}, fsdp {run['fsdp']} x expert {run['expert']}, {pdb} x {seq} tokens/chip, {run['attention']} attention, "
+             f"{run.get('moe_dispatch', 'grouped')} dispatch, "
              f"{run['optimizer']}, {run['weight_dtype']} weights, remat {run['remat']} ({run['source']}); vocab 32000 (MaxText base.yml); MaxText FLOP count "
              "with the entry's active parameters over Podscope's step time",
         never_fitted=True,
