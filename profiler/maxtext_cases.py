@@ -125,8 +125,9 @@ def _map_maxtext_moe(e: Entry) -> Case | tuple[Case, ...] | Skipped:
             id=e["id"], kind=e["kind"], family="MaxText MoE", chip=chip, model=text.split(" ")[0],
             metric="step time (s)", unit="s", published=float(exp["steady_step_time_s"]), how="step_time",
             scenarios=(scenario_dict(e["id"], chip, topo, 1, m, pdb * chips, remat="full", fsdp=chips),),
-            note=f"{topo}, fsdp {chips} (the entry's default sharding), {pdb} seq/chip, dropless routing, remat full "
-                 "(MaxText default); dims from MaxText's deepseek2-16b.yml, MLA taken as full multi-head attention",
+            note=f"{topo}, fsdp {chips} (the entry's default sharding), {pdb} seq/chip, dropless grouped routing (megablox), "
+                 "remat full, attention autoselected -> flash (MaxText base.yml defaults); dims from MaxText's deepseek2-16b.yml, "
+                 "MLA taken as full multi-head attention",
             never_fitted=True,
         )  # fmt: skip
     dims = _moe_dims_from_text(text)
