@@ -189,3 +189,27 @@ def test_what_if_pools_a_resnets_batch_norm_over_chips(tmp_path, monkeypatch):
     assert rows == 53 * 2  # one all-reduce per batch-norm layer, forward and backward
     assert slower[0] > slower[1]
 
+
+
+def test_what_if_changes_a_moe_models_capacity_and_dispatch(tmp_path, monkeypatch):
+    """A mixture-of-experts run gets capacity-factor and dispatch knobs; dense dispatch at capacity 2 computes
+    twice an even share in every expert group, so the what-if is slower and says how it dispatched."""
+    from engine import scenario_from_dict
+
+    raw = {"name": "moe", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
+           "model": {"kind": "transformer", "layers": 2, "d_model": 512, "heads": 8, "d_ff": 2048, "vocab": 1000, "seq_len": 512,
+                     "experts": 8, "experts_per_token": 2},
+           "training": {"global_batch": 16, "steps": 3}, "parallelism": {"fsdp": 1, "expert": 8}}  # fmt: skip
+    path = tmp_path / "moe.duckdb"
+    write_run(Database(path), simulate(scenario_from_dict(raw)), name="moe")
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/compare.py")
+    next(n for n in at.number_input if n.label == "Capacity factor").set_value(2.0)
+    next(s for s in at.selectbox if s.label == "MoE dispatch").set_value("dense")
+    next(b for b in at.button if b.label == "Simulate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    with Database(path).read() as con:
+        runs = queries.list_runs(con)
+        newest, base = (queries.run_summary(con, int(r)) for r in runs["run_id"].iloc[:2])
+    assert newest["moe_dispatch"] == "dense" and newest["moe_capacity_factor"] == 2.0 and base["moe_dispatch"] == "grouped"
+    assert newest["step_time_s"] > base["step_time_s"]

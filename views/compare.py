@@ -70,7 +70,15 @@ def _knobs(base: dict) -> dict | None:
         prefetch = _choice(c3, "Prefetch (batches)", ["autotune", 0, 1, 2, 4, 8, 16], inp.get("prefetch", "autotune"))
         calls = _choice(c4, "Parallel calls", ["autotune", 1, 2, 4, 8, 16, 32, 64], inp.get("num_parallel_calls", "autotune"))
         model = base.get("model") or {}
-        bn_group = None
+        bn_group = capacity = dispatch = None
+        if model.get("kind") == "transformer" and int(model.get("experts", 0)) > 0:
+            c1, c2, _, _ = st.columns(4)
+            capacity = c1.number_input("Capacity factor", min_value=0.0, value=float(model.get("capacity_factor", 1.25)), step=0.25,
+                                       help="expert capacity over an even share of the routed tokens; 0 = dropless (grouped only)")
+            dispatches = ["grouped", "dense"]
+            dispatch = c2.selectbox("MoE dispatch", dispatches, index=dispatches.index(model.get("moe_dispatch", "grouped")),
+                                    help="grouped: a grouped matmul over the tokens each expert kept; dense: GShard einsums, "
+                                         "every expert computes its whole capacity buffer")  # fmt: skip
         if model.get("kind") == "resnet50":
             bn_group = st.columns(4)[0].number_input(
                 "Batch-norm group", min_value=1, value=int(model.get("batch_norm_group", 1)),
@@ -102,6 +110,8 @@ def _knobs(base: dict) -> dict | None:
         ("training.optimizer_state", optimizer_state, training, "fp32"),
         ("training.weight_dtype", weight_dtype, training, "fp32"),
         *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
+        *((("model.capacity_factor", float(capacity), model, 1.25), ("model.moe_dispatch", dispatch, model, "grouped"))
+          if capacity is not None else ()),
     ):
         key = dotted.split(".")[1]
         if value != section.get(key, default) or key in section:
