@@ -26,6 +26,24 @@ def _page(page: str) -> AppTest:
     return at
 
 
+def _what_if(tmp_path: Path, monkeypatch, raw: dict, knobs: dict) -> tuple[Path, list[int]]:
+    """Store a run of ``raw``, open Compare on it, set the form's ``knobs`` (label -> value) and simulate.
+    Returns the database and its run ids, newest first (the what-if, then the base)."""
+    from engine import scenario_from_dict
+
+    path = tmp_path / f"{raw['name']}.duckdb"
+    write_run(Database(path), simulate(scenario_from_dict(raw)), name=raw["name"])
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/compare.py")
+    widgets = [*at.number_input, *at.selectbox]
+    for label, value in knobs.items():
+        next(w for w in widgets if w.label == label).set_value(value)
+    next(b for b in at.button if b.label == "Simulate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    with Database(path).read() as con:
+        return path, [int(r) for r in queries.list_runs(con)["run_id"]]
+
+
 def _metric(at: AppTest, label: str):
     return next(m for m in at.metric if m.label == label)
 
@@ -126,24 +144,13 @@ def test_a_simulation_beside_an_imported_trace_says_predicted_against_measured(p
 
 
 def test_what_if_sets_context_zero_stage_and_optimizer_state(tmp_path, monkeypatch):
-    from engine import scenario_from_dict
-
     raw = {"name": "lm", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
            "model": {"kind": "transformer", "layers": 2, "d_model": 512, "heads": 8, "d_ff": 2048, "vocab": 1000, "seq_len": 2048},
            "training": {"global_batch": 8, "steps": 3}, "parallelism": {"fsdp": 2}}  # fmt: skip
-    path = tmp_path / "wi.duckdb"
-    write_run(Database(path), simulate(scenario_from_dict(raw)), name="lm")
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
-    at = _page("views/compare.py")
-    next(n for n in at.number_input if n.label == "Context parallel").set_value(2)
-    next(s for s in at.selectbox if s.label == "FSDP shards").set_value("optimizer")
-    next(s for s in at.selectbox if s.label == "Optimizer state").set_value("bf16")
-    next(s for s in at.selectbox if s.label == "Weights").set_value("bf16")
-    next(b for b in at.button if b.label == "Simulate").click().run()
-    assert not at.exception, [e.value for e in at.exception]
+    knobs = {"Context parallel": 2, "FSDP shards": "optimizer", "Optimizer state": "bf16", "Weights": "bf16"}
+    path, runs = _what_if(tmp_path, monkeypatch, raw, knobs)
     with Database(path).read() as con:
-        newest = int(queries.list_runs(con)["run_id"].iloc[0])
-        summary = queries.run_summary(con, newest)
+        summary = queries.run_summary(con, runs[0])
     assert summary["context_parallel"] == 2 and summary["fsdp_shard"] == "optimizer" and summary["optimizer_state"] == "bf16"
     assert summary["weight_dtype"] == "bf16"
     assert summary["ring_exposed_s"] >= 0 and summary["zero_weight_gather_s"] > 0
@@ -170,46 +177,25 @@ def test_compare_opens_beside_a_related_run_that_fits():
 
 
 def test_what_if_pools_a_resnets_batch_norm_over_chips(tmp_path, monkeypatch):
-    from engine import scenario_from_dict
-
     raw = {"name": "rn", "pod": {"chip": "tpu-v4", "topology": "2x2x2"}, "model": {"kind": "resnet50"},
            "training": {"global_batch": 256, "steps": 3, "optimizer": "momentum"}}  # fmt: skip
-    path = tmp_path / "bn.duckdb"
-    write_run(Database(path), simulate(scenario_from_dict(raw)), name="rn")
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
-    at = _page("views/compare.py")
-    next(n for n in at.number_input if n.label == "Batch-norm group").set_value(4)
-    next(b for b in at.button if b.label == "Simulate").click().run()
-    assert not at.exception, [e.value for e in at.exception]
+    path, (newest, base, *_) = _what_if(tmp_path, monkeypatch, raw, {"Batch-norm group": 4})
     with Database(path).read() as con:
-        runs = queries.list_runs(con)
-        newest, base = (int(r) for r in runs["run_id"].iloc[:2])
         rows = con.execute("SELECT count(*) FROM extra_layer_collectives WHERE run_id = ? AND layer LIKE '%.bn'", [newest]).fetchone()[0]
         slower = [queries.run_summary(con, r)["step_time_s"] for r in (newest, base)]
     assert rows == 53 * 2  # one all-reduce per batch-norm layer, forward and backward
     assert slower[0] > slower[1]
 
 
-
 def test_what_if_changes_a_moe_models_capacity_and_dispatch(tmp_path, monkeypatch):
     """A mixture-of-experts run gets capacity-factor and dispatch knobs; dense dispatch at capacity 2 computes
     twice an even share in every expert group, so the what-if is slower and says how it dispatched."""
-    from engine import scenario_from_dict
-
     raw = {"name": "moe", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
            "model": {"kind": "transformer", "layers": 2, "d_model": 512, "heads": 8, "d_ff": 2048, "vocab": 1000, "seq_len": 512,
                      "experts": 8, "experts_per_token": 2},
            "training": {"global_batch": 16, "steps": 3}, "parallelism": {"fsdp": 1, "expert": 8}}  # fmt: skip
-    path = tmp_path / "moe.duckdb"
-    write_run(Database(path), simulate(scenario_from_dict(raw)), name="moe")
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
-    at = _page("views/compare.py")
-    next(n for n in at.number_input if n.label == "Capacity factor").set_value(2.0)
-    next(s for s in at.selectbox if s.label == "MoE dispatch").set_value("dense")
-    next(b for b in at.button if b.label == "Simulate").click().run()
-    assert not at.exception, [e.value for e in at.exception]
+    path, runs = _what_if(tmp_path, monkeypatch, raw, {"Capacity factor": 2.0, "MoE dispatch": "dense"})
     with Database(path).read() as con:
-        runs = queries.list_runs(con)
-        newest, base = (queries.run_summary(con, int(r)) for r in runs["run_id"].iloc[:2])
+        newest, base = (queries.run_summary(con, r) for r in runs[:2])
     assert newest["moe_dispatch"] == "dense" and newest["moe_capacity_factor"] == 2.0 and base["moe_dispatch"] == "grouped"
     assert newest["step_time_s"] > base["step_time_s"]
