@@ -7,10 +7,13 @@ steady steps spend on each (events tile every chip's step), so the bars add up e
 
 from __future__ import annotations
 
+import typing
+
 import pandas as pd
 import streamlit as st
 
 from engine import load_catalog
+from engine.scenario import TransformerModel
 from profiler import format as fmt
 from profiler import queries, steady_state
 from views import common, compare_model, figures
@@ -23,6 +26,10 @@ _HEADLINES = [
     ("mfu", "MFU", fmt.percent, False, True),
     ("peak_hbm_bytes", "HBM peak", fmt.gib, True, False),
 ]
+
+#: a mixture of experts' knobs, as the scenario model declares them (its default dispatch first)
+_CAPACITY_DEFAULT = TransformerModel.model_fields["capacity_factor"].default
+_DISPATCHES = list(typing.get_args(TransformerModel.model_fields["moe_dispatch"].annotation))
 
 
 def _knobs(base: dict) -> dict | None:
@@ -73,10 +80,9 @@ def _knobs(base: dict) -> dict | None:
         bn_group = capacity = dispatch = None
         if model.get("kind") == "transformer" and int(model.get("experts", 0)) > 0:
             c1, c2, _, _ = st.columns(4)
-            capacity = c1.number_input("Capacity factor", min_value=0.0, value=float(model.get("capacity_factor", 1.25)), step=0.25,
+            capacity = c1.number_input("Capacity factor", min_value=0.0, value=float(model.get("capacity_factor", _CAPACITY_DEFAULT)), step=0.25,
                                        help="expert capacity over an even share of the routed tokens; 0 = dropless (grouped only)")
-            dispatches = ["grouped", "dense"]
-            dispatch = c2.selectbox("MoE dispatch", dispatches, index=dispatches.index(model.get("moe_dispatch", "grouped")),
+            dispatch = c2.selectbox("MoE dispatch", _DISPATCHES, index=_DISPATCHES.index(model.get("moe_dispatch", _DISPATCHES[0])),
                                     help="grouped: a grouped matmul over the tokens each expert kept; dense: GShard einsums, "
                                          "every expert computes its whole capacity buffer")  # fmt: skip
         if model.get("kind") == "resnet50":
@@ -110,7 +116,7 @@ def _knobs(base: dict) -> dict | None:
         ("training.optimizer_state", optimizer_state, training, "fp32"),
         ("training.weight_dtype", weight_dtype, training, "fp32"),
         *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
-        *((("model.capacity_factor", float(capacity), model, 1.25), ("model.moe_dispatch", dispatch, model, "grouped"))
+        *((("model.capacity_factor", float(capacity), model, _CAPACITY_DEFAULT), ("model.moe_dispatch", dispatch, model, _DISPATCHES[0]))
           if capacity is not None else ()),
     ):
         key = dotted.split(".")[1]
