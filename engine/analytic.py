@@ -173,7 +173,7 @@ def step_costs(
         ps_hosts=ps.hosts if use_ps else 0,
         ps_bytes_per_s_per_host=ps.dcn_gbps_per_host * GB_BYTES * cal.dcn_efficiency,
         remat=tr.remat,
-        tp_overlap_frac=cal.tp_overlap_frac,
+        collective_matmul=par.collective_matmul,
         # [interconnect] faults on the torus axes fsdp/tensor run over slow their per-layer collectives
         link_penalties=mesh_link_penalties(pod, cal, scenario.interconnect, mesh),
         tables=tables,

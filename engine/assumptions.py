@@ -1,6 +1,7 @@
 """What a run assumed about how the job runs: attention kernel, remat policy, precision recipe,
-whether the data-parallel gradient all-reduce overlaps the backward pass, and whether a
-ResNet's batch norm pools its statistics over chips.
+whether the data-parallel gradient all-reduce overlaps the backward pass, whether
+tensor-parallel collectives overlap their matmuls, and whether a ResNet's batch norm pools its
+statistics over chips.
 
 These choices move a transformer's step time by tens of percent, and a scenario may
 leave them out. Each is stated in the run's facts (and so in ``run --json`` and on the
@@ -45,7 +46,8 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
     ``training.precision`` that the scenario left out, each with the value taken, and
     ``interconnect.overlap`` when the run all-reduces gradients across data-parallel
     replicas (a ``data`` axis, or slices over the DCN) and the scenario does not say
-    whether that overlaps the backward pass, and ``model.batch_norm_group`` when a data-parallel
+    whether that overlaps the backward pass, ``parallelism.collective_matmul`` when the run is tensor
+    parallel and the scenario does not say, and ``model.batch_norm_group`` when a data-parallel
     ResNet holds fewer than :data:`~engine.batch_norm.POOLED_SPAN_IMAGES` images per chip and the scenario does not say.
     """
     model, tr = scenario.model, scenario.training
@@ -69,6 +71,11 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
         # data-parallel all-reduce flags), which a scenario says with interconnect.overlap = true
         assumed["interconnect.overlap"] = ("false (the gradient all-reduce runs after the backward pass, exposed; "
                                            "true if XLA overlaps it with compute)")
+    par = scenario.parallelism
+    if par.tensor > 1 and "collective_matmul" not in par.model_fields_set:
+        # Wang et al. 2023; on by default in TPU's compiler (MaxText's XLA flag library turns it off)
+        assumed["parallelism.collective_matmul"] = ("true (tensor-parallel collectives overlap the matmuls beside them, "
+                                                    "XLA's default on TPU; false if the program is compiled without it)")
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,

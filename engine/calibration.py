@@ -32,10 +32,6 @@ class Calibration:
     ici_hop_latency_s: float = 1e-6
     dcn_efficiency: float = 0.8
     dcn_latency_s: float = 2e-5
-    # Fraction of a tensor-parallel all-reduce the compiler hides behind the same layer's matmuls
-    # (XLA async collective fusion / collective matmul, Wang et al. 2023, ASPLOS, "Overlap
-    # Communication with Dependent Computation via Decomposition in Large Deep Learning Models").
-    tp_overlap_frac: float = 0.0
     # HBM a job cannot use on a chip whose XLA compile-time limit is not in the catalog (runtime
     # reservations, fragmentation; an assumption): ChipSpec.usable_hbm_bytes
     hbm_reserved_frac: float = 0.05
@@ -51,7 +47,6 @@ _KEYS = {
     ("interconnect", "ici_hop_latency_us"): ("ici_hop_latency_s", _US),
     ("interconnect", "dcn_efficiency"): ("dcn_efficiency", 1.0),
     ("interconnect", "dcn_latency_us"): ("dcn_latency_s", _US),
-    ("interconnect", "tp_overlap_frac"): ("tp_overlap_frac", 1.0),
     ("memory", "hbm_reserved_frac"): ("hbm_reserved_frac", 1.0),
 }
 

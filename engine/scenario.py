@@ -248,6 +248,9 @@ class ParallelismSection(_Section):
     data: PositiveInt | None = None  # default: whatever the other axes leave
     fsdp: PositiveInt = 1
     tensor: PositiveInt = 1
+    # XLA's collective matmul (Wang et al. 2023): tensor-parallel collectives decomposed and overlapped
+    # with the matmuls beside them, TPU's default; false prices them blocking (engine/comm/mesh_comm.py)
+    collective_matmul: bool = True
     expert: PositiveInt = 1  # expert-parallel axis: each chip holds experts / expert of every MoE layer
     # pipeline stages (engine/pipeline.py); with several slices, a stage count that is a multiple of the
     # slice count spans the slices (their boundaries cross the DCN), otherwise each slice holds the pipeline

@@ -226,7 +226,7 @@ def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, steady:
 
 
 def _sharding_facts(s: Scenario, costs: StepCosts) -> dict:
-    """Context parallelism, the ZeRO stage and the optimizer-state dtype, when the scenario sets them."""
+    """Context parallelism, the ZeRO stage, the model states' dtypes and, under tensor parallelism, collective matmul."""
     par, tr, comm = s.parallelism, s.training, costs.comm
     out: dict = {}
     if costs.ring is not None:
@@ -248,4 +248,6 @@ def _sharding_facts(s: Scenario, costs: StepCosts) -> dict:
         out["optimizer_state"] = tr.optimizer_state
     if tr.weight_dtype != "fp32":
         out["weight_dtype"] = tr.weight_dtype
+    if par.tensor > 1:
+        out["collective_matmul"] = par.collective_matmul
     return out

@@ -1,8 +1,7 @@
 """Fit the engine's few general parameters to published end-to-end results, with cross-validation.
 
 ``python -m profiler calibrate`` maps the reference file to cases, fits the
-parameters in :data:`FITTED` (achievable fractions of peak, a per-op overhead, the
-overlapped share of tensor-parallel communication:
+parameters in :data:`FITTED` (achievable fractions of peak and a per-op overhead:
 general physics, never per-entry constants) by minimising the mean absolute log
 error ``mean |ln(predicted / published)|`` over the *end-to-end* cases, and writes
 ``data/calibration.toml`` with the fitted values, the fit's date, its inputs
@@ -85,8 +84,6 @@ FITTED: dict[str, Bound] = {
                            "matmul, its batch-norm / normalisation, its activation, their gradients); a TPU "
                            "fusion's fixed cost (DMA setup, pipeline fill and drain) is a few microseconds, so "
                            "0-20 us per engine op"),
-    "tp_overlap_frac": Bound(0.0, 1.0, "a fraction of the tensor-parallel all-reduce hidden behind the layer's own "
-                             "matmuls (collective matmul, Wang et al. 2023): 0 none hidden, 1 all of it"),
 }
 
 #: calibration.toml section, key and unit factor (file unit per internal unit) of every Calibration field
@@ -100,7 +97,6 @@ _TOML_KEYS = {
     "ici_hop_latency_s": ("interconnect", "ici_hop_latency_us", 1e6),
     "dcn_efficiency": ("interconnect", "dcn_efficiency", 1.0),
     "dcn_latency_s": ("interconnect", "dcn_latency_us", 1e6),
-    "tp_overlap_frac": ("interconnect", "tp_overlap_frac", 1.0),
 }
 
 #: What each key means and where its prior comes from (written beside the value).
@@ -116,8 +112,6 @@ _DOC = {
     "ici_hop_latency_us": "per-hop latency; scaling book sharding.md Q5 uses ~1 us for TPU v5e (prior)",
     "dcn_efficiency": "achievable fraction of per-host DCN NIC bandwidth (prior)",
     "dcn_latency_us": "per-step latency of a DCN ring step (prior)",
-    "tp_overlap_frac": "fraction of a tensor-parallel all-reduce hidden behind the layer's own matmuls "
-                       "(collective matmul, Wang et al. 2023) (prior 0: fully exposed)",
 }  # fmt: skip
 
 _GRID_POINTS = 9

@@ -14,7 +14,7 @@ from engine import ScenarioError, TopologyError, scenario_from_dict, simulate
 from engine.catalog import load_catalog
 from engine.comm import ring_phase
 from engine.compute import step_compute
-from engine.models import model_cost
+from engine.models import layer_units, model_cost
 from engine.comm import mesh_collective_s, plan_step_comm
 from engine.mesh import resolve_mesh
 from engine.scenario import TransformerModel
@@ -158,9 +158,9 @@ class TestPlanCollectives:
         d, ff = 1024, 4096
         assert (layer0 == (4 * d * d + 2 * d * ff) * 2.0).all()  # bf16 GEMM weights of one layer (norms ride with the embedding)
 
-    def test_tensor_parallel_all_reduces_are_exposed(self):
+    def test_blocking_tensor_parallel_all_reduces_are_exposed(self):
         mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(16, 1, 4))
-        _, plan = _plan(mesh, 1e3, 2e3)
+        _, plan = _plan(mesh, 1e3, 2e3, collective_matmul=False)
         t = plan.per_layer.to_pandas()
         tp = t[t.mesh_axis == "tensor"]
         assert len(tp) == 2 * 4  # forward and backward, 4 layers
@@ -169,7 +169,7 @@ class TestPlanCollectives:
         assert plan.forward_s == pytest.approx(tp[tp.phase == "forward"]["time_ns"].sum() / 1e9, abs=len(tp) * 1e-9)
         # full remat re-runs the forward inside the backward pass with the attention block's all-reduce,
         # not the MLP's: its down-projection is not recomputed (engine/compute.py passes_per_op)
-        _, full = _plan(mesh, 1e3, 2e3, remat="full")
+        _, full = _plan(mesh, 1e3, 2e3, remat="full", collective_matmul=False)
         assert full.backward_s == pytest.approx(1.5 * plan.backward_s, rel=1e-12)
         assert full.forward_s == plan.forward_s
         rec = full.per_layer.to_pandas().query("phase == 'recompute' and mesh_axis == 'tensor'")
@@ -191,23 +191,32 @@ class TestPlanCollectives:
         assert par_full.backward_s == pytest.approx(par.backward_s, rel=1e-12)
         assert "recompute" not in set(par_full.per_layer.to_pandas()["phase"])
 
-    def test_collective_matmul_hides_a_fraction_of_each_tp_all_reduce(self):
+    def test_collective_matmul_hides_tp_all_reduces_behind_ample_compute(self):
         mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(16, 1, 4))
-        _, exposed = _plan(mesh, 1e3, 2e3)
-        _, half = _plan(mesh, 1e3, 2e3, tp_overlap_frac=0.5)
-        _, hidden = _plan(mesh, 1e3, 2e3, tp_overlap_frac=1.0)
-        # ample compute per layer: the hidden share is exactly the fraction
-        assert half.forward_s == pytest.approx(0.5 * exposed.forward_s, rel=1e-12)
-        assert half.backward_s == pytest.approx(0.5 * exposed.backward_s, rel=1e-12)
-        assert hidden.forward_s == pytest.approx(0.0, abs=1e-15)
+        _, blocking = _plan(mesh, 1e3, 2e3, collective_matmul=False)
+        _, decomposed = _plan(mesh, 1e3, 2e3)
+        assert blocking.forward_s > 0 and blocking.backward_s > 0
+        # every layer's compute outlasts its all-reduces: the decomposed loop never waits
+        assert decomposed.forward_s == 0.0 and decomposed.backward_s == 0.0
         # the collectives themselves are unchanged, only how much of them is exposed
-        assert half.per_layer.equals(exposed.per_layer)
+        assert decomposed.per_layer.equals(blocking.per_layer)
 
-    def test_tp_overlap_never_hides_more_than_the_layer_compute(self):
+    def test_collective_matmul_exposes_only_what_outlasts_the_layer_compute(self):
         mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(16, 1, 4))
-        cost, exposed = _plan(mesh, 0.0, 0.0)
-        _, hidden = _plan(mesh, 0.0, 0.0, tp_overlap_frac=1.0)
-        assert hidden.forward_s == exposed.forward_s and hidden.backward_s == exposed.backward_s
+        cost, blocking = _plan(mesh, 0.0, 0.0, collective_matmul=False)
+        t = blocking.per_layer.to_pandas()
+        tp_fwd_s = t[(t.phase == "forward") & (t.mesh_axis == "tensor")].groupby("unit")["time_ns"].sum() / 1e9
+        units = layer_units(cost)
+        # forward compute of half the blocking all-reduce time, spread over units by FLOP share
+        fwd_s = float(tp_fwd_s.sum()) / 2
+        hideable_s = np.array([u.flops_frac for u in units]) * fwd_s
+        expected_s = sum(max(0.0, tp_fwd_s.get(i, 0.0) - hideable_s[i]) for i in range(len(units)))
+        _, plan = _plan(mesh, fwd_s, 0.0, cost=cost)
+        assert plan.forward_s == pytest.approx(expected_s, abs=len(units) * 1e-9)  # the table rounds to whole ns
+        assert 0.0 < plan.forward_s < blocking.forward_s
+        # without compute to hide behind, decomposed or not, every all-reduce is exposed
+        _, none = _plan(mesh, 0.0, 0.0)
+        assert none.forward_s == blocking.forward_s and none.backward_s == blocking.backward_s
 
     def test_data_parallel_gradient_sync_only(self):
         mesh = resolve_mesh((4, 4, 4), (True,) * 3, _sizes(64, 1, 1))

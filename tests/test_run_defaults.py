@@ -80,6 +80,20 @@ class TestDefaultKernel:
         assert "interconnect.overlap" not in assumed(topology="1x1x1")  # one replica: nothing to all-reduce
         assert "interconnect.overlap" in assumed(topology="1x1x1", slices=2)  # two slices over the DCN
 
+    def test_collective_matmul_is_an_assumption_only_for_tensor_parallel_runs(self):
+        def assumed(tensor, **par):
+            s = scenario_from_dict({"name": "t", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+                                    "model": {"kind": "transformer", "layers": 2, "d_model": 256, "heads": 4, "d_ff": 1024,
+                                              "vocab": 1000, "seq_len": 512},
+                                    "parallelism": {"tensor": tensor, **par},
+                                    "training": {"global_batch": 8, "steps": 2, "remat": "none", "precision": "bf16"}})  # fmt: skip
+            return run_assumptions(s)["defaults_assumed"]
+
+        assert assumed(4)["parallelism.collective_matmul"].startswith("true")
+        assert "parallelism.collective_matmul" not in assumed(1)  # no tensor-parallel collectives
+        assert "parallelism.collective_matmul" not in assumed(4, collective_matmul=True)
+        assert "parallelism.collective_matmul" not in assumed(4, collective_matmul=False)
+
     def test_an_unpooled_batch_norm_is_an_assumption_only_at_small_per_chip_batches(self):
         def assumed(batch, **model):
             s = scenario_from_dict({"name": "r", "pod": {"chip": "tpu-v4", "topology": "2x2x2"}, "model": {"kind": "resnet50", **model},

@@ -16,9 +16,13 @@ Per-step collectives by strategy (one representative chip, steady state):
   with a parallel attention/MLP block) over
   ``tensor`` (under full remat the recomputed forward repeats the attention block's; the
   MLP's down-projection, and a parallel block's whole output, is not recomputed:
-  engine/compute.py ``passes_per_op``). They sit on the critical path (the next matmul needs the result), so without help they are fully exposed; XLA's collective-matmul decomposition
-  (Wang et al. 2023) hides a calibrated fraction ``tp_overlap_frac`` of each
-  behind the layer's own matmuls.
+  engine/compute.py ``passes_per_op``). They sit on the critical path (the next matmul needs
+  the result). XLA decomposes them with the matmuls next to them into a loop of
+  collective-permutes, each overlapped with a partial matmul (collective matmul, Wang et
+  al. 2023); TPU's compiler does this by default (MaxText's XLA flag library turns it off
+  with ``--xla_jf_spmd_threshold_for_windowed_einsum_mib=1000000``), so only the part of a
+  layer's tensor-parallel communication longer than its own compute is exposed.
+  ``parallelism.collective_matmul = false`` prices them blocking, fully exposed.
 * parameter server (TF ``ParameterServerStrategy``): the sparse parameters
   (embedding tables) live on CPU parameter-server hosts; each step every worker
   pulls the rows its batch looks up and pushes their gradients over DCN, limited
@@ -208,7 +212,7 @@ def plan_step_comm(
     ps_hosts: int = 0,
     ps_bytes_per_s_per_host: float = 0.0,
     remat: str = "none",
-    tp_overlap_frac: float = 0.0,
+    collective_matmul: bool = True,
     link_penalties: Mapping[str, LinkPenalty] | None = None,
     tables: bool = True,
     moe_layer_interval: int = 1,
@@ -227,8 +231,10 @@ def plan_step_comm(
     tensor-parallel all-reduces after the GEMMs it reruns (Korthikanti et al. 2022, sec. 5;
     ``ModelCost.tp_all_reduces_recomputed_per_layer``); the other
     policies recompute only work inside a head shard, which needs no communication.
-    ``tp_overlap_frac`` of each tensor-parallel all-reduce hides behind the same unit's compute
-    in that pass (never more than that compute): the collective-matmul decomposition.
+    With ``collective_matmul`` each tensor-parallel all-reduce hides behind the same unit's
+    compute in that pass, and only what exceeds that compute is exposed (the decomposed loop
+    waits for a chunk only when its transfer outlasts the partial matmul); without it they are
+    blocking.
     ``link_penalties`` (``{"fsdp" | "tensor": LinkPenalty}``) slows the per-layer collectives
     of those mesh axes by what the scenario's degraded/failed links cost them; the
     data-parallel all-reduce is priced on the links by :mod:`engine.comm.gradient_sync` instead.
@@ -334,12 +340,14 @@ def plan_step_comm(
     # Backward runs units in reverse: gather of i hides behind backward of i+1, together with the
     # reduce-scatter of i+1; the first gather (last unit) and the last reduce-scatter (unit 0) are exposed.
     bwd_fsdp = ag[-1] + rs[0] + float(np.maximum(0.0, ag[:-1] + rs[1:] - cb[1:]).sum()) if n else 0.0
-    # Collective matmul (Wang et al. 2023) splits the layer's matmuls into chunks and overlaps each
-    # chunk's partial all-reduce with the next chunk's compute; the calibrated fraction says how much
-    # of that the compiler achieves. TP runs on its own torus axes, so it does not compete with the
-    # FSDP gathers above for links.
-    tp_f_exposed = tp_f - tp_overlap_frac * np.minimum(tp_f, cf)
-    tp_b_exposed = tp_b - tp_overlap_frac * np.minimum(tp_b, cb)
+    # Collective matmul (Wang et al. 2023) splits the layer's matmuls into one chunk per
+    # tensor-parallel shard and passes the chunks around the ring while the previous chunk's
+    # partial matmul runs: the loop waits only for transfers longer than the matmuls beside them.
+    # TP runs on its own torus axes, so it does not compete with the FSDP gathers above for links.
+    if collective_matmul:
+        tp_f_exposed, tp_b_exposed = np.maximum(0.0, tp_f - cf), np.maximum(0.0, tp_b - cb)
+    else:
+        tp_f_exposed, tp_b_exposed = tp_f, tp_b
     forward_s = fwd_fsdp + float(tp_f_exposed.sum())
     backward_s = bwd_fsdp + float(tp_b_exposed.sum())
     a2a_s = 0.0
