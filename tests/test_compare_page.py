@@ -35,7 +35,7 @@ def _what_if(tmp_path: Path, monkeypatch, raw: dict, knobs: dict) -> tuple[Path,
     write_run(Database(path), simulate(scenario_from_dict(raw)), name=raw["name"])
     monkeypatch.setenv("PODSCOPE_DB", str(path))
     at = _page("views/compare.py")
-    widgets = [*at.number_input, *at.selectbox]
+    widgets = [*at.number_input, *at.selectbox, *at.checkbox]
     for label, value in knobs.items():
         next(w for w in widgets if w.label == label).set_value(value)
     next(b for b in at.button if b.label == "Simulate").click().run()
@@ -198,4 +198,16 @@ def test_what_if_changes_a_moe_models_capacity_and_dispatch(tmp_path, monkeypatc
     with Database(path).read() as con:
         newest, base = (queries.run_summary(con, r) for r in runs[:2])
     assert newest["moe_dispatch"] == "dense" and newest["moe_capacity_factor"] == 2.0 and base["moe_dispatch"] == "grouped"
+    assert newest["step_time_s"] > base["step_time_s"]
+
+
+def test_what_if_turns_collective_matmul_off_for_a_tensor_parallel_run(tmp_path, monkeypatch):
+    """Without collective matmul the tensor-parallel all-reduces block: the what-if is slower and says so."""
+    raw = {"name": "tp", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
+           "model": {"kind": "transformer", "layers": 2, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 1000, "seq_len": 512},
+           "training": {"global_batch": 8, "steps": 3}, "parallelism": {"tensor": 8}}  # fmt: skip
+    path, runs = _what_if(tmp_path, monkeypatch, raw, {"Collective matmul": False})
+    with Database(path).read() as con:
+        newest, base = (queries.run_summary(con, r) for r in runs[:2])
+    assert newest["collective_matmul"] is False and base["collective_matmul"] is True
     assert newest["step_time_s"] > base["step_time_s"]

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from engine import load_catalog
-from engine.scenario import TransformerModel
+from engine.scenario import ParallelismSection, TransformerModel
 from profiler import format as fmt
 from profiler import queries, steady_state
 from views import common, compare_model, figures
@@ -27,6 +27,8 @@ _HEADLINES = [
     ("peak_hbm_bytes", "HBM peak", fmt.gib, True, False),
 ]
 
+#: collective matmul's default, as the scenario declares it
+_COLLECTIVE_MATMUL_DEFAULT = ParallelismSection.model_fields["collective_matmul"].default
 #: a mixture of experts' knobs, as the scenario model declares them (its default dispatch first)
 _CAPACITY_DEFAULT = TransformerModel.model_fields["capacity_factor"].default
 _DISPATCHES = list(typing.get_args(TransformerModel.model_fields["moe_dispatch"].annotation))
@@ -76,6 +78,10 @@ def _knobs(base: dict) -> dict | None:
         set_input = c2.checkbox("Set input pipeline", value=bool(inp), help="[input] prefetch and num_parallel_calls (tf.data)")
         prefetch = _choice(c3, "Prefetch (batches)", ["autotune", 0, 1, 2, 4, 8, 16], inp.get("prefetch", "autotune"))
         calls = _choice(c4, "Parallel calls", ["autotune", 1, 2, 4, 8, 16, 32, 64], inp.get("num_parallel_calls", "autotune"))
+        collective_matmul = st.columns(4)[0].checkbox(
+            "Collective matmul", value=bool(par.get("collective_matmul", _COLLECTIVE_MATMUL_DEFAULT)),
+            help="tensor-parallel collectives overlap the matmuls beside them (XLA's default on TPU); "
+                 "off: blocking, fully exposed")  # fmt: skip
         model = base.get("model") or {}
         bn_group = capacity = dispatch = None
         if model.get("kind") == "transformer" and int(model.get("experts", 0)) > 0:
@@ -113,6 +119,7 @@ def _knobs(base: dict) -> dict | None:
         ("training.microbatches", int(microbatches), training, 1),
         ("parallelism.context", int(context), par, 1),
         ("parallelism.fsdp_shard", fsdp_shard, par, "all"),
+        ("parallelism.collective_matmul", bool(collective_matmul), par, _COLLECTIVE_MATMUL_DEFAULT),
         ("training.optimizer_state", optimizer_state, training, "fp32"),
         ("training.weight_dtype", weight_dtype, training, "fp32"),
         *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
