@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler.validation import run_validation
-from scripts import idle_table, module_listing, plot_validation
+from scripts import idle_table, link_fault_table, module_listing, plot_validation
 from scripts.docs_blocks import read_block
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +42,19 @@ def test_idle_table_matches_the_bundled_scenarios_and_the_fixes_act():
     # the mechanisms still act: the fix for each cause removes (most of) it
     assert "input wait" in rows[6] and "-> 0.0%" in rows[6]
     assert "279 -> 3 -> 0 recompiles" in rows[7]
+
+
+def test_link_fault_table_matches_the_engine_and_the_faults_act():
+    text = link_fault_table.table()
+    assert read_block(link_fault_table.PAGE, link_fault_table.BLOCK) == text, (
+        "docs/model.md link-fault table is stale: run `python -m scripts.link_fault_table --write`"
+    )
+    rows = {r.split(" | ")[0].lstrip("| "): r.split(" | ")[1:] for r in text.strip().splitlines()[len(link_fault_table.HEADER):]}
+    none, x_slow, z_slow = rows["none"], rows["x link at 0.5 (fsdp)"], rows["z link at 0.5 (tensor)"]
+    ms = lambda cell: float(cell.split()[0].replace(",", ""))  # noqa: E731
+    assert ms(x_slow[0]) > ms(none[0]) and x_slow[1] == none[1]  # an x fault slows the FSDP gathers only
+    assert ms(z_slow[1]) == 2 * ms(none[1]) and z_slow[0] == none[0]  # a z link at half doubles the TP all-reduces
+    assert z_slow[3] == none[3]  # ... which the layer's compute still hides: the step does not move
 
 
 def test_module_listing_names_every_module_with_its_docstring():
