@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from engine.calibration import load_calibration
+from profiler.memory_checks import memory_block
+from profiler.reference import load_reference
 from profiler.validation import Validation, fit_record, results_frame, run_validation
 from scripts.docs_blocks import DOCS, write_block
 
@@ -89,6 +91,7 @@ def tables(v: Validation) -> dict[str, str]:
         "validation-summary": "\n".join(summary) + "\n",
         "validation-ranges": "\n".join(ranges) + "\n",
         "validation-cases": "\n".join(cases) + "\n",
+        "validation-memory": memory_block(load_reference(v.reference)),
     }
 
 
