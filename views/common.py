@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+import typing
 from typing import Any
 
 import pandas as pd
@@ -273,6 +274,13 @@ def _dotted(base: dict[str, Any], key: str) -> Any:
             return None
         node = node[part]
     return node
+
+
+def scenario_choices(section: type, key: str) -> tuple[list[Any], Any]:
+    """A scenario key's valid values (its ``Literal``, in declaration order) and its default, as
+    engine/scenario.py declares them, so a form offers exactly what the engine accepts."""
+    field = section.model_fields[key]
+    return list(typing.get_args(field.annotation)), field.default
 
 
 def what_if_name(base: dict[str, Any], overrides: dict[str, Any]) -> str:

@@ -7,13 +7,12 @@ steady steps spend on each (events tile every chip's step), so the bars add up e
 
 from __future__ import annotations
 
-import typing
 
 import pandas as pd
 import streamlit as st
 
 from engine import load_catalog
-from engine.scenario import ParallelismSection, TransformerModel
+from engine.scenario import ParallelismSection, TrainingSection, TransformerModel
 from profiler import format as fmt
 from profiler import queries, steady_state
 from views import common, compare_model, figures
@@ -27,11 +26,17 @@ _HEADLINES = [
     ("peak_hbm_bytes", "HBM peak", fmt.gib, True, False),
 ]
 
-#: collective matmul's default, as the scenario declares it
+#: the form's choices and defaults, as the scenario declares them
+_PRECISIONS, _PRECISION = common.scenario_choices(TrainingSection, "precision")
+_REMATS, _REMAT = common.scenario_choices(TrainingSection, "remat")
+_STATES, _STATE = common.scenario_choices(TrainingSection, "optimizer_state")
+_WEIGHTS, _WEIGHT = common.scenario_choices(TrainingSection, "weight_dtype")
+_SCHEDULES, _SCHEDULE = common.scenario_choices(ParallelismSection, "pipeline_schedule")
+_SHARDS, _SHARD = common.scenario_choices(ParallelismSection, "fsdp_shard")
 _COLLECTIVE_MATMUL_DEFAULT = ParallelismSection.model_fields["collective_matmul"].default
-#: a mixture of experts' knobs, as the scenario model declares them (its default dispatch first)
+#: a mixture of experts' knobs (its default dispatch first)
 _CAPACITY_DEFAULT = TransformerModel.model_fields["capacity_factor"].default
-_DISPATCHES = list(typing.get_args(TransformerModel.model_fields["moe_dispatch"].annotation))
+_DISPATCHES, _DISPATCH = common.scenario_choices(TransformerModel, "moe_dispatch")
 
 
 def _knobs(base: dict) -> dict | None:
@@ -50,31 +55,26 @@ def _knobs(base: dict) -> dict | None:
         data = c1.number_input("Data parallel (0 = the rest)", min_value=0, value=0)
         fsdp = c2.number_input("FSDP", min_value=1, value=int(par.get("fsdp", 1)))
         tensor = c3.number_input("Tensor", min_value=1, value=int(par.get("tensor", 1)))
-        precisions = ["bf16", "int8", "fp32", "fp8"]
-        precision = c4.selectbox("Precision", precisions, index=precisions.index(training.get("precision", "bf16")))
+        precision = c4.selectbox("Precision", _PRECISIONS, index=_PRECISIONS.index(training.get("precision", _PRECISION)))
         c1, c2, c3, c4 = st.columns(4)
         expert = c1.number_input("Expert parallel", min_value=1, value=int(par.get("expert", 1)),
                                  help="chips each MoE layer's experts are spread over (the model needs experts)")
         pipeline = c2.number_input("Pipeline stages", min_value=1, value=int(par.get("pipeline", 1)))
         microbatches = c3.number_input("Microbatches", min_value=1, value=int(training.get("microbatches", 1)),
                                        help="pipeline microbatches; without a pipeline, gradient accumulation steps")
-        schedules = ["1f1b", "gpipe", "interleaved"]
-        schedule = c4.selectbox("Pipeline schedule", schedules, index=schedules.index(par.get("pipeline_schedule", "1f1b")))
+        schedule = c4.selectbox("Pipeline schedule", _SCHEDULES, index=_SCHEDULES.index(par.get("pipeline_schedule", _SCHEDULE)))
         c1, c2, c3, c4 = st.columns(4)
         context = c1.number_input("Context parallel", min_value=1, value=int(par.get("context", 1)),
                                   help="chips each sequence is split over (ring attention; transformers, a divisor of seq_len)")
-        shards = ["all", "grads+optimizer", "optimizer"]
-        fsdp_shard = c2.selectbox("FSDP shards", shards, index=shards.index(par.get("fsdp_shard", "all")),
+        fsdp_shard = c2.selectbox("FSDP shards", _SHARDS, index=_SHARDS.index(par.get("fsdp_shard", _SHARD)),
                                   help="ZeRO stage: all = ZeRO-3, grads+optimizer = ZeRO-2, optimizer = ZeRO-1")
-        states = ["fp32", "bf16"]
-        optimizer_state = c3.selectbox("Optimizer state", states, index=states.index(training.get("optimizer_state", "fp32")),
+        optimizer_state = c3.selectbox("Optimizer state", _STATES, index=_STATES.index(training.get("optimizer_state", _STATE)),
                                        help="dtype of the optimizer's moments, whatever the weights' dtype")
-        weight_dtype = c4.selectbox("Weights", states, index=states.index(training.get("weight_dtype", "fp32")),
+        weight_dtype = c4.selectbox("Weights", _WEIGHTS, index=_WEIGHTS.index(training.get("weight_dtype", _WEIGHT)),
                                     help="dtype the weights and their gradients are stored, reduced and updated in: "
                                          "fp32 = mixed precision's master copy, bf16 = no master copy")
         c1, c2, c3, c4 = st.columns(4)
-        remats = ["none", "minimal", "selective", "full"]
-        remat = c1.selectbox("Remat", remats, index=remats.index(training.get("remat", "none")) if training.get("remat", "none") in remats else 0)
+        remat = c1.selectbox("Remat", _REMATS, index=_REMATS.index(training.get("remat", _REMAT)))
         set_input = c2.checkbox("Set input pipeline", value=bool(inp), help="[input] prefetch and num_parallel_calls (tf.data)")
         prefetch = _choice(c3, "Prefetch (batches)", ["autotune", 0, 1, 2, 4, 8, 16], inp.get("prefetch", "autotune"))
         calls = _choice(c4, "Parallel calls", ["autotune", 1, 2, 4, 8, 16, 32, 64], inp.get("num_parallel_calls", "autotune"))
@@ -88,7 +88,7 @@ def _knobs(base: dict) -> dict | None:
             c1, c2, _, _ = st.columns(4)
             capacity = c1.number_input("Capacity factor", min_value=0.0, value=float(model.get("capacity_factor", _CAPACITY_DEFAULT)), step=0.25,
                                        help="expert capacity over an even share of the routed tokens; 0 = dropless (grouped only)")
-            dispatch = c2.selectbox("MoE dispatch", _DISPATCHES, index=_DISPATCHES.index(model.get("moe_dispatch", _DISPATCHES[0])),
+            dispatch = c2.selectbox("MoE dispatch", _DISPATCHES, index=_DISPATCHES.index(model.get("moe_dispatch", _DISPATCH)),
                                     help="grouped: a grouped matmul over the tokens each expert kept; dense: GShard einsums, "
                                          "every expert computes its whole capacity buffer")  # fmt: skip
         if model.get("kind") == "resnet50":
@@ -115,15 +115,15 @@ def _knobs(base: dict) -> dict | None:
     for dotted, value, section, default in (
         ("parallelism.expert", int(expert), par, 1),
         ("parallelism.pipeline", int(pipeline), par, 1),
-        ("parallelism.pipeline_schedule", schedule, par, "1f1b"),
+        ("parallelism.pipeline_schedule", schedule, par, _SCHEDULE),
         ("training.microbatches", int(microbatches), training, 1),
         ("parallelism.context", int(context), par, 1),
-        ("parallelism.fsdp_shard", fsdp_shard, par, "all"),
+        ("parallelism.fsdp_shard", fsdp_shard, par, _SHARD),
         ("parallelism.collective_matmul", bool(collective_matmul), par, _COLLECTIVE_MATMUL_DEFAULT),
-        ("training.optimizer_state", optimizer_state, training, "fp32"),
-        ("training.weight_dtype", weight_dtype, training, "fp32"),
+        ("training.optimizer_state", optimizer_state, training, _STATE),
+        ("training.weight_dtype", weight_dtype, training, _WEIGHT),
         *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
-        *((("model.capacity_factor", float(capacity), model, _CAPACITY_DEFAULT), ("model.moe_dispatch", dispatch, model, _DISPATCHES[0]))
+        *((("model.capacity_factor", float(capacity), model, _CAPACITY_DEFAULT), ("model.moe_dispatch", dispatch, model, _DISPATCH))
           if capacity is not None else ()),
     ):
         key = dotted.split(".")[1]

@@ -15,6 +15,7 @@ import streamlit as st
 from engine import PodscopeError, load_catalog, load_scenario, scenario_from_dict
 from engine.errors import PlanError
 from engine.planner import OBJECTIVES
+from engine.scenario import TrainingSection
 from engine.topology import is_supported_shape
 from profiler import api, queries
 from profiler.plan import plan_frame, plan_from_dict, run_plan
@@ -25,7 +26,7 @@ _SHAPES = {
     3: ["2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16", "16x16x16"],
     2: ["1x1", "2x2", "2x4", "4x4", "4x8", "8x8", "8x16", "16x16"],
 }
-_REMATS = ["none", "minimal", "selective", "full"]
+_REMATS, _ = common.scenario_choices(TrainingSection, "remat")  # the policies the engine accepts
 
 
 def _base() -> tuple[dict[str, Any], int | None] | None:
