@@ -8,6 +8,7 @@ writes :func:`memory_block` into docs/validation.md.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,6 @@ __all__ = [
 
 #: LLaMA-3 70B's shape (Meta 2024): 80 layers, d 8192, 64 heads / 8 kv heads, d_ff 28672 SwiGLU, vocab 128256
 _LLAMA3_70B = dict(kind="transformer", layers=80, d_model=8192, heads=64, kv_heads=8, d_ff=28672, vocab=128256, seq_len=2000, mlp="swiglu")
-#: DeepSeek-V2-16B's parameter count (MaxText's log for the run, the entry's tolerance note)
-_DEEPSEEK2_16B_PARAMS = 15.933e9
 #: the bundled scenario that is MaxText's 32B shape with its v5p configuration, and the entry it is set beside
 BUNDLED_32B = "llm-32b-fsdp-tp-v5p-128"
 _MAXTEXT_32B = "e2e_maxtext_v5p_32B_v5p-128"
@@ -89,8 +88,9 @@ def deepseek_hbm_after_init_bytes(entries: list[Entry] | None = None) -> tuple[f
     the log's "GB" are GiB (the entry's tolerance note).
     """
     e = _by_id(entries)["e2e_maxtext_deepseek2_16b_v5p8"]
+    params = float(re.search(r"([\d.]+)B params", e["inputs"]["model"]).group(1)) * 1e9  # "... 15.933B params)"
     bpp = bytes_per_param("adam", "bf16")
-    predicted = _DEEPSEEK2_16B_PARAMS * (bpp.params + bpp.optimizer) / e["inputs"]["chips"]
+    predicted = params * (bpp.params + bpp.optimizer) / e["inputs"]["chips"]
     return predicted, e["expected"]["hbm_used_after_init_GB"] * GIB_BYTES
 
 
