@@ -13,10 +13,12 @@ script renders from the current code.
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["DOCS", "read_block", "write_block"]
+__all__ = ["DOCS", "read_block", "write_block", "block_main"]
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -44,3 +46,16 @@ def write_block(page: Path, name: str, text: str) -> None:
         raise KeyError(f"{page}: no generated block {name!r}")
     page.write_text(_pattern(name).sub(lambda m: m.group(1) + body + m.group(3), old, count=1))
     print(f"wrote {name} into {page}")
+
+
+def block_main(page: Path, name: str, render: Callable[[], str], doc: str) -> None:
+    """The command line of a script that owns block ``name`` of ``page``: print what ``render``
+    measures, or with ``--write`` put it into the page. ``doc`` is the script's docstring."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write the block into {page.name}")
+    write = parser.parse_args().write
+    text = render()
+    if write:
+        write_block(page, name, text)
+    else:
+        print(text, end="")

@@ -15,14 +15,13 @@ calibration; tests/test_docs_generated.py checks the page against this script.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from engine.analytic import evaluate, step_costs
 from engine.calibration import load_calibration
 from engine.data_files import DATA_DIR
 from engine.scenario import load_scenario
-from scripts.docs_blocks import DOCS, write_block
+from scripts.docs_blocks import DOCS, block_main
 
 PAGE = DOCS / "model.md"
 BLOCK = "link-fault-table"
@@ -65,13 +64,5 @@ def table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def main(argv: list[str]) -> int:
-    text = table()
-    print(text, end="")
-    if "--write" in argv:
-        write_block(PAGE, BLOCK, text)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    block_main(PAGE, BLOCK, table, __doc__)

@@ -9,11 +9,10 @@ page; ``tests/test_docs_generated.py`` fails when the page no longer matches.
 
 from __future__ import annotations
 
-import argparse
 import ast
 from pathlib import Path
 
-from scripts.docs_blocks import DOCS, write_block
+from scripts.docs_blocks import DOCS, block_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = DOCS / "architecture.md"
@@ -44,16 +43,5 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help=f"write the listing into {PAGE.name}")
-    args = parser.parse_args()
-    text = render()
-    if args.write:
-        write_block(PAGE, BLOCK, text)
-    else:
-        print(text, end="")
-
-
 if __name__ == "__main__":
-    main()
+    block_main(PAGE, BLOCK, render, __doc__)

@@ -9,11 +9,10 @@ Timings are left out (they depend on the machine; see docs/performance.md), so
 
 from __future__ import annotations
 
-import argparse
 
 from engine.search import search
 from profiler.plan import BUNDLED_PLANS_DIR, load_plan
-from scripts.docs_blocks import DOCS, write_block
+from scripts.docs_blocks import DOCS, block_main
 
 __all__ = ["PAGE", "BLOCK", "PLAN", "render"]
 
@@ -66,15 +65,5 @@ def render(top: int = 5) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", action="store_true", help="write the block into docs/planner.md")
-    text = render()
-    if ap.parse_args().write:
-        write_block(PAGE, BLOCK, text)
-    else:
-        print(text, end="")
-
-
 if __name__ == "__main__":
-    main()
+    block_main(PAGE, BLOCK, render, __doc__)
