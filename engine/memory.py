@@ -212,7 +212,9 @@ def _unit_activations(
         layer = transformer_layer_activation_bytes(model, b, precision, remat, tensor, context)
         saved[1:-1] = layer
         if remat == "full":
-            recompute[1:-1] = transformer_layer_activation_bytes(model, b, precision, "none", tensor, context)
+            # The layer being recomputed holds its intermediates beside its checkpointed input, which
+            # ``saved`` already counts (the "none" count includes it as the first LayerNorm's input).
+            recompute[1:-1] = transformer_layer_activation_bytes(model, b, precision, "none", tensor, context) - layer
         tokens = float(b) * model.seq_len / context
         saved[-1] = tokens * 2 * model.d_model * elem  # final LayerNorm input and output
         loss = tokens * model.vocab / tensor * LOGIT_BYTES

@@ -140,6 +140,19 @@ class TestPlan:
         assert peaks[0] > peaks[1] > peaks[2]
         assert _plan(cost, model, tensor=2).peak_bytes < peaks[0]
 
+    @pytest.mark.parametrize("parallel_block", [False, True])
+    def test_full_remat_counts_a_recomputed_layers_input_once(self, parallel_block):
+        # At the last layer's backward: every layer's checkpointed input plus that layer's recomputed
+        # intermediates, whose first LayerNorm reads the checkpointed input rather than a copy of it.
+        model = _gpt(layers=4, seq_len=64, attention="standard", parallel_block=parallel_block)
+        cost = model_cost(model)
+        df = _plan(cost, model, remat="full").timeline.to_pandas()
+        last_layer = df.query("phase == 'backward' and category == 'activations'")["bytes"].iloc[1]
+        b = 4  # _plan's per-chip batch
+        none = transformer_layer_activation_bytes(model, b, "bf16", "none")
+        full = transformer_layer_activation_bytes(model, b, "bf16", "full")
+        assert last_layer == pytest.approx(model.layers * full + none - full)
+
     def test_mlp_generic_activations(self):
         model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 1024])
         cost = model_cost(model)
