@@ -149,15 +149,30 @@ def transformer_layer_activation_bytes(
         # LayerNorms (input and output of each), QKV, out-proj, MLP. A parallel block has one LayerNorm,
         # whose output both the QKV and the MLP's first GEMM read: 2 d instead of 4 d.
         norms = 2.0 if getattr(model, "parallel_block", False) else 4.0
-        per_token = norms * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff
+        per_token = norms * d + (h + 2 * kv) * q + h * q + mlp_saved_elements(model.mlp, model.d_ff, elem)
         if remat != "selective" and model.attention_kernel != "flash":
             per_token += h * s  # softmax probabilities
     if getattr(model, "moe_layers", 0) and remat != "full":
-        per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat)
+        per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat, elem)
     return tokens * per_token / tensor * elem
 
 
-def _moe_extra_per_token(model, remat: str) -> float:
+def mlp_saved_elements(mlp: str, d_ff: int, elem_bytes: float) -> float:
+    """Elements per token an MLP of width ``d_ff`` keeps for its backward pass (no remat), in units of ``elem_bytes``.
+
+    GELU and SwiGLU keep the first projection's output (``d_ff``, twice for SwiGLU's gate and up
+    projections) and the activation's output, which the down-projection's weight gradient reads.
+    ReLU keeps its output and a one-byte mask: JAX defines ``relu``'s derivative as
+    ``select(x > 0, g, 0)`` (``jax/_src/nn/functions.py``), so the backward reads ``x > 0``, a
+    boolean, instead of ``x`` (``jax.ad_checkpoint.print_saved_residuals`` lists a bf16 output and
+    a bool residual for ``relu(x @ w1) @ w2``).
+    """
+    if mlp == "relu":
+        return d_ff + d_ff * 1.0 / elem_bytes
+    return d_ff * (2 if mlp == "swiglu" else 1) + d_ff
+
+
+def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
     """Elements per token a MoE layer saves beyond a dense layer's (its MLP terms replaced).
 
     The router logits (``experts``), the dispatched tokens and the combined outputs at
@@ -172,7 +187,7 @@ def _moe_extra_per_token(model, remat: str) -> float:
     copies = model.routed_copies_per_token
     if remat == "minimal":
         return copies * (ff_e_in + 2 * d) + sh * (ff_e_in + d) + e - (ff_in + d)
-    return e + 2 * d * copies + (copies + sh) * (ff_e_in + ff_e) - (ff_in + model.d_ff)
+    return e + 2 * d * copies + (copies + sh) * mlp_saved_elements(model.mlp, ff_e, elem_bytes) - mlp_saved_elements(model.mlp, model.d_ff, elem_bytes)
 
 
 @dataclass(frozen=True)

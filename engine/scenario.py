@@ -103,7 +103,9 @@ class TransformerModel(_Section):
     seq_len: PositiveInt
     kv_heads: PositiveInt | None = None
     head_dim: PositiveInt | None = None
-    mlp: Literal["gelu", "swiglu"] = "gelu"
+    # "gelu" and "relu": two matrices around the activation; "swiglu": a gate and an up projection
+    # (Shazeer 2020). They cost the same FLOPs per matrix; what the backward keeps differs (engine/memory.py).
+    mlp: Literal["gelu", "relu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
     # Attention and MLP side by side on one layer norm, their outputs summed (GPT-J; PaLM, Chowdhery et al.
     # 2022, sec. 2 "Parallel Layers"; MaxText's 2023 decoder layer): under tensor parallelism the two blocks'

@@ -212,13 +212,12 @@ MAXTEXT_2023_ATTENTION = ("standard", "2023 MaxText base.yml: enable_flash_atten
 
 #: The model MaxText's base.yml defined when its v4 results were published (MaxText repository,
 #: MaxText/configs/base.yml @ 28816574b, 2023-12-08, the README commit the v4 entries cite): head_dim
-#: 256, mlp_activations ["relu"] (two matrices: the engine's two-matrix "gelu" MLP has the same
-#: matmuls), logits_via_embedding True (the output layer reuses the input embedding) and vocab 32,768;
+#: 256, mlp_activations ["relu"] (the engine's "relu" MLP), logits_via_embedding True (the output layer reuses the input embedding) and vocab 32,768;
 #: its decoder layer (MaxText/layers.py DecoderLayer) runs attention and MLP side by side on one layer
 #: norm and sums them: a parallel block. The v4 scripts of that commit (MaxText/configs/1xv4-128.sh,
 #: 1xv4-384.sh) override only emb, heads, mlp and layers, which the entries give. These defaults give
 #: the models the README names: 22.1B and 52.3B parameters.
-MAXTEXT_2023_BASE = {"head_dim": 256, "mlp": "gelu", "tied_embeddings": True, "vocab": 32768, "parallel_block": True}
+MAXTEXT_2023_BASE = {"head_dim": 256, "mlp": "relu", "tied_embeddings": True, "vocab": 32768, "parallel_block": True}
 
 #: MaxText remat_policy -> the engine's remat policy with the same saved/recomputed split
 _MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none"}
@@ -252,7 +251,7 @@ def map_maxtext(e: Entry) -> Case | tuple[Case, ...] | Skipped | None:
         pdb = cfg.get("per_device_batch_size")
         tp = 1  # ici_fsdp covers the whole slice
         remat = str(cfg.get("remat", "full"))
-        assumed = ("head_dim 256, a two-matrix (relu) MLP, tied embeddings, vocab 32768 and a parallel block from "
+        assumed = ("head_dim 256, a ReLU MLP, tied embeddings, vocab 32768 and a parallel block from "
                    "MaxText's 2023 base.yml and decoder layer (not given in the entry)")
         attention, kernel_src = MAXTEXT_2023_ATTENTION
     else:

@@ -60,6 +60,19 @@ class TestTransformerActivations:
         # q, k, v (3d) + out-proj output (d) + MLP in (4d) + MLP out (d) = 9d per token
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "minimal") == 9 * self.h * 2 * self.s * self.b
 
+    def test_relu_keeps_its_output_and_a_one_byte_mask(self):
+        # JAX differentiates relu through select(x > 0, ...): the backward keeps bool x > 0, not the bf16 x
+        gelu = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
+        relu = transformer_layer_activation_bytes(_gpt(mlp="relu"), self.b, "bf16", "none")
+        assert gelu - relu == 4 * self.h * (2 - 1) * self.s * self.b  # d_ff = 4 d elements, 2 bytes -> 1 byte
+        relu32 = transformer_layer_activation_bytes(_gpt(mlp="relu"), self.b, "fp32", "none")
+        gelu32 = transformer_layer_activation_bytes(_gpt(), self.b, "fp32", "none")
+        assert gelu32 - relu32 == 4 * self.h * (4 - 1) * self.s * self.b
+        for remat in ("full", "minimal"):  # these keep no activation output
+            assert transformer_layer_activation_bytes(_gpt(mlp="relu"), self.b, "bf16", remat) == (
+                transformer_layer_activation_bytes(_gpt(), self.b, "bf16", remat)
+            )
+
     def test_a_parallel_block_saves_one_layer_norm_and_one_shared_input(self):
         seq = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
         par = transformer_layer_activation_bytes(_gpt(parallel_block=True), self.b, "bf16", "none")

@@ -127,7 +127,7 @@ class TestMapping:
         cases, _ = reference.map_entries(reference.load_reference())
         case = next(c for c in cases if c.id == case_id)
         model = TransformerModel(**case.scenarios[0]["model"])
-        assert (model.head_dim, model.mlp, model.tied_embeddings, model.vocab, model.parallel_block) == (256, "gelu", True, 32768, True)
+        assert (model.head_dim, model.mlp, model.tied_embeddings, model.vocab, model.parallel_block) == (256, "relu", True, 32768, True)
         assert model_cost(model).params == pytest.approx(billions * 1e9, rel=0.01)
 
     def test_prediction_uses_inputs_only(self):
