@@ -58,23 +58,27 @@ def _children(pid: int) -> list[int]:
 
 
 def test_workers_exit_within_seconds_of_their_sweep_being_killed(tmp_path):
-    # 30 points of 400 steps: enough work that the sweep is still running when it is killed on a quiet machine
-    steps = "[400, 401, 402, 403, 404, 405]"
+    # 30 points of 4,000 steps: ~10 s of work, so the sweep is still running when it is killed
+    steps = "[4000, 4001, 4002, 4003, 4004, 4005]"
     path, db = _sweep_file(tmp_path, steps=steps), tmp_path / "k.duckdb"
     path.write_text(path.read_text().replace(f'[set]\n"training.steps" = {steps}\n', "")
                     .replace("[grid]\n", f'[grid]\n"training.steps" = {steps}\n'))  # fmt: skip
     sweep = _sweep(path, db, workers=2)
     try:
-        deadline = time.monotonic() + 120
-        while len(_children(sweep.pid)) < 2 and time.monotonic() < deadline:
+        deadline, kids = time.monotonic() + 120, []
+        while len(kids) < 2 and sweep.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
+            kids = _children(sweep.pid)
         time.sleep(1)  # the workers have started points
-        kids = _children(sweep.pid)
-        assert len(kids) >= 2
-        assert sweep.poll() is None, "the sweep finished before it could be killed: give it more work"
+        kids = sorted(set(kids) | set(_children(sweep.pid)))
+        if sweep.poll() is not None:
+            _, err = sweep.communicate()
+            raise AssertionError(f"the sweep ended (exit {sweep.returncode}) before it could be killed: give it more work\n{err[-2000:]}")
+        assert len(kids) >= 2, kids
     finally:
-        os.kill(sweep.pid, signal.SIGKILL)
-        sweep.communicate()
+        if sweep.poll() is None:
+            os.kill(sweep.pid, signal.SIGKILL)
+            sweep.communicate()
     t0 = time.monotonic()
     while time.monotonic() - t0 < 10 and any(Path(f"/proc/{k}").exists() for k in kids):
         time.sleep(0.1)
