@@ -137,7 +137,7 @@ def step_costs(
         comp = scenario_compute(scenario, cost, cal, b_mb, chip)
     else:  # everything step_compute reads, with the cost and calibration by identity
         key = ("compute", id(cost), id(cal), chip, b_mb, tr.precision, tr.remat, par.tensor, par.expert, par.context,
-               getattr(scenario.model, "attention_kernel", None))  # fmt: skip
+               getattr(scenario.model, "attention_kernel", None), tuple(getattr(scenario.model, "gmm_tiling", ())))  # fmt: skip
         if key not in memo:
             memo[key] = scenario_compute(scenario, cost, cal, b_mb, chip)
         comp = memo[key]
@@ -275,8 +275,11 @@ def scenario_compute(scenario: Scenario, cost: ModelCost, cal: Calibration, micr
     """
     tr, par = scenario.training, scenario.parallelism
     flash = getattr(scenario.model, "attention_kernel", None) == "flash"
+    model = scenario.model
+    grouped = getattr(model, "moe", False) and model.moe_dispatch == "grouped"
     return step_compute(cost, chip or scenario.chip_spec(), cal, micro_batch, tr.precision, tr.remat, tensor=par.tensor,
-                        flash=flash, expert=par.expert, context=par.context)  # fmt: skip
+                        flash=flash, expert=par.expert, context=par.context,
+                        gmm_tiling=tuple(model.gmm_tiling) if grouped else None)  # fmt: skip
 
 
 def activation_send_bytes(s: Scenario, micro_batch: float) -> float:

@@ -21,7 +21,7 @@ from .models import ModelCost
 from .units import BYTES_PER_ELEMENT
 
 
-__all__ = ["ComputeCost", "step_compute", "pad_to_mxu", "roofline_terms_s"]
+__all__ = ["ComputeCost", "grouped_matmul_rows", "kernel_tiled", "pad_to_mxu", "roofline_terms_s", "step_compute"]
 
 #: forward passes executed per training step by remat policy (forward + backward = 1 + 2);
 #: "selective" and "minimal" recompute the attention core, so its ops run 4 passes and the rest 3
@@ -69,6 +69,32 @@ def pad_to_mxu(x, mxu_dim: int):
     return np.ceil(x / mxu_dim) * mxu_dim
 
 
+def grouped_matmul_rows(rows, groups, tile_rows: int):
+    """Rows a grouped matmul computes for ``rows`` rows sorted into ``groups`` groups (expected value).
+
+    The megablox kernel (``jax.experimental.pallas.ops.tpu.megablox`` ``gmm.py``,
+    ``make_group_metadata``) visits every row tile once for the group that owns it and once more
+    for each further group that starts inside it: ``tiles + groups - 1`` visits at most, each a
+    whole tile. A group starts inside a tile unless its offset is a multiple of the tile, and is
+    visited only if it has rows: with rows routed evenly at random, ``groups (1 - (1 - 1/groups)^rows)``
+    groups are non-empty. A tile is ``min(tile_rows, rows)`` rows.
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    groups = np.asarray(groups, dtype=np.float64)
+    tile = np.minimum(float(tile_rows), rows)
+    nonempty = groups * -np.expm1(rows * np.log1p(-1.0 / np.maximum(groups, 1.0 + 1e-12)))
+    nonempty = np.where(groups <= 1, 1.0, nonempty)
+    extra = np.maximum(nonempty - 1.0, 0.0) * (1.0 - 1.0 / np.maximum(tile, 1.0))
+    return (np.ceil(rows / np.maximum(tile, 1.0)) + extra) * tile
+
+
+def kernel_tiled(x, tile: int):
+    """A dimension as a tiled kernel computes it: itself when it fits one tile, else whole tiles
+    (Pallas masks the last tile's extra rows or columns; the MXU still computes them)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(x <= tile, x, np.ceil(x / tile) * tile)
+
+
 def roofline_terms_s(flops_padded, bytes_, flop_rate_per_s, byte_rate_per_s):
     """(seconds bound by the MXU, seconds bound by HBM) of ops; an op takes the larger of the two."""
     return flops_padded / flop_rate_per_s, bytes_ / byte_rate_per_s
@@ -92,6 +118,8 @@ class ComputeCost:
     # ring-attention K/V send hides behind (engine/context.py)
     attention_forward_s: float = 0.0
     attention_fwd_bwd_s: float = 0.0
+    # the routed-expert GEMMs' executed work (whole MXU edges, whole grouped-matmul tiles) over their FLOPs
+    expert_work_over_flops: float = 1.0
 
 
 def step_compute(
@@ -105,6 +133,7 @@ def step_compute(
     flash: bool = False,
     expert: int = 1,
     context: int = 1,
+    gmm_tiling: tuple[int, int, int] | list[int] | None = None,
 ) -> ComputeCost:
     """Roofline compute time of forward + backward for one chip.
 
@@ -125,6 +154,13 @@ def step_compute(
         are ``1 / context`` of the sequence's. Attention is counted unmasked (PaLM's convention), so
         the split is even; under a causal mask the striped layout (Brandon et al. 2023, "Striped
         Attention", arXiv:2311.09431) or MaxText's load-balanced zig-zag reordering keeps it so.
+    gmm_tiling
+        The grouped matmul's ``(rows, contraction, output)`` tile when the routed experts run as one
+        (``moe_dispatch = "grouped"``): their GEMMs then execute whole tiles
+        (:func:`grouped_matmul_rows`, :func:`kernel_tiled`) over this chip's ``experts / expert``
+        groups. The backward's two grouped matmuls are MaxText's with the same tiling
+        (kernels/megablox/ops.py ``_gmm_bwd``), so they are taken to pad as the forward does.
+        None: every GEMM pads to the MXU edge only.
     """
     ops = cost.ops
     b = float(per_chip_batch)
@@ -140,6 +176,13 @@ def step_compute(
     flops_useful = 2.0 * m_rows * ops.k * n_shard * count
     d = chip.mxu_dim
     flops_padded = 2.0 * pad_to_mxu(m_rows, d) * pad_to_mxu(ops.k, d) * pad_to_mxu(n_shard, d) * count
+    if gmm_tiling is not None and ops.w_copies is not None:
+        tm, tk, tn = gmm_tiling
+        parts = ops.n_parts if ops.n_parts is not None else np.ones(len(ops.names))
+        rows_run = grouped_matmul_rows(m_rows, ops.copies / expert, tm)
+        n_run = parts * pad_to_mxu(kernel_tiled(n_shard / parts, tn), d)
+        gmm = 2.0 * pad_to_mxu(rows_run, d) * pad_to_mxu(kernel_tiled(ops.k, tk), d) * n_run * count
+        flops_padded = np.where(ops.is_expert, gmm, flops_padded)
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * count
     if ops.w_copies is not None:
         w_elems = w_elems * np.where(ops.is_expert, ops.copies / expert, 1.0)
@@ -177,7 +220,9 @@ def step_compute(
     total = float((per_pass * passes).sum()) + overhead
     ex, attn = ops.is_expert, ops.is_attention
     useful = np.where(ops.is_routing, 0.0, flops_useful)  # the MoE routing einsums move tokens: not model FLOPs
+    expert_flops = float(flops_useful[ex].sum())
     return ComputeCost(
+        expert_work_over_flops=float(flops_padded[ex].sum()) / expert_flops if expert_flops > 0 else 1.0,
         expert_forward_s=float(per_pass[ex].sum()),
         expert_fwd_bwd_s=float((per_pass * passes)[ex].sum()),
         attention_forward_s=float(per_pass[attn].sum()),

@@ -63,6 +63,9 @@ class GemmOps:
     # True for a mixture of experts' dispatch and combine einsums (``moe_dispatch = "dense"``): activation x
     # activation GEMMs the chip executes that are not the model's FLOPs and not attention. None: none.
     routing: np.ndarray | None = None
+    # Separate matmuls an op's output columns come from, each ``n / n_parts`` wide (a SwiGLU expert's
+    # gate and up projections: two grouped-matmul calls, each tiled on its own). None: one each.
+    n_parts: np.ndarray | None = None
 
     @property
     def is_routing(self) -> np.ndarray:
@@ -158,6 +161,7 @@ def _ops(
     copies: list[int] | None = None,
     residual_out: set[str] | frozenset[str] = frozenset(),
     routing: set[str] | frozenset[str] = frozenset(),
+    n_parts: dict[str, int] | None = None,
 ) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
@@ -173,6 +177,7 @@ def _ops(
         w_copies=np.asarray(copies, dtype=np.float64) if copies is not None else None,
         residual_out=np.array([name in residual_out for name in names], dtype=bool) if residual_out else None,
         routing=np.array([name in routing for name in names], dtype=bool) if routing else None,
+        n_parts=np.array([n_parts.get(name, 1) for name in names], dtype=np.float64) if n_parts else None,
     )
 
 
@@ -333,7 +338,10 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     launches = [model.layers if r[0] in ("layer.qkv", "layer.scores", "layer.values", "layer.out") else r[4] for r in rows[:-1]] + [1]
     copies = [e if r[0] in ("layer.expert_in", "layer.expert_out") else 1 for r in rows]
     return ModelCost(
-        "transformer", params, _ops(rows, launches, copies=copies, residual_out=_residual_out(model), routing=routing), t, model.layers,
+        "transformer", params,
+        _ops(rows, launches, copies=copies, residual_out=_residual_out(model), routing=routing,
+             n_parts={"layer.expert_in": 2} if model.mlp == "swiglu" else None),  # fmt: skip
+        t, model.layers,
         model.vocab * d, float(t * d), expert_params=expert_params, active_params=active, moe_layers=n_moe,
         tp_all_reduces_per_layer=_tp_all_reduces(model), tp_all_reduces_recomputed_per_layer=_tp_recomputed(model),
     )  # fmt: skip

@@ -132,6 +132,13 @@ class TransformerModel(_Section):
     # sequence's tokens into capacity-sized buffers per expert and back, and every expert computes its
     # whole buffer, empty slots included. Needs a capacity (capacity_factor > 0).
     moe_dispatch: Literal["grouped", "dense"] = "grouped"
+    # The grouped matmul's tile (rows, contraction, output) under moe_dispatch "grouped". The megablox
+    # kernel (jax.experimental.pallas.ops.tpu.megablox gmm.py; MaxText's kernels/megablox) computes whole
+    # tiles: an expert's tokens that start inside a row tile cost that tile once more, and a contraction
+    # or output dimension longer than its tile runs a last tile masked, not shortened. Default: MaxText
+    # base.yml's tile_batch_seq 512, tile_activation_dim 1024, tile_weight_dim 1024 (the values its later
+    # wi_tile_* / wo_tile_* keys keep); a dimension no longer than its tile is one tile of its own size.
+    gmm_tiling: Annotated[list[PositiveInt], Field(min_length=3, max_length=3)] = [512, 1024, 1024]
     moe_layer_interval: PositiveInt = 1
     shared_experts: Annotated[int, Field(ge=0)] = 0
     d_ff_expert: PositiveInt | None = None

@@ -19,6 +19,7 @@ from .analytic import activation_send_bytes, step_costs
 from .assumptions import run_assumptions
 from .calibration import Calibration, load_calibration
 from .comm import overlap_table
+from .compute import ComputeCost
 from .hlo.run import simulate_hlo
 from .idle import idle_facts, plan_idle
 from .analytic import StepCosts
@@ -149,7 +150,7 @@ def simulate(
             "exposed_layer_collective_s": costs.comm_forward_s + costs.comm_backward_s,
             **grad_extra,
             **idle_facts(idle, laid.step_kind, laid.steps, chips),
-            **(_moe_facts(scenario, cost, comm, routing, idle.steady_mask(steps)) if routing is not None else {}),
+            **(_moe_facts(scenario, cost, comp, comm, routing, idle.steady_mask(steps)) if routing is not None else {}),
             **({"gradient_accumulation_steps": tr.microbatches} if tr.microbatches > 1 and par.pipeline == 1 else {}),
             **(_pipeline_facts(pp, mem) if pp is not None else {}),
             **_sharding_facts(scenario, costs),
@@ -204,8 +205,8 @@ def _expert_load_table(factor: np.ndarray, steady: np.ndarray) -> pa.Table:
     })  # fmt: skip
 
 
-def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, steady: np.ndarray) -> dict:
-    """Summary facts of a mixture-of-experts run: total vs active parameters, capacity, drops, imbalance."""
+def _moe_facts(s: Scenario, cost: ModelCost, comp: ComputeCost, comm, routing: RoutingPlan, steady: np.ndarray) -> dict:
+    """Summary facts of a mixture-of-experts run: total vs active parameters, capacity, drops, imbalance, tiles."""
     m, par = s.model, s.parallelism
     per_param = 2 * WEIGHT_BYTES_PER_ELEMENT[s.training.weight_dtype] + optimizer_state_bytes_per_param(s.training.optimizer, s.training.optimizer_state)
     return {
@@ -216,6 +217,8 @@ def _moe_facts(s: Scenario, cost: ModelCost, comm, routing: RoutingPlan, steady:
         "moe_layers": cost.moe_layers,
         "moe_capacity_factor": m.capacity_factor,
         "moe_dispatch": m.moe_dispatch,
+        "moe_gmm_tiling": list(m.gmm_tiling) if m.moe_dispatch == "grouped" else None,
+        "moe_expert_work_over_flops": comp.expert_work_over_flops,
         "moe_dropped_token_frac": float(routing.dropped_frac[steady].mean()),
         "moe_busiest_expert_over_mean": float(routing.busiest_over_mean[steady].mean()),
         "moe_busiest_group_factor": float(routing.group_factor[steady].max(axis=1).mean()),
