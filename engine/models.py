@@ -303,6 +303,13 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     ``EBCM,BSEC->BSM``): one-hot masks of ``seq_len x experts x C`` (C slots per expert,
     :attr:`~engine.scenario.TransformerModel.expert_capacity_per_sequence`) contracted with the tokens,
     ``2 seq_len x experts x C x d_model`` FLOPs each, executed (``GemmOps.routing``) but not model FLOPs.
+
+    ``moe_dispatch = "grouped"`` moves the tokens instead (MaxText layers/moe.py ``permute`` and
+    ``unpermute``): a gather reads each token's ``k`` copies and writes them sorted by expert
+    before the grouped matmul, and after it a gather reads them back into token order and the
+    weighted sum over the ``k`` copies (``BKE,BK->BE``) writes one row per token. Neither runs on
+    the MXU: ``layer.permute`` and ``layer.unpermute`` are rows without FLOPs (``n = 0``) whose
+    reads (``m x k``) and writes (elementwise) go through HBM.
     """
     t, d = model.seq_len, model.d_model
     e, k, sh = model.experts, model.experts_per_token, model.shared_experts
@@ -324,6 +331,13 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
         ("layer.expert_out", t * k, ff_e, d, n_moe, False, 2 * t * d),  # weighted combine + residual add
     ]
     routing: frozenset[str] = frozenset()
+    if model.moe_dispatch == "grouped":
+        moe = [moe[0],
+               ("layer.permute", t * k, d, 0, n_moe, False, t * k * d),  # read k copies, write them sorted
+               moe[1], ("layer.expert_out", t * k, ff_e, d, n_moe, False, 0),
+               # read the sorted outputs (m x k), write them in token order, read them again for the
+               # weighted sum, then the sum and residual add (2 t d, as the dense combine)
+               ("layer.unpermute", t * k, d, 0, n_moe, False, 2 * t * k * d + 2 * t * d)]  # fmt: skip
     if model.moe_dispatch == "dense":
         slots = e * model.expert_capacity_per_sequence  # every expert's buffer, per sequence
         moe = [moe[0], ("layer.dispatch", slots, t, d, n_moe, True, 0), moe[1],

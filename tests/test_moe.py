@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -53,6 +55,27 @@ class TestMoeLayerCost:
         a, b = (step_compute(c, chip, Calibration(), 8, "bf16", "none", flash=True) for c in (dense, grouped))
         assert a.model_flops == b.model_flops and a.hardware_flops == pytest.approx(b.hardware_flops + 3 * 8 * 2 * flops["layer.dispatch"])
         assert a.attention_forward_s == b.attention_forward_s
+
+    def test_grouped_dispatch_moves_the_routed_copies_through_hbm_by_hand(self, ideal_calibration):
+        """MaxText's permute and unpermute: gathers of each token's k copies, no MXU work."""
+        grouped = model_cost(TransformerModel(**{**TINY, "seq_len": 64}))
+        ops = grouped.ops
+        i, j = ops.names.index("layer.permute"), ops.names.index("layer.unpermute")
+        assert ops.flops_per_sample[i] == ops.flops_per_sample[j] == 0
+        t, k, d = 64, 2, 8
+        assert ops.in_elems_per_repeat[i] == ops.in_elems_per_repeat[j] == t * k * d  # read the k copies
+        assert ops.elementwise_elems[i] == t * k * d  # write them sorted by expert
+        assert ops.elementwise_elems[j] == 2 * t * k * d + 2 * t * d  # unsort, weighted sum, residual add
+        dense = model_cost(TransformerModel(**{**TINY, "seq_len": 64, "moe_dispatch": "dense"}))
+        assert "layer.permute" not in dense.ops.names  # GShard's einsums move the tokens on the MXU instead
+        chip = load_catalog()["tpu-v5p"]
+        still = np.array([n not in ("layer.permute", "layer.unpermute") for n in ops.names])
+        unmoved = replace(grouped, ops=replace(ops, in_elems=ops.in_elems_per_repeat * still, elementwise_elems=ops.elementwise_elems * still))
+        with_moves, without = (step_compute(c, chip, ideal_calibration, 8, "bf16", "none") for c in (grouped, unmoved))
+        moved_bytes = 8 * (2 * t * k * d + t * k * d + 2 * t * k * d + 2 * t * d) * 2  # reads + writes of 8 samples, bf16
+        # forward and backward (3 passes), bound by HBM, no FLOPs
+        assert with_moves.memory_s - without.memory_s == pytest.approx(3 * moved_bytes / chip.hbm_bytes_per_s)
+        assert with_moves.matmul_s == without.matmul_s
 
     def test_moe_layer_interval_keeps_dense_mlps(self):
         c = model_cost(TransformerModel(**{**TINY, "layers": 4, "moe_layer_interval": 2}))
