@@ -80,10 +80,9 @@ def grouped_matmul_rows(rows, groups, tile_rows: int):
     groups are non-empty. A tile is ``min(tile_rows, rows)`` rows.
     """
     rows = np.asarray(rows, dtype=np.float64)
-    groups = np.asarray(groups, dtype=np.float64)
+    groups = np.maximum(np.asarray(groups, dtype=np.float64), 1.0)
     tile = np.minimum(float(tile_rows), rows)
-    nonempty = groups * -np.expm1(rows * np.log1p(-1.0 / np.maximum(groups, 1.0 + 1e-12)))
-    nonempty = np.where(groups <= 1, 1.0, nonempty)
+    nonempty = groups * (1.0 - (1.0 - 1.0 / groups) ** rows)
     extra = np.maximum(nonempty - 1.0, 0.0) * (1.0 - 1.0 / np.maximum(tile, 1.0))
     return (np.ceil(rows / np.maximum(tile, 1.0)) + extra) * tile
 
