@@ -30,6 +30,7 @@ TITLES = {
     "communication_bound": "Communication-bound",
     "checkpoint_too_rare": "Checkpoints too rare",
     "checkpoint_too_frequent": "Checkpoints more frequent than needed",
+    "expert_tiles_unfilled": "Expert matmul tiles part empty",
 }
 
 #: evidence metric -> (label, formatter); a fraction's label names what it is a fraction of
@@ -56,6 +57,7 @@ EVIDENCE: dict[str, tuple[str, Any]] = {
     "checkpoint_every_steps_optimal": ("optimal interval", lambda v: f"every {fmt.count(v)} steps"),
     "job_mtbf_hours": ("job MTBF", lambda v: fmt.duration(float(v) * 3600)),
     "goodput_expected": ("expected long-run goodput", fmt.percent),
+    "moe_expert_work_over_flops": ("expert GEMM work executed, over their FLOPs", lambda v: f"{float(v):.2f}x"),
 }
 
 _FIND_BY_ID = re.compile(r"Find them by id \(summary 'stragglers'\), then", re.IGNORECASE)

@@ -147,3 +147,17 @@ def test_every_mechanism_keeps_events_tiling(steps, seed, npc, prefetch, decode_
     assert x["recompiles"] == r.trace.extra["compiles"].num_rows - 1
     assert 1 in x["stragglers"] or slowdown <= 1.01
     assert np.isfinite(r.trace.steps.column("step_ns").to_numpy()).all()
+
+
+def test_experts_in_part_empty_tiles_are_flagged_and_full_ones_are_not(db):
+    from tests.test_gmm_tiles import _moe
+
+    narrow = api.run_scenario(scenario_from_dict({**_moe(1408), "name": "narrow-experts"}), db)
+    assert narrow["moe_expert_work_over_flops"] > 1.25
+    assert "expert_tiles_unfilled" in _rules(narrow["advice"])
+    # 2048-wide experts with 16x the tokens per chip: whole tiles, few group boundaries per tile
+    wide = {**_moe(2048), "name": "wide-experts"}
+    wide["training"] = {**wide["training"], "global_batch": 256, "remat": "full"}
+    full = api.run_scenario(scenario_from_dict(wide), db)
+    assert full["moe_expert_work_over_flops"] < 1.25
+    assert "expert_tiles_unfilled" not in _rules(full["advice"])
