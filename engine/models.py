@@ -325,24 +325,22 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     active = params - n_moe * (e - k) * expert_mlp
     kept = [r for r in rows if not r[0].startswith("layer.mlp_")]
     mlp = [r[:4] + (n_dense,) + r[5:] for r in rows if r[0].startswith("layer.mlp_")] if n_dense else []
-    moe = [
-        ("layer.router", t, d, e, n_moe, False, t * e),  # softmax over the expert logits, top-k
-        ("layer.expert_in", t * k, d, ff_e_in, n_moe, False, t * k * ff_e_in),
-        ("layer.expert_out", t * k, ff_e, d, n_moe, False, 2 * t * d),  # weighted combine + residual add
-    ]
-    routing: frozenset[str] = frozenset()
-    if model.moe_dispatch == "grouped":
-        moe = [moe[0],
+    router = ("layer.router", t, d, e, n_moe, False, t * e)  # softmax over the expert logits, top-k
+    expert_in = ("layer.expert_in", t * k, d, ff_e_in, n_moe, False, t * k * ff_e_in)
+    expert_out = ("layer.expert_out", t * k, ff_e, d, n_moe, False, 0)  # combined by the op after it
+    if model.moe_dispatch == "dense":
+        slots = e * model.expert_capacity_per_sequence  # every expert's buffer, per sequence
+        moe = [router, ("layer.dispatch", slots, t, d, n_moe, True, 0), expert_in, expert_out,
+               ("layer.combine", t, slots, d, n_moe, True, 2 * t * d)]  # weighted combine + residual add  # fmt: skip
+        routing = frozenset({"layer.dispatch", "layer.combine"})
+    else:
+        moe = [router,
                ("layer.permute", t * k, d, 0, n_moe, False, t * k * d),  # read k copies, write them sorted
-               moe[1], ("layer.expert_out", t * k, ff_e, d, n_moe, False, 0),
+               expert_in, expert_out,
                # read the sorted outputs (m x k), write them in token order, read them again for the
                # weighted sum, then the sum and residual add (2 t d, as the dense combine)
                ("layer.unpermute", t * k, d, 0, n_moe, False, 2 * t * k * d + 2 * t * d)]  # fmt: skip
-    if model.moe_dispatch == "dense":
-        slots = e * model.expert_capacity_per_sequence  # every expert's buffer, per sequence
-        moe = [moe[0], ("layer.dispatch", slots, t, d, n_moe, True, 0), moe[1],
-               ("layer.expert_out", t * k, ff_e, d, n_moe, False, 0), ("layer.combine", t, slots, d, n_moe, True, 2 * t * d)]  # fmt: skip
-        routing = frozenset({"layer.dispatch", "layer.combine"})
+        routing = frozenset()
     if sh:
         moe += [
             ("layer.shared_in", t, d, sh * ff_e_in, n_moe, False, t * sh * ff_e_in),
