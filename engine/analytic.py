@@ -274,8 +274,8 @@ def scenario_compute(scenario: Scenario, cost: ModelCost, cal: Calibration, micr
     sequence length) cost, ``micro_batch`` the samples of one pass.
     """
     tr, par = scenario.training, scenario.parallelism
-    flash = getattr(scenario.model, "attention_kernel", None) == "flash"
     model = scenario.model
+    flash = getattr(model, "attention_kernel", None) == "flash"
     grouped = getattr(model, "moe", False) and model.moe_dispatch == "grouped"
     return step_compute(cost, chip or scenario.chip_spec(), cal, micro_batch, tr.precision, tr.remat, tensor=par.tensor,
                         flash=flash, expert=par.expert, context=par.context,

@@ -81,10 +81,10 @@ def grouped_matmul_rows(rows, groups, tile_rows: int):
     """
     rows = np.asarray(rows, dtype=np.float64)
     groups = np.maximum(np.asarray(groups, dtype=np.float64), 1.0)
-    tile = np.minimum(float(tile_rows), rows)
+    tile = np.maximum(np.minimum(float(tile_rows), rows), 1.0)
     nonempty = groups * (1.0 - (1.0 - 1.0 / groups) ** rows)
-    extra = np.maximum(nonempty - 1.0, 0.0) * (1.0 - 1.0 / np.maximum(tile, 1.0))
-    return (np.ceil(rows / np.maximum(tile, 1.0)) + extra) * tile
+    extra = np.maximum(nonempty - 1.0, 0.0) * (1.0 - 1.0 / tile)
+    return (np.ceil(rows / tile) + extra) * tile
 
 
 def kernel_tiled(x, tile: int):

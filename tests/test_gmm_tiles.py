@@ -58,7 +58,7 @@ def test_an_expert_width_off_the_tile_pays_for_the_whole_tile():
     assert narrow == pytest.approx(_expert_s(_moe(2048)) * 1408 / 2048, rel=0.02)
 
 
-def test_dense_dispatch_and_dense_models_ignore_the_tiling():
+def test_dense_dispatch_ignores_the_tiling():
     dense = _moe(1408, moe_dispatch="dense", capacity_factor=1.25)
     assert _expert_s(dense) == _expert_s({**dense, "model": {**dense["model"], "gmm_tiling": [128, 128, 128]}})
 
