@@ -45,7 +45,7 @@ _REQUIRED = {
 #: whole tensors between ops (TPU v4's CMEM), 0 where the generation has none or none is documented;
 #: the fp8 matmul rate, 0 where the chip has none; the HBM XLA lets one program use, 0 where no
 #: compiler log of it is on record
-_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0}
+_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0, "clock_ghz": 0.0}
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class ChipSpec:
     cmem_bytes: float = 0.0  # on-chip common memory (v4 CMEM) that can hold a tensor between ops
     peak_fp8_flops_per_s: float = 0.0  # 0: no fp8 matmul rate (fp8 training is refused)
     hbm_program_limit_bytes: float = 0.0  # XLA's compile-time HBM limit for one program; 0: not on record
+    clock_hz: float = 0.0  # TensorCore clock: XLA:TPU's estimated cycles over it are seconds; 0: not on record
 
     @property
     def has_fp8(self) -> bool:
@@ -152,6 +153,7 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         cmem_bytes=float(raw.get("cmem_mib", _OPTIONAL["cmem_mib"])) * MIB_BYTES,
         peak_fp8_flops_per_s=float(raw.get("peak_fp8_tflops", _OPTIONAL["peak_fp8_tflops"])) * TERA,
         hbm_program_limit_bytes=float(limit) * GIB_BYTES,
+        clock_hz=float(raw.get("clock_ghz", _OPTIONAL["clock_ghz"])) * 1e9,
     )
 
 

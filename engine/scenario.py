@@ -220,6 +220,8 @@ class HloModel(_Section):
     path: Annotated[str, Field(min_length=1, max_length=4096)]
     # the FLOPs the model needs per step, whole job (forward + backward, no recomputation): gives MFU
     model_flops_per_step: Annotated[float, Field(gt=0)] | None = None
+    # each op's time: XLA:TPU's estimated cycles where the module has them ("xla"), or Podscope's roofline ("podscope")
+    compute_source: Literal["xla", "podscope"] = "xla"
 
 
 ModelSection = Annotated[Union[MlpModel, ResNet50Model, TransformerModel, HloModel], Field(discriminator="kind")]
@@ -657,7 +659,7 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
              "context must be 1")
         )
     if not problems and s.model.kind == "hlo":
-        problems += module_problems(s.model.path, n * s.pod.slices)
+        problems += module_problems(s.model.path, n * s.pod.slices, s.pod.chip, shape, s.pod.slices)
     elif not problems:
         shards = s.batch_shards
         mb = s.training.microbatches
@@ -698,7 +700,7 @@ def _hlo_fixed_keys(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[tup
     out = {k: v for k, v in raw.items() if k not in _HLO_UNSUPPORTED_SECTIONS}
     for key in model:
         if key not in _HLO_MODEL_KEYS:
-            problems.append((f"model.{key}", "the HLO module fixes the model; remove this key (valid: kind, path, model_flops_per_step)"))
+            problems.append((f"model.{key}", "the HLO module fixes the model; remove this key (valid: kind, path, model_flops_per_step, compute_source)"))
     out["model"] = {k: v for k, v in model.items() if k in _HLO_MODEL_KEYS}
     training = raw.get("training")
     if isinstance(training, Mapping):

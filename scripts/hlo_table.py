@@ -34,7 +34,7 @@ def fixture_rows() -> list[str]:
     ]
     for hlo in sorted(FIXTURES.glob("*.hlo.txt.gz")):
         name = hlo.name.removesuffix(".hlo.txt.gz")
-        xla = json.loads((FIXTURES / f"{name}.xla.json").read_text())["xla_cost_analysis"]["flops"]
+        xla = json.loads((FIXTURES / f"{name}.cpu.json").read_text())["xla_cost_analysis"]["flops"]
         once = load_hlo(hlo, count_trip_counts=False)  # XLA's convention: every loop body once
         full = load_hlo(hlo)
         colls = ", ".join(f"{op} x{int(t['count'])}" for op, t in full.collective_totals().items()) or "none"
@@ -46,7 +46,7 @@ def fixture_rows() -> list[str]:
 
 
 def cross_check_rows() -> list[str]:
-    meta = json.loads((FIXTURES / "transformer_dp8.xla.json").read_text())["describes"]
+    meta = json.loads((FIXTURES / "transformer_dp8.cpu.json").read_text())["describes"]
     dims = {k: meta[k] for k in ("layers", "d_model", "heads", "d_ff", "vocab", "seq_len")}
     builtin_raw = {
         "name": "builtin", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"}, "model": {"kind": "transformer", **dims, "attention": "standard"},  # the fixture's attention is plain einsums

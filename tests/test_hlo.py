@@ -21,6 +21,9 @@ def cost_of(text: str, **kw):
     return describe_hlo(parse_hlo(text, "snippet.hlo"), **kw)
 
 
+ADD = "%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n  %y = f32[] parameter(1)\n  ROOT %s = f32[] add(%x, %y)\n}\n"
+
+
 def module(body: str, params: str = "", partitions: int = 8) -> str:
     return f"HloModule m, num_partitions={partitions}\n\n{params}\nENTRY %main ({''}) -> f32[] {{\n{body}\n}}\n"
 
@@ -53,16 +56,51 @@ class TestDot:
         assert c.flops_per_device == 2 * 2 * 4 * 8 * 16
 
 
-def test_convolution_counts_window_times_input_features():
+def test_convolution_counts_window_positions_on_real_input_times_input_features():
+    # 3x3 window, padding 1 on an 8x8 image: per axis 8 outputs x 3 taps = 24 pairs, 2 of them on padding -> 22
     c = cost_of(
         module(
             "  %x = f32[1,8,8,3] parameter(0)\n  %w = f32[3,3,3,16] parameter(1)\n"
             "  ROOT %c = f32[1,8,8,16] convolution(%x, %w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f"
         )
     )
-    assert c.flops_per_device == 2 * (8 * 8 * 16) * 9 * 3
+    assert c.flops_per_device == 2 * 3 * 16 * 22 * 22
     d = c.ops[0].dots[0]
-    assert (d.m, d.k, d.n) == (64, 27, 16)
+    assert (d.m, d.n) == (64, 16)
+    assert d.k == round(3 * 22 * 22 / 64)
+
+
+def test_convolution_as_batched_matmul_counts_only_undilated_taps():
+    # XLA:TPU's batched matmul as a convolution: batch 4 as a window of 4 over an lhs dilated by 4, so each
+    # output position meets exactly one real input: 4 x [8, 16] x [16, 32] -> 2 * 4 * 8 * 16 * 32 FLOPs
+    c = cost_of(
+        module(
+            "  %x = bf16[4,8,16] parameter(0)\n  %w = bf16[4,16,32] parameter(1)\n"
+            "  ROOT %c = bf16[4,8,32] convolution(%x, %w), window={size=4 stride=1 pad=0_0 lhs_dilate=4 rhs_reversal=0},"
+            " dim_labels=0bf_0io->0bf, feature_group_count=1"
+        )
+    )
+    assert c.flops_per_device == 2 * 4 * 8 * 16 * 32
+
+
+def test_reduce_window_over_a_whole_padded_row_counts_the_row_once():
+    # a running max whose every window covers the row (softmax's max as XLA:TPU writes it) is one reduce per row
+    c = cost_of(
+        module(
+            "  %x = f32[16,256] parameter(0)\n  %z = f32[] constant(0)\n"
+            "  ROOT %r = f32[16,256] reduce-window(%x, %z), window={size=1x511 pad=0_0x255_255}, to_apply=%add",
+            params=ADD,
+        )
+    )
+    assert c.flops_per_device == 16 * 256 - 16
+    valid = cost_of(
+        module(
+            "  %x = f32[16,256] parameter(0)\n  %z = f32[] constant(0)\n"
+            "  ROOT %r = f32[16,249] reduce-window(%x, %z), window={size=1x8}, to_apply=%add",
+            params=ADD,
+        )
+    )
+    assert valid.flops_per_device == 16 * 249 * 7
 
 
 def test_fusion_costs_fused_flops_and_boundary_bytes():
@@ -134,7 +172,7 @@ class TestCollectives:
         # device_ids [4,2]T(1,0) lays ids 0,2,4,6 | 1,3,5,7 on the 2x4 mesh; groups run along 'a'
         assert by_name["a2a"].groups.tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
         assert by_name["cp-start"].groups.tolist() == [[0, 1], [1, 2], [2, 3], [3, 0]]
-        assert by_name["rs2"].group_size == 4
+        assert by_name["as"].group_size == 4 and by_name["as"].asynchronous  # the async-start that wraps rs2
 
 
 class TestReplicaGroups:
@@ -215,7 +253,7 @@ def test_unknown_opcode_is_kept_costed_and_listed():
 
 
 def xla_numbers(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.xla.json").read_text())
+    return json.loads((FIXTURES / f"{name}.cpu.json").read_text())
 
 
 @pytest.mark.parametrize("name", FIXTURE_NAMES)
@@ -380,3 +418,84 @@ def test_tpu_style_text_without_percent_signs():
     # a dot written as a 1x1 convolution (bf_io->bf), plus the all-reduce's one add per element
     assert c.flops_per_device == 2 * 8 * 128 * 256 + 8 * 256
     assert c.collective_totals() == {"all-reduce": {"count": 1, "bytes": 8 * 256 * 2}}
+
+
+class TestTpuLayouts:
+    def test_tile_padding_of_a_small_f32_array(self):
+        from engine.hlo.text import parse_shape
+
+        s = parse_shape("f32[3,5]{1,0:T(8,128)}")
+        assert s.bytes == 60
+        assert s.padded_bytes == 8 * 128 * 4  # one whole 8 x 128 tile
+        assert s.layout.tiles == ((8, 128),)
+
+    def test_tiles_follow_the_physical_order(self):
+        from engine.hlo.text import parse_shape
+
+        # {0,1}: dimension 0 is minor, so the 8 x 128 tile covers (dim 1, dim 0) = (130 -> 136, 3 -> 128)
+        assert parse_shape("f32[3,130]{0,1:T(8,128)}").padded_bytes == 136 * 128 * 4
+        assert parse_shape("f32[3,130]{1,0:T(8,128)}").padded_bytes == 8 * 256 * 4
+
+    def test_bf16_sub_tiles_and_scalars(self):
+        from engine.hlo.text import parse_shape
+
+        assert parse_shape("bf16[4096,4096]{1,0:T(8,128)(2,1)}").padded_bytes == 4096 * 4096 * 2
+        assert parse_shape("s32[]{:T(128)}").padded_bytes == 128 * 4
+        vmem = parse_shape("bf16[8,128]{1,0:T(8,128)(2,1)S(1)}")
+        assert vmem.layout.memory_space == 1
+
+    def test_an_array_larger_than_any_chip_is_refused(self):
+        with pytest.raises(HloError, match="limit of 1 TiB"):
+            cost_of(module("  ROOT %p = f32[99999999999,99999999999] parameter(0)"))
+
+    def test_op_bytes_are_in_tiles(self):
+        c = cost_of(module("  %a = f32[3,5]{1,0:T(8,128)} parameter(0)\n  ROOT %e = f32[3,5]{1,0:T(8,128)} exponential(%a)"))
+        assert c.ops[0].bytes_accessed == 2 * 4096
+        assert c.padded_parameter_bytes_per_device == 4096 and c.parameter_bytes_per_device == 60
+
+
+COUNTED_LOOP = """HloModule m, num_partitions=1, is_scheduled=true
+
+%cond (c: (s32[], f32[8])) -> pred[] {
+  %c = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(12)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (b: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %b = (s32[], f32[8]) parameter(0)
+  %i = s32[] get-tuple-element(%b), index=0
+  %one = s32[] constant(STEP)
+  %next = s32[] add(%i, %one)
+  %x = f32[8] get-tuple-element(%b), index=1
+  %y = f32[8] multiply(%x, %x)
+  ROOT %t = (s32[], f32[8]) tuple(%next, %y)
+}
+
+ENTRY %main (p: f32[8]) -> (s32[], f32[8]) {
+  %p = f32[8] parameter(0)
+  %zero = s32[] constant(INIT)
+  %z = s32[] copy(%zero)
+  %init = (s32[], f32[8]) tuple(%z, %p)
+  ROOT %w = (s32[], f32[8]) while(%init), condition=%cond, body=%body
+}
+"""
+
+
+class TestLoopTripsFromTheCondition:
+    @pytest.mark.parametrize(("init", "step", "trips"), [(0, 1, 12), (2, 1, 10), (0, 5, 3)])
+    def test_counter_limit_and_step(self, init, step, trips):
+        c = cost_of(COUNTED_LOOP.replace("INIT", str(init)).replace("STEP", str(step)))
+        assert c.while_loops == {"w": trips} and c.unknown_trip_counts == ()
+        assert c.flops_per_device == trips * (8 + 1)  # the multiply and the counter's add, every trip
+
+    def test_a_loop_it_cannot_count_is_counted_once_and_listed(self):
+        c = cost_of(COUNTED_LOOP.replace("INIT", "0").replace("STEP", "1").replace("direction=LT", "direction=EQ"))
+        assert c.unknown_trip_counts == ("w",)
+        assert c.flops_per_device == 8 + 1
+
+    def test_a_trip_count_beyond_the_limit_is_refused(self):
+        big = COUNTED_LOOP.replace("INIT", "0").replace("STEP", "1").replace("constant(12)", "constant(99999999999)")
+        with pytest.raises(HloError, match="limit of 10,000,000"):
+            cost_of(big)

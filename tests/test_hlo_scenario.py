@@ -137,7 +137,7 @@ def test_hlo_and_builtin_transformer_agree():
     splits elementwise work into separate loop fusions that re-read them (a TPU module would
     fuse them).
     """
-    meta = json.loads((FIXTURES / "transformer_dp8.xla.json").read_text())["describes"]
+    meta = json.loads((FIXTURES / "transformer_dp8.cpu.json").read_text())["describes"]
     dims = {k: meta[k] for k in ("layers", "d_model", "heads", "d_ff", "vocab", "seq_len")}
     builtin = simulate(scenario_from_dict({**BUILTIN, "model": {"kind": "transformer", **dims}}))
     hlo = simulate(load_scenario(EXAMPLE, overrides={"training.steps": 6, "sim.jitter_frac": 0.0}))

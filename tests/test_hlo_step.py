@@ -145,3 +145,78 @@ class TestAcrossSlices:
     def test_permute_across_slices_goes_over_the_dcn(self, two_slices):
         hops, across = permute_hops(np.array([[0, 8]]), two_slices)
         assert across and hops == [0, 0, 0]
+
+
+class TestSchedule:
+    """The core and the interconnect through a scheduled module (engine.hlo.step.run_schedule), worked by hand."""
+
+    @staticmethod
+    def _overlap_module(cycles: int, gathered: int = 2**20) -> str:
+        # an all-gather over z started before a fusion of `cycles` estimated cycles and awaited after it
+        return _module(
+            f"  %p = bf16[{gathered // 4}]{{0:T(1024)}} parameter(0)\n  %w = bf16[512,512]{{1,0:T(8,128)(2,1)}} parameter(1)\n"
+            f"  %ag-start = (bf16[{gathered // 4}], bf16[{gathered}]) all-gather-start(%p), replica_groups=[4,4]<=[16], dimensions={{0}}\n"
+            f'  %f = bf16[512,512]{{1,0:T(8,128)(2,1)}} fusion(%w), kind=kLoop, calls=%add, backend_config={{"window_config":{{"estimated_cycles":"{cycles}"}}}}\n'
+            f"  %ag-done = bf16[{gathered}] all-gather-done(%ag-start)\n"
+            "  ROOT %t = (bf16[512,512], bf16[1]) tuple(%f, %ag-done)",
+            f"p: bf16[{gathered // 4}], w: bf16[512,512]",
+        )
+
+    def _step(self, text, pod, **kw):
+        return hlo_step_cost(describe_hlo(parse_hlo(text)), pod, CAL, InterconnectSection(), **kw)
+
+    def test_async_all_gather_hidden_behind_a_longer_fusion(self, pod_2x2x4):
+        step = self._step(self._overlap_module(10_000_000), pod_2x2x4)  # 10M cycles / 1.75 GHz = 5.7 ms
+        gather_s = step.collectives.column("time_ns")[0].as_py() / 1e9
+        fusion_s = 10_000_000 / V5P.clock_hz
+        assert gather_s < fusion_s
+        assert step.compute_source == "xla"
+        assert step.compute_s == pytest.approx(fusion_s)
+        assert step.collective_s == pytest.approx(0.0, abs=1e-12)
+        assert step.collective_total_s == pytest.approx(gather_s, abs=1e-9)  # time_ns is whole nanoseconds
+        assert step.collectives.column("asynchronous").to_pylist() == [True]
+
+    def test_async_all_gather_exposed_by_what_outlasts_the_fusion(self, pod_2x2x4):
+        step = self._step(self._overlap_module(1_000), pod_2x2x4)  # 0.57 us of compute
+        gather_s = step.collectives.column("time_ns")[0].as_py() / 1e9
+        fusion_s = 1_000 / V5P.clock_hz
+        assert step.collective_s == pytest.approx(gather_s - fusion_s, abs=1e-9)
+        assert step.collectives.column("exposed_ns").to_pylist() == [round((gather_s - fusion_s) * 1e9)]
+
+    def test_podscope_roofline_when_asked(self, pod_2x2x4):
+        step = self._step(self._overlap_module(10_000_000), pod_2x2x4, compute_source="podscope")
+        assert step.compute_source == "podscope"
+        ops = step.ops.to_pylist()
+        assert [o["name"] for o in ops] == ["f"]
+        assert ops[0]["xla_ns"] == round(10_000_000 / V5P.clock_hz * 1e9)
+        assert step.compute_s == pytest.approx(ops[0]["podscope_ns"] / 1e9, abs=1e-9)
+
+    def test_run_schedule_serialises_collectives_on_the_interconnect(self):
+        from engine.hlo.cost import ScheduleBlock
+        from engine.hlo.step import run_schedule
+
+        # start A (3 s), start B (2 s), op (1 s), done A, done B: B waits for A's link, so ends at 5 s
+        block = ScheduleBlock(1, (("start", 0), ("start", 1), ("op", 0), ("done", 0), ("done", 1)))
+        elapsed, exposed = run_schedule(block, np.array([1.0]), np.array([3.0, 2.0]))
+        assert elapsed == pytest.approx(5.0)
+        assert exposed.tolist() == pytest.approx([2.0, 2.0])
+
+    def test_a_collective_pipelined_across_loop_trips(self):
+        from engine.hlo.cost import ScheduleBlock
+        from engine.hlo.step import run_schedule
+
+        # each trip: 1 s of compute, wait for the transfer the previous trip started, 1 s more, start the next (1.5 s).
+        # Trip 1 waits for nothing (2 s); trips 2-4 wait 0.5 s each (2.5 s); the last transfer drains at the end.
+        body = ScheduleBlock(4, (("op", 0), ("done", 0), ("op", 0), ("start", 0)))
+        elapsed, exposed = run_schedule(ScheduleBlock(1, (("loop", body),)), np.array([1.0]), np.array([1.5]))
+        assert elapsed == pytest.approx(2.0 + 3 * 2.5 + 1.5)
+        assert exposed.tolist() == pytest.approx([3 * 0.5 + 1.5])
+
+
+def test_devices_per_core_split_the_chip():
+    # a v4 module compiled per TensorCore (2 devices per chip): each core has half the chip's HBM bandwidth
+    v4 = load_catalog()["tpu-v4"]
+    pod = build_pod(v4, (2, 2, 1))
+    text = _module("  %a = f32[1024] parameter(0)\n  ROOT %e = f32[1024] exponential(%a)", "a: f32[1024]", partitions=8)
+    step = hlo_step_cost(describe_hlo(parse_hlo(text)), pod, CAL, InterconnectSection(), devices_per_chip=2)
+    assert step.compute_s == pytest.approx(2 * 4096 / (v4.hbm_bytes_per_s * CAL.hbm_efficiency / 2))

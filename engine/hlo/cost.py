@@ -33,6 +33,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,10 @@ from ..errors import HloError
 from .groups import parse_replica_groups, parse_source_target_pairs
 from .text import DEFAULT_MAX_HLO_BYTES, DTYPE_BYTES, Computation, HloText, Instruction, Shape, parse_hlo, read_hlo_text
 
-__all__ = ["COLLECTIVE_OPS", "DotShape", "HloOp", "CollectiveOp", "HloModuleCost", "describe_hlo", "load_hlo"]
+__all__ = [
+    "COLLECTIVE_OPS", "MAX_TRIP_COUNT", "DotShape", "HloOp", "CollectiveOp", "ScheduleBlock", "HloModuleCost", "describe_hlo",
+    "load_hlo",
+]  # fmt: skip
 
 #: the collective opcodes reported, in the order the summary lists them
 COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
@@ -58,7 +62,12 @@ _FREE = frozenset(
     slice dynamic-slice dynamic-update-slice concatenate pad gather iota reverse partition-id replica-id after-all
     add-dependency opt-barrier optimization-barrier domain get-dimension-size set-dimension-size copy-start copy-done
     rng rng-bit-generator rng-get-and-update-state infeed outfeed send recv send-done recv-done all-reduce-done
-    all-gather-done collective-permute-done async-done async-update""".split()
+    all-gather-done collective-permute-done async-done async-update slice-start slice-done""".split()
+)
+#: XLA:TPU's bookkeeping custom calls: no arithmetic (buffer allocation, the ends of an asynchronous collective
+#: fusion, bitcasting concatenation, an index bound hint)
+_FREE_CUSTOM_CALLS = frozenset(
+    "AllocateBuffer AsyncCollectiveStart AsyncCollectiveDone ConcatBitcast AssumeGatherIndicesInBound".split()
 )
 _FLOAT_TYPES = frozenset("bf16 f16 f32 f64".split()) | frozenset(t for t in DTYPE_BYTES if t.startswith("f8"))
 #: ops that hold no bytes of their own at the top level (views, tuples, control)
@@ -97,6 +106,9 @@ class HloOp:
     executions: int
     dots: tuple[DotShape, ...] = ()
     output_dtype: str = ""
+    estimated_cycles: float | None = None  # XLA:TPU's own estimate for one execution (backend config), cycles
+    collective: bool = False  # the op is (or wraps) a collective: its time is the interconnect's, not the core's
+    asynchronous: bool = False  # an asynchronous copy between memory spaces (copy-start): overlaps compute
 
 
 @dataclass(frozen=True)
@@ -108,10 +120,27 @@ class CollectiveOp:
     bytes: float  # per device, per execution: the whole buffer it takes part in
     executions: int
     groups: np.ndarray = field(compare=False, repr=False)
+    asynchronous: bool = False  # a start/done pair (or async-start wrapper): compute scheduled between them overlaps it
+    algorithm: str = ""  # XLA:TPU's collective emitter and strategy, as its backend config names them
 
     @property
     def group_size(self) -> int:
         return 2 if self.op == "collective-permute" else int(self.groups.shape[1])
+
+
+@dataclass(frozen=True)
+class ScheduleBlock:
+    """A computation's schedule in program order, run ``trips`` times per run of its parent.
+
+    Items are ``("op", i)`` (``HloModuleCost.ops[i]``), ``("collective", j)`` (a
+    synchronous ``collectives[j]``), ``("start", j)`` / ``("done", j)`` (an asynchronous
+    one's two ends) and ``("loop", block)`` (a ``while`` body). A scheduled module
+    (``is_scheduled=true``, as every TPU-compiled module is) prints its instructions in
+    the order the compiler will run them, so this order is the schedule.
+    """
+
+    trips: int
+    items: tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
@@ -135,6 +164,15 @@ class HloModuleCost:
     unknown_trip_counts: tuple[str, ...]  # while loops whose body was counted once
     while_loops: dict[str, int]  # while op -> trip count used
     float_parameter_dtypes: tuple[str, ...] = ()  # floating element types among the entry parameters
+    schedule: ScheduleBlock | None = field(default=None, compare=False, repr=False)
+    padded_parameter_bytes_per_device: float = 0.0  # the entry parameters in their TPU layouts (tiles padded)
+    padded_output_bytes_per_device: float = 0.0
+    is_scheduled: bool = False  # the module's header says is_scheduled=true
+
+    @property
+    def has_cycle_estimates(self) -> bool:
+        """XLA:TPU wrote its per-op cycle estimates into the module (a TPU-compiled module)."""
+        return any(o.estimated_cycles is not None for o in self.ops)
 
     def collective_totals(self) -> dict[str, dict[str, float]]:
         """``{op: {"count": executions, "bytes": per-device bytes summed}}`` for the ops present."""
@@ -159,9 +197,156 @@ def _dims_attr(attrs: dict[str, str], key: str) -> list[int]:
     return [int(x) for x in v.split(",") if x.strip()]
 
 
+#: most trips a while loop may declare or count (a train step's loops run layers or microbatches)
+MAX_TRIP_COUNT = 10_000_000
+
+_CYCLES = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)')
+_EMITTER = re.compile(r'"collective_algorithm_config"\s*:\s*\{[^{}]*?"emitter"\s*:\s*"([^"]*)"(?:\s*,\s*"strategy"\s*:\s*"([^"]*)")?')
+_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
+_PASS_THROUGH = frozenset(("copy", "convert", "bitcast", "reshape"))
+
+
 def _trip_count(ins: Instruction) -> int | None:
     m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)', ins.attrs.get("backend_config", ""))
     return int(m.group(1)) if m else None
+
+
+def _estimated_cycles(ins: Instruction) -> float | None:
+    m = _CYCLES.search(ins.attrs.get("backend_config", ""))
+    return float(m.group(1)) if m else None
+
+
+def _algorithm(*instructions: Instruction) -> str:
+    """``emitter/strategy`` from the first of ``instructions`` whose backend config names a collective algorithm."""
+    for ins in instructions:
+        m = _EMITTER.search(ins.attrs.get("backend_config", ""))
+        if m:
+            return m.group(1) + (f"/{m.group(2)}" if m.group(2) else "")
+    return ""
+
+
+_WINDOW_FIELD = re.compile(r"(\w+)=([\w_x\-]+)")
+
+
+def _convolution(lhs: Shape, rhs: Shape, out: Shape, attrs: dict[str, str]) -> tuple[float, DotShape]:
+    """Multiply-adds of a convolution and the matmul the MXU sees, as XLA's HloCostAnalysis counts them.
+
+    Only the (kernel, output) position pairs that land on a real input element count:
+    padding and base (lhs) dilation holes are skipped, per spatial dimension
+    (``GetConvolutionFlops`` in xla/service/hlo_cost_analysis.cc). XLA:TPU writes a batched
+    matmul as such a convolution, its batch dimension a dilated window.
+    """
+    labels = attrs["dim_labels"]
+    lhs_l, rest = labels.split("_", 1)
+    rhs_l, out_l = rest.split("->")
+    fields = dict(_WINDOW_FIELD.findall(attrs.get("window", "")))
+    n_spatial = sum(c.isdigit() for c in lhs_l)
+
+    def per_dim(key: str, default: int) -> list[int]:
+        v = fields.get(key)
+        return [int(x) for x in v.split("x")] if v else [default] * n_spatial
+
+    stride, lhs_dilate, rhs_dilate = per_dim("stride", 1), per_dim("lhs_dilate", 1), per_dim("rhs_dilate", 1)
+    pads = [int(p.split("_")[0]) for p in fields["pad"].split("x")] if "pad" in fields else [0] * n_spatial
+    valid = 1
+    out_positions = 1
+    for d in range(n_spatial):
+        c = str(d)
+        in_size, k_size, o_size = lhs.dims[lhs_l.index(c)], rhs.dims[rhs_l.index(c)], out.dims[out_l.index(c)]
+        out_positions *= o_size
+        valid *= int(_valid_positions(in_size, o_size, k_size, stride[d], pads[d], lhs_dilate[d], rhs_dilate[d]).sum())
+    groups = int(attrs.get("feature_group_count", "1"))
+    batch_groups = int(attrs.get("batch_group_count", "1"))
+    batch = lhs.dims[lhs_l.index("b")] // batch_groups
+    c_in = lhs.dims[lhs_l.index("f")] // groups
+    c_out = rhs.dims[rhs_l.index("o")]
+    fma = float(c_in) * c_out * batch * valid
+    m = batch * out_positions
+    k = max(1, round(fma / max(m * c_out, 1)))
+    return fma, DotShape(1, m, k, c_out, lhs.dtype)
+
+
+def _valid_positions(in_size: int, out_size: int, k_size: int, stride: int, pad_lo: int, lhs_dilate: int = 1,
+                     rhs_dilate: int = 1) -> np.ndarray:  # fmt: skip
+    """Per output index: the window positions that land on a real input element (not padding or a dilation hole)."""
+    pos = np.arange(out_size, dtype=np.int64) * stride - pad_lo
+    count = np.zeros(out_size, dtype=np.int64)
+    for k in range(k_size):
+        undilated = pos + k * rhs_dilate
+        idx = undilated // lhs_dilate
+        count += (undilated % lhs_dilate == 0) & (idx >= 0) & (idx < in_size)
+    return count
+
+
+def _reduce_window_count(in_dims: tuple[int, ...], out_dims: tuple[int, ...], window: str) -> float:
+    """Reductions a reduce-window performs: per output, its real window elements less one.
+
+    A dimension whose every window covers the whole input (a running max of a softmax
+    row written as a padded window) is one reduction of the row shared by every output,
+    as XLA:TPU emits it, so it counts once per row.
+    """
+    fields = dict(_WINDOW_FIELD.findall(window))
+    n = len(in_dims)
+    sizes = [int(x) for x in fields["size"].split("x")] if "size" in fields else [1] * n
+    strides = [int(x) for x in fields["stride"].split("x")] if "stride" in fields else [1] * n
+    pads = [int(p.split("_")[0]) for p in fields["pad"].split("x")] if "pad" in fields else [0] * n
+    lhs_dilate = [int(x) for x in fields["lhs_dilate"].split("x")] if "lhs_dilate" in fields else [1] * n
+    if not (len(sizes) == len(strides) == len(pads) == len(lhs_dilate) == n == len(out_dims)):
+        return float(math.prod(out_dims))
+    total, outputs = 1.0, 1.0
+    for d in range(n):
+        valid = _valid_positions(in_dims[d], out_dims[d], sizes[d], strides[d], pads[d], lhs_dilate[d])
+        whole_row = in_dims[d] > 1 and bool((valid == in_dims[d]).all())
+        total *= in_dims[d] if whole_row else float(valid.sum())
+        outputs *= 1 if whole_row else out_dims[d]
+    return max(total - outputs, 0.0)
+
+
+def _through(names: dict[str, Instruction], name: str) -> Instruction | None:
+    """The instruction ``name`` is, looking through copies, converts and bitcasts."""
+    ins = names.get(name)
+    for _ in range(16):
+        if ins is None or ins.opcode not in _PASS_THROUGH or not ins.operands:
+            return ins
+        ins = names.get(ins.operands[0])
+    return ins
+
+
+def _tuple_index(names: dict[str, Instruction], name: str) -> int | None:
+    """``i`` when ``name`` is element ``i`` of the computation's tuple parameter."""
+    ins = _through(names, name)
+    if ins is None or ins.opcode != "get-tuple-element" or not ins.operands:
+        return None
+    src = names.get(ins.operands[0])
+    if src is None or src.opcode != "parameter":
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*", ins.attrs.get("index", ""))
+    return int(m.group(1)) if m else None
+
+
+def _constant_int(names: dict[str, Instruction], name: str) -> int | None:
+    ins = _through(names, name)
+    if ins is None or ins.opcode != "constant":
+        return None
+    try:
+        return int(ins.literal.strip())
+    except ValueError:
+        return None
+
+
+def _counter_step(body: Computation, index: int) -> int | None:
+    """What the body adds to tuple element ``index`` each trip (``add(gte(param, index), constant)``)."""
+    names = {i.name: i for i in body.instructions}
+    root = body.root
+    if root.opcode != "tuple" or index >= len(root.operands):
+        return None
+    nxt = _through(names, root.operands[index])
+    if nxt is None or nxt.opcode not in ("add", "subtract") or len(nxt.operands) != 2:
+        return None
+    for a, b in (nxt.operands, nxt.operands[::-1]):
+        if _tuple_index(names, a) == index and (k := _constant_int(names, b)) is not None:
+            return -k if nxt.opcode == "subtract" else k
+    return None
 
 
 class _Costing:
@@ -176,6 +361,8 @@ class _Costing:
         self.unknown: Counter[str] = Counter()
         self.unknown_trips: list[str] = []
         self.whiles: dict[str, int] = {}
+        self.starts: dict[str, int] = {}  # async start instruction -> its collective's index
+        self.channels: dict[str, int] = {}  # channel of an asynchronous collective fusion in flight -> its index
         self.shapes: dict[str, dict[str, Shape]] = {
             c.name: {i.name: i.shape for i in c.instructions} for c in mod.computations.values()
         }
@@ -213,16 +400,12 @@ class _Costing:
             return 2.0 * out_elems * k, 0.0, (dot,)
         if op == "convolution":
             lhs, rhs = self.operand_shapes(comp, ins)[:2]
-            labels = ins.attrs.get("dim_labels", "")
-            kernel = labels.split("_")[1].split("->")[0] if "_" in labels else ""
-            if len(kernel) != len(rhs.dims):
-                raise HloError(f"{self.mod.source}: line {ins.line}: convolution {ins.name} has no readable dim_labels")
-            window = math.prod(s for c, s in zip(kernel, rhs.dims) if c.isdigit())
-            c_in = rhs.dims[kernel.index("i")]
-            c_out = rhs.dims[kernel.index("o")]
-            out_per_feature = out_elems // max(c_out, 1)
-            dot = DotShape(1, out_per_feature, window * c_in, c_out, lhs.dtype)
-            return 2.0 * out_elems * window * c_in, 0.0, (dot,)
+            try:
+                fma, dot = _convolution(lhs, rhs, ins.shape, ins.attrs)
+            except (ValueError, IndexError, KeyError):
+                raise HloError(f"{self.mod.source}: line {ins.line}: convolution {ins.name} has no readable dim_labels "
+                               "or window") from None  # fmt: skip
+            return 2.0 * fma, 0.0, (dot,)
         if op in ("fusion", "call", "async-start"):
             return self.comp_flops(self.comp(ins.attrs.get("calls") or ins.attrs.get("to_apply", ""), ins))
         if op in _TRANSCENDENTAL:
@@ -240,9 +423,9 @@ class _Costing:
                 return per * max(shapes[0].num_elements - first_out, 0) * n_in, 0.0, ()
             return per * sum(s.num_elements for s in shapes), 0.0, ()
         if op == "reduce-window":
-            wm = re.search(r"size=([\dx]+)", ins.attrs.get("window", ""))
-            window = math.prod(int(x) for x in wm.group(1).split("x")) if wm else 1
-            return self.reducer_flops(ins) * out_elems * window, 0.0, ()
+            first = self.operand_shapes(comp, ins)[0]
+            out = ins.shape.leaves()[0]
+            return self.reducer_flops(ins) * _reduce_window_count(first.dims, out.dims, ins.attrs.get("window", "")), 0.0, ()
         if op in ("scatter", "select-and-scatter"):
             updates = self.operand_shapes(comp, ins)[-1].num_elements
             return self.reducer_flops(ins) * updates, 0.0, ()
@@ -258,7 +441,10 @@ class _Costing:
             return max(costs, key=lambda c: c[0])
         if op in COLLECTIVE_OPS or op.endswith("-start") or op in ("collective-broadcast", "ragged-all-to-all"):
             return 0.0, 0.0, ()
-        key = f"custom-call:{ins.attrs.get('custom_call_target', '?').strip(chr(34))}" if op == "custom-call" else op
+        target = ins.attrs.get("custom_call_target", "?").strip('"')
+        if op == "custom-call" and target in _FREE_CUSTOM_CALLS:
+            return 0.0, 0.0, ()
+        key = f"custom-call:{target}" if op == "custom-call" else op
         self.unknown[key] += 1
         return float(out_elems), 0.0, ()
 
@@ -282,54 +468,186 @@ class _Costing:
         return self._comp_flops[comp.name]
 
     # -- the schedule: top-level ops, loops, collectives ------------------------------------------
-    def walk(self, comp: Computation, executions: int, depth: int = 0) -> None:
+    def walk(self, comp: Computation, executions: int, depth: int = 0) -> list[tuple[str, Any]]:
+        """Record ``comp``'s top-level ops and collectives; return its schedule items (calls inlined)."""
         if depth > 64:
             raise HloError(f"{self.mod.source}: computations nest more than 64 deep (or call themselves)")
+        items: list[tuple[str, Any]] = []
+        by_name = {i.name: i for i in comp.instructions}
         for ins in comp.instructions:
             op = ins.opcode
             if op == "while":
-                trips = _trip_count(ins)
-                if trips is None:
-                    self.unknown_trips.append(ins.name)
-                used = trips if (trips is not None and self.count_trips) else 1
-                self.whiles[ins.name] = trips if trips is not None else 1
-                self.walk(self.comp(ins.attrs.get("body", ""), ins), executions * used, depth + 1)
+                items.append(("loop", self.loop(comp, ins, by_name, executions, depth)))
                 continue
-            if op in ("call", "async-start"):
+            if op == "call":
+                items += self.walk(self.comp(ins.attrs.get("to_apply") or ins.attrs.get("calls", ""), ins), executions, depth + 1)
+                continue
+            if op == "async-start":
                 called = self.comp(ins.attrs.get("calls") or ins.attrs.get("to_apply", ""), ins)
-                self.walk(called, executions, depth + 1)
+                inner = self.collective_in(called)
+                if inner is None:  # an asynchronous computation that is not a collective: run it in place
+                    items += self.walk(called, executions, depth + 1)
+                    continue
+                self.ops.append(self.top_op(comp, ins, executions, collective=True))
+                j = self.collective(called, inner, executions, asynchronous=True, outer=ins)
+                self.starts[ins.name] = j
+                items.append(("start", j))
                 continue
             if op == "conditional":
                 f, t, d = self.flops(comp, ins)
                 self.ops.append(HloOp(ins.name, op, f, t, 0.0, executions, d, ins.shape.dtype))
+                items.append(("op", len(self.ops) - 1))
                 continue
             if op in _DONE:
+                start = self.start_of(ins, by_name)
+                if start is not None:
+                    items.append(("done", start))
                 continue
-            base = op.removesuffix("-start")
-            if base in COLLECTIVE_OPS:
-                self.collective(comp, ins, base, executions)
+            if op.removesuffix("-start") in COLLECTIVE_OPS:
+                self.ops.append(self.top_op(comp, ins, executions, collective=True))
+                j = self.collective(comp, ins, executions, asynchronous=op.endswith("-start"))
+                if op.endswith("-start"):
+                    self.starts[ins.name] = j
+                items.append(("start" if op.endswith("-start") else "collective", j))
+                continue
             if op in _NO_BYTES:
                 continue
-            f, t, d = self.flops(comp, ins)
-            nbytes = sum(s.bytes for s in self.operand_shapes(comp, ins)) + ins.shape.bytes
-            self.ops.append(
-                HloOp(ins.name, op, f, t, nbytes, executions, d, ins.shape.leaves()[0].dtype if ins.shape.leaves() else "")
-            )
+            if op == "fusion":
+                fused = self.comp(ins.attrs.get("calls", ""), ins)
+                inner = self.collective_in(fused)
+                if inner is not None:
+                    item = self.collective_fusion(comp, fused, ins, inner, executions)
+                    if item is not None:
+                        items.append(item)
+                        continue
+            self.ops.append(self.top_op(comp, ins, executions))
+            items.append(("op", len(self.ops) - 1))
+        return items
 
-    def collective(self, comp: Computation, ins: Instruction, op: str, executions: int) -> None:
+    def loop(self, comp: Computation, ins: Instruction, by_name: dict[str, Instruction], executions: int,
+             depth: int) -> ScheduleBlock:  # fmt: skip
+        """Walk a ``while`` body ``trips`` times over (its trip count from the backend config, else its condition)."""
+        trips = _trip_count(ins)
+        if trips is None:
+            trips = self.condition_trips(ins, by_name)
+        if trips is not None and trips > MAX_TRIP_COUNT:
+            raise HloError(f"{self.mod.source}: line {ins.line}: {ins.name} runs {trips:,} trips, more than the "
+                           f"limit of {MAX_TRIP_COUNT:,} for one while loop")  # fmt: skip
+        if trips is None:
+            self.unknown_trips.append(ins.name)
+        used = trips if (trips is not None and self.count_trips) else 1
+        self.whiles[ins.name] = trips if trips is not None else 1
+        body = self.walk(self.comp(ins.attrs.get("body", ""), ins), executions * used, depth + 1)
+        return ScheduleBlock(used, tuple(body))
+
+    def top_op(self, comp: Computation, ins: Instruction, executions: int, collective: bool = False) -> HloOp:
+        """One top-level op: its FLOPs, its HBM bytes at the kernel boundary (in its layout's tiles), XLA's cycles."""
+        f, t, d = self.flops(comp, ins)
+        nbytes = sum(s.padded_bytes for s in self.operand_shapes(comp, ins)) + ins.shape.padded_bytes
+        leaves = ins.shape.leaves()
+        return HloOp(ins.name, ins.opcode, f, t, nbytes, executions, d, leaves[0].dtype if leaves else "",
+                     _estimated_cycles(ins), collective, ins.opcode == "copy-start")  # fmt: skip
+
+    def collective_fusion(self, comp: Computation, fused: Computation, ins: Instruction, inner: Instruction,
+                          executions: int) -> tuple[str, int] | None:  # fmt: skip
+        """A fusion that performs a collective: its schedule item, or None for a compute fusion it runs inside.
+
+        XLA:TPU's asynchronous collective fusion splits one collective (one ``channel_id``)
+        over several fusions: the one marked ``AsyncCollectiveStart`` starts it, fusions of
+        compute between carry it along, the one marked ``AsyncCollectiveDone`` ends it. A
+        fusion with a collective and no marker that is not carrying one already in flight is
+        a synchronous collective fusion (XLA:TPU's fused reduce-scatter).
+        """
+        targets = {i.attrs.get("custom_call_target", "").strip('"') for i in fused.instructions if i.opcode == "custom-call"}
+        channel = inner.attrs.get("channel_id", "")
+        if "AsyncCollectiveStart" in targets:
+            self.ops.append(self.top_op(comp, ins, executions, collective=True))
+            j = self.collective(fused, inner, executions, asynchronous=True, outer=ins)
+            self.channels[channel] = j
+            return ("start", j)
+        if "AsyncCollectiveDone" in targets:
+            self.ops.append(self.top_op(comp, ins, executions, collective=True))
+            j = self.channels.pop(channel, None)
+            return ("done", j) if j is not None else ("op", len(self.ops) - 1)
+        if channel and channel in self.channels:
+            return None  # compute carrying an asynchronous collective along: an op like any other
+        self.ops.append(self.top_op(comp, ins, executions, collective=True))
+        return ("collective", self.collective(fused, inner, executions, outer=ins))
+
+    def collective_in(self, comp: Computation) -> Instruction | None:
+        """The collective a fused or asynchronous computation performs, if it performs one."""
+        for ins in comp.instructions:
+            if ins.opcode.removesuffix("-start") in COLLECTIVE_OPS:
+                return ins
+        return None
+
+    def start_of(self, done: Instruction, by_name: dict[str, Instruction]) -> int | None:
+        """The collective a ``*-done`` / ``async-done`` ends: its operand chain back to the start."""
+        name = done.operands[0] if done.operands else ""
+        for _ in range(64):
+            if name in self.starts:
+                return self.starts[name]
+            prev = by_name.get(name)
+            if prev is None or prev.opcode != "async-update" or not prev.operands:
+                return None
+            name = prev.operands[0]
+        return None
+
+    def condition_trips(self, ins: Instruction, by_name: dict[str, Instruction]) -> int | None:
+        """Trips of a counted loop read from its condition, init value and increment; None when not a counted loop.
+
+        The loop XLA prints for ``lax.scan`` / ``fori_loop`` keeps a counter in tuple element
+        ``i``: the condition is ``compare(gte(param, i), constant(n)), direction=LT``, the
+        while's operand tuple starts it at a constant and the body's root tuple adds a
+        constant to it.
+        """
+        cond = self.comp(ins.attrs.get("condition", ""), ins)
+        root = cond.root
+        if root.opcode != "compare" or len(root.operands) != 2:
+            return None
+        names = {i.name: i for i in cond.instructions}
+        direction = root.attrs.get("direction", "")
+        (ia, ib), (ka, kb) = ([_tuple_index(names, o) for o in root.operands], [_constant_int(names, o) for o in root.operands])
+        if ia is not None and kb is not None:
+            index, limit = ia, kb
+        elif ib is not None and ka is not None:
+            index, limit, direction = ib, ka, _FLIP.get(direction, "")
+        else:
+            return None
+        init_tuple = by_name.get(ins.operands[0]) if ins.operands else None
+        if init_tuple is None or init_tuple.opcode != "tuple" or index >= len(init_tuple.operands):
+            return None
+        init = _constant_int(by_name, init_tuple.operands[index])
+        step = _counter_step(self.comp(ins.attrs.get("body", ""), ins), index)
+        if init is None or not step:
+            return None
+        span = {"LT": limit - init, "LE": limit - init + 1, "GT": init - limit, "GE": init - limit + 1}.get(direction)
+        if span is None or (step > 0) != (direction in ("LT", "LE")):
+            return None
+        return max(0, -(-span // abs(step)))
+
+    def collective(self, comp: Computation, ins: Instruction, executions: int, asynchronous: bool = False,
+                   outer: Instruction | None = None) -> int:  # fmt: skip
+        """Record the collective ``ins`` (in ``comp``) performs; ``outer`` is the fusion or async-start wrapping it."""
+        op = ins.opcode.removesuffix("-start")
         shapes = self.operand_shapes(comp, ins)
+        algorithm = _algorithm(*(x for x in (outer, ins) if x is not None))
+        name = outer.name if outer is not None else ins.name
         if op == "collective-permute":
             pairs = parse_source_target_pairs(ins.attrs.get("source_target_pairs", "{}"), self.devices)
             nbytes = shapes[0].bytes if shapes else 0.0
-            self.collectives.append(CollectiveOp(ins.name, op, nbytes, executions, pairs))
-            return
+            self.collectives.append(CollectiveOp(name, op, nbytes, executions, pairs, asynchronous, algorithm))
+            return len(self.collectives) - 1
         try:
             groups = parse_replica_groups(ins.attrs.get("replica_groups", "{}"), self.devices)
         except HloError as e:
             raise HloError(f"{self.mod.source}: line {ins.line}: {ins.name}: {e}") from None
         operand_bytes = sum(s.bytes for s in shapes)
         nbytes = operand_bytes * groups.shape[1] if op == "all-gather" else operand_bytes
-        self.collectives.append(CollectiveOp(ins.name, op, nbytes, executions, groups))
+        if outer is not None and outer.opcode == "fusion" and op == "all-reduce" and outer.shape.bytes < operand_bytes:
+            op = "reduce-scatter"  # XLA:TPU fuses a reduce-scatter as an all-reduce whose result the fusion slices
+        self.collectives.append(CollectiveOp(name, op, nbytes, executions, groups, asynchronous, algorithm))
+        return len(self.collectives) - 1
 
     def peak_live_bytes(self, comp: Computation) -> float:
         """Parameters plus the most bytes of other buffers live at one point of the schedule."""
@@ -358,7 +676,7 @@ def describe_hlo(mod: HloText, count_trip_counts: bool = True) -> HloModuleCost:
     """Cost one parsed module per device. See the module docstring for the rules."""
     c = _Costing(mod, count_trip_counts)
     entry = mod.computations[mod.entry]
-    c.walk(entry, 1)
+    schedule = ScheduleBlock(1, tuple(c.walk(entry, 1)))
     params = [i for i in entry.instructions if i.opcode == "parameter"]
     return HloModuleCost(
         name=mod.name,
@@ -380,6 +698,10 @@ def describe_hlo(mod: HloText, count_trip_counts: bool = True) -> HloModuleCost:
         float_parameter_dtypes=tuple(
             sorted({leaf.dtype for p in params for leaf in p.shape.leaves() if leaf.dtype in _FLOAT_TYPES})
         ),
+        schedule=schedule,
+        padded_parameter_bytes_per_device=sum(p.shape.padded_bytes for p in params),
+        padded_output_bytes_per_device=entry.root.shape.padded_bytes,
+        is_scheduled=mod.header.get("is_scheduled", "").lower() == "true",
     )
 
 

@@ -1,64 +1,91 @@
-"""One call of an HLO module on a pod's chips: compute from op shapes, collectives on the torus.
+"""One call of an HLO module on a pod's chips: compute per op, collectives on the torus, the schedule between them.
 
-Compute is re-derived for the target chip, not read from the compiling machine:
-every top-level op (a fusion counts as one kernel) takes the MXU roofline of
-:mod:`engine.compute` -- ``max(padded matmul FLOPs / achievable FLOP/s, HBM bytes /
-achievable B/s)`` plus the per-op launch overhead -- with each dot's dimensions
-rounded up to the chip's systolic array edge. Elementwise FLOPs ride on the HBM
-term (the vector units keep up with HBM on every TPU generation), and the launch
-overhead is charged per matmul kernel, as the built-in families charge their
-GEMMs: a CPU module splits elementwise work into many small loop fusions that
-XLA:TPU fuses into its neighbours, so counting each as a launch would charge
-the CPU's fusion choices to the TPU. Their HBM bytes still count.
+**Compute** of each top-level op (a fusion counts as one kernel) has two estimates:
 
-Matmul precision is each dot's element type, with one exception: XLA:CPU has no
-bf16 matmul and upcasts bf16 dots to f32, so in a module whose floating-point
-parameters are all bf16 an f32 dot is taken as the bf16 dot it is on a TPU.
+* Podscope's MXU roofline of :mod:`engine.compute` -- ``max(padded matmul FLOPs /
+  achievable FLOP/s, HBM bytes / achievable B/s)`` plus the per-op launch overhead --
+  with each dot's dimensions rounded up to the chip's systolic array edge and the
+  bytes in their TPU layout's tiles. Elementwise FLOPs ride on the HBM term (the
+  vector units keep up with HBM on every TPU generation), and the launch overhead is
+  charged per matmul kernel, as the built-in families charge their GEMMs: a CPU
+  module splits elementwise work into many small loop fusions that XLA:TPU fuses into
+  its neighbours, so counting each as a launch would charge the CPU's fusion choices
+  to the TPU. Their HBM bytes still count.
+* XLA:TPU's own: the ``estimated_cycles`` a TPU-compiled module carries in each op's
+  backend config, over the generation's TensorCore clock (``clock_ghz`` in
+  data/chips.toml, each with its source).
 
-Each collective's replica groups are placed on the torus (:mod:`.placement`) and
-priced by the same functions as the built-in families' collectives: groups on whole
-torus axes by :func:`engine.comm.collective_on_pod` (schedule, link faults,
-DCN across slices), groups on parts of axes by the mesh model's strided rings
-(:func:`engine.comm.mesh_collective_s`), permutes as point-to-point routes.
-All-to-all on part of an axis costs a quarter of the all-gather of the same array
-([book] in engine/comm/collectives.py). Collectives are charged as exposed: the module's
-own schedule decides what overlaps on a TPU, and a CPU-compiled module has no async
-collectives to tell.
+``compute_source = "xla"`` takes the compiler's estimate for every op that has one and
+the roofline for the rest; ``"podscope"`` takes the roofline throughout. Asynchronous
+copies between memory spaces (``copy-start``) overlap compute and cost nothing here.
+
+Matmul precision is each dot's element type, with one exception: XLA:CPU has no bf16
+matmul and upcasts bf16 dots to f32, so in a module whose floating-point parameters
+are all bf16 an f32 dot is taken as the bf16 dot it is on a TPU.
+
+**Collectives**: each one's replica groups are placed on the torus (:mod:`.placement`)
+and priced by the same functions as the built-in families' collectives: groups on
+whole torus axes by :func:`engine.comm.collective_on_pod` (schedule, link faults, DCN
+across slices), groups on parts of axes by the mesh model's strided rings
+(:func:`engine.comm.mesh_collective_s`), permutes as point-to-point routes. All-to-all
+on part of an axis costs a quarter of the all-gather of the same array ([book] in
+engine/comm/collectives.py).
+
+**The schedule** (:func:`run_schedule`): a scheduled module prints its instructions in
+the order they run. Ops run one after another on the core; collectives run one at a
+time on the interconnect. A synchronous collective holds the core until it ends; an
+asynchronous one (``*-start`` ... ``*-done``, ``async-start`` ... ``async-done``)
+runs beside the ops scheduled between its start and its done, and the core waits at
+the done only for what is left of it. A ``while`` body runs trip after trip, so a
+collective a body starts at its end and finishes in the next trip overlaps that trip's
+beginning. What the core waits for is the step's exposed collective time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from ..calibration import Calibration
-from ..compute import pad_to_mxu, roofline_terms_s
 from ..comm import collective_on_pod, dcn_time_s, mesh_collective_s, p2p_time_s
+from ..compute import pad_to_mxu, roofline_terms_s
 from ..mesh import MeshAxis
 from ..topology import Pod
 from ..trace import TABLES
-from .cost import COLLECTIVE_OPS, CollectiveOp, HloModuleCost
+from .cost import CollectiveOp, HloModuleCost, ScheduleBlock
 from .placement import GroupPlacement, permute_hops, place_groups
 
-__all__ = ["HloStepCost", "hlo_step_cost", "matmul_precision"]
+__all__ = ["HloStepCost", "hlo_step_cost", "matmul_precision", "run_schedule", "COMPUTE_SOURCES"]
 
 _AXIS = "xyz"
 _PRECISION_OF = {"bf16": "bf16", "f16": "bf16", "f32": "fp32", "f64": "fp32", "s8": "int8", "u8": "int8"}
+#: where an op's compute time comes from: the compiler's cycle estimates (where the module has them) or Podscope's roofline
+COMPUTE_SOURCES = ("xla", "podscope")
 
 
 @dataclass(frozen=True)
 class HloStepCost:
-    """Seconds and FLOPs of one module call on one chip (every chip runs the same program)."""
+    """Seconds and FLOPs of one module call on one device (every device runs the same program)."""
 
-    compute_s: float
-    matmul_s: float  # part of compute_s bound by the MXU
+    compute_s: float  # the core's busy time: every op's time, per compute_source
+    matmul_s: float  # part of the roofline compute bound by the MXU
     memory_s: float  # part bound by HBM
     overhead_s: float
-    collective_s: float
-    hardware_flops: float  # FLOPs the chip executes per call (as XLA counts them)
+    collective_s: float  # exposed: what the core waits for collectives, per the schedule
+    collective_total_s: float  # every collective's own time, hidden or not
+    hardware_flops: float  # FLOPs one device executes per call (as XLA counts them)
     precision: str  # the module's dominant matmul precision
+    compute_source: str  # "xla" when the compiler's cycle estimates set the op times, else "podscope"
+    podscope_compute_s: float  # the roofline's time for every op
+    xla_compute_s: float | None  # the compiler's estimates over the clock, for the ops that have one (None: none do)
     collectives: pa.Table  # one row per collective (engine.trace.TABLES["extra_hlo_collectives"])
+    ops: pa.Table  # one row per top-level op (engine.trace.TABLES["extra_hlo_ops"])
+
+    @property
+    def collective_hidden_s(self) -> float:
+        return max(self.collective_total_s - self.collective_s, 0.0)
 
 
 def matmul_precision(dtype: str, module_float_dtypes: set[str]) -> str:
@@ -68,32 +95,46 @@ def matmul_precision(dtype: str, module_float_dtypes: set[str]) -> str:
     return _PRECISION_OF.get(dtype, "fp32")
 
 
-def _compute(cost: HloModuleCost, pod: Pod, cal: Calibration) -> tuple[float, float, float, float, str]:
+@dataclass(frozen=True)
+class _OpTimes:
+    roofline_s: np.ndarray  # per op, one execution
+    bound: np.ndarray  # per op: "mxu" | "hbm" | "" (no time)
+    xla_s: np.ndarray  # per op, one execution; NaN without an estimate
+    precision: str
+    overhead_s: float
+
+
+def _op_times(cost: HloModuleCost, pod: Pod, cal: Calibration, devices_per_chip: int) -> _OpTimes:
     chip = pod.chip
     floats = set(cost.float_parameter_dtypes)
-    byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency
+    # a chip whose TensorCores are separate devices (v4 and tpu7x as XLA compiles for them) splits its peak and HBM
+    share = 1.0 / devices_per_chip
+    byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency * share
     d = chip.mxu_dim
-    matmul = memory = 0.0
-    launches = 0
+    n = len(cost.ops)
+    roof = np.zeros(n)
+    bound = np.full(n, "", dtype=object)
+    xla = np.full(n, np.nan)
     flops_by_precision: dict[str, float] = {}
-    for op in cost.ops:
-        if op.opcode.removesuffix("-start") in COLLECTIVE_OPS:
+    overhead = 0.0
+    for i, op in enumerate(cost.ops):
+        if op.collective or op.asynchronous:
             continue
+        if op.estimated_cycles is not None and chip.clock_hz > 0:
+            xla[i] = op.estimated_cycles / chip.clock_hz
         padded = sum(2.0 * dot.batch * float(pad_to_mxu(dot.m, d) * pad_to_mxu(dot.k, d) * pad_to_mxu(dot.n, d)) for dot in op.dots)
         # a kernel's matmuls run at the precision of its largest dot (fusions mixing precisions are rare)
         prec = matmul_precision(max(op.dots, key=lambda x: x.flops).dtype, floats) if op.dots else "bf16"
-        flop_rate = chip.peak_flops_per_s(prec) * cal.mxu_efficiency
+        flop_rate = chip.peak_flops_per_s(prec) * cal.mxu_efficiency * share
         t_flops, t_bytes = roofline_terms_s(padded, op.bytes_accessed, flop_rate, byte_rate)
         if op.dots:
             flops_by_precision[prec] = flops_by_precision.get(prec, 0.0) + sum(x.flops for x in op.dots) * op.executions
-        if t_flops >= t_bytes:
-            matmul += t_flops * op.executions
-        else:
-            memory += t_bytes * op.executions
-        launches += op.executions if op.dots else 0
-    overhead = launches * cal.op_overhead_s
+            overhead += cal.op_overhead_s * op.executions
+        launch = cal.op_overhead_s if op.dots else 0.0
+        roof[i] = max(t_flops, t_bytes) + launch
+        bound[i] = "mxu" if t_flops >= t_bytes and t_flops > 0 else ("hbm" if t_bytes > 0 else "")
     precision = max(flops_by_precision, key=flops_by_precision.get) if flops_by_precision else "bf16"
-    return matmul + memory + overhead, matmul, memory, overhead, precision
+    return _OpTimes(roof, bound, xla, precision, overhead)
 
 
 def _collective_s(c: CollectiveOp, placement: GroupPlacement | None, pod: Pod, cal: Calibration, interconnect) -> float:
@@ -128,40 +169,174 @@ def _collective_s(c: CollectiveOp, placement: GroupPlacement | None, pod: Pod, c
     return t
 
 
-def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect) -> HloStepCost:
-    """Compute and collective seconds of one call of ``cost``'s module on every chip of ``pod``.
+class _Timeline:
+    """The core and the interconnect through a schedule (see the module docstring)."""
+
+    def __init__(self, op_s: np.ndarray, coll_s: np.ndarray):
+        self.op_s, self.coll_s = op_s, coll_s
+        self.t = 0.0  # the core's clock
+        self.link_free = 0.0  # when the interconnect is free for the next collective
+        self.finish: dict[int, float] = {}  # async collectives in flight -> when they end
+        self.exposed = np.zeros(len(coll_s))  # per collective: core time spent waiting for it, summed over executions
+
+    def run(self, items, weight: float) -> None:
+        for kind, x in items:
+            if kind == "op":
+                self.t += self.op_s[x]
+            elif kind == "collective":
+                start = max(self.t, self.link_free)
+                end = start + self.coll_s[x]
+                self.exposed[x] += (end - self.t) * weight
+                self.t = self.link_free = end
+            elif kind == "start":
+                start = max(self.t, self.link_free)
+                self.finish[x] = self.link_free = start + self.coll_s[x]
+            elif kind == "done":
+                end = self.finish.pop(x, self.t)
+                if end > self.t:
+                    self.exposed[x] += (end - self.t) * weight
+                    self.t = end
+            else:
+                self.loop(x, weight)
+
+    def loop(self, block: ScheduleBlock, weight: float) -> None:
+        """Trip 1, then trip 2 as the steady state every later trip repeats (shifted in time)."""
+        if block.trips <= 0:
+            return
+        self.run(block.items, weight)
+        if block.trips == 1:
+            return
+        before = self.t
+        self.run(block.items, weight * (block.trips - 1))
+        shift = (self.t - before) * (block.trips - 2)
+        self.t += shift
+        self.link_free += shift
+        self.finish = {k: v + shift for k, v in self.finish.items()}
+
+    def end(self) -> float:
+        """Drain what is still in flight at the end of the program; the step's elapsed time."""
+        for x, end in self.finish.items():
+            if end > self.t:
+                self.exposed[x] += end - self.t
+                self.t = end
+        self.finish = {}
+        return self.t
+
+
+def run_schedule(schedule: ScheduleBlock, op_s: np.ndarray, coll_s: np.ndarray) -> tuple[float, np.ndarray]:
+    """Elapsed seconds of one call, and each collective's exposed seconds (summed over its executions).
+
+    ``op_s[i]`` and ``coll_s[j]`` are one execution's seconds of ``ops[i]`` and
+    ``collectives[j]``; ``schedule`` is :attr:`HloModuleCost.schedule`.
+    """
+    tl = _Timeline(np.asarray(op_s, dtype=float), np.asarray(coll_s, dtype=float))
+    for _ in range(schedule.trips):
+        tl.run(schedule.items, 1.0)
+    return tl.end(), tl.exposed
+
+
+def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect, compute_source: str = "xla",
+                  devices_per_chip: int = 1) -> HloStepCost:  # fmt: skip
+    """Compute and collective seconds of one call of ``cost``'s module on every device of ``pod``.
 
     ``interconnect`` is the scenario's :class:`~engine.scenario.InterconnectSection`
-    (schedule, one-way links, degraded and failed links).
+    (schedule, one-way links, degraded and failed links). ``compute_source`` is one of
+    :data:`COMPUTE_SOURCES` (``"xla"`` falls back to the roofline for ops without an
+    estimate, and throughout when the chip has no clock on record). ``devices_per_chip``
+    is 2 where each TensorCore is a device of its own (v4 and tpu7x as XLA compiles for
+    them); device ``d`` then runs on chip ``d // 2``.
     """
-    compute_s, matmul_s, memory_s, overhead_s, precision = _compute(cost, pod, cal)
-    spec = TABLES["extra_hlo_collectives"]
-    rows: dict[str, list] = {c: [] for c in spec.column_names}
+    times = _op_times(cost, pod, cal, devices_per_chip)
+    has_xla = bool(np.isfinite(times.xla_s).any())
+    use_xla = compute_source == "xla" and has_xla
+    op_s = np.where(np.isfinite(times.xla_s), times.xla_s, times.roofline_s) if use_xla else times.roofline_s
+    execs = np.array([o.executions for o in cost.ops], dtype=float)
+
     placements: dict[bytes, GroupPlacement] = {}
     priced: dict[tuple, float] = {}
-    total = 0.0
-    for c in cost.collectives:
+    coll_s = np.zeros(len(cost.collectives))
+    axes_of: list[str] = []
+    for j, c in enumerate(cost.collectives):
+        groups = c.groups // devices_per_chip if devices_per_chip > 1 else c.groups
         placement = None
         if c.op != "collective-permute":
-            key = c.groups.tobytes() + bytes(str(c.groups.shape), "ascii")
+            key = groups.tobytes() + bytes(str(groups.shape), "ascii")
             if key not in placements:
-                placements[key] = place_groups(c.groups, pod)
+                placements[key] = place_groups(_chip_groups(groups), pod)
             placement = placements[key]
-        memo = (c.op, c.bytes, c.groups.tobytes(), c.groups.shape)
+        memo = (c.op, c.bytes, groups.tobytes(), groups.shape)
         if memo not in priced:
-            priced[memo] = _collective_s(c, placement, pod, cal, interconnect)
-        t = priced[memo]
-        total += t * c.executions
-        axes = "".join(_AXIS[a] for a in placement.axes) if placement else ""
-        for k, v in zip(rows, (c.name, c.op, c.bytes, c.executions, c.group_size, axes, round(t * 1e9))):
-            rows[k].append(v)
+            priced[memo] = _collective_s(c if devices_per_chip == 1 else _on_chips(c, groups), placement, pod, cal, interconnect)
+        coll_s[j] = priced[memo]
+        axes_of.append("".join(_AXIS[a] for a in placement.axes) if placement else "")
+
+    compute_s = float((op_s * execs).sum())
+    if cost.schedule is not None:
+        elapsed, exposed = run_schedule(cost.schedule, op_s, coll_s)
+        exposed_s = max(elapsed - compute_s, 0.0)
+    else:  # a hand-built cost without a schedule: every collective exposed
+        exposed = coll_s * np.array([c.executions for c in cost.collectives], dtype=float)
+        exposed_s = float(exposed.sum())
+    total_coll = float(sum(coll_s[j] * c.executions for j, c in enumerate(cost.collectives)))
+
+    cspec = TABLES["extra_hlo_collectives"]
+    crow = {
+        "name": [c.name for c in cost.collectives],
+        "op": [c.op for c in cost.collectives],
+        "bytes": [c.bytes for c in cost.collectives],
+        "executions": [c.executions for c in cost.collectives],
+        "group_size": [c.group_size for c in cost.collectives],
+        "torus_axes": axes_of,
+        "time_ns": [round(t * 1e9) for t in coll_s],
+        "asynchronous": [c.asynchronous for c in cost.collectives],
+        "exposed_ns": [round(e * 1e9 / max(c.executions, 1)) for e, c in zip(exposed, cost.collectives)],
+        "algorithm": [c.algorithm for c in cost.collectives],
+    }
+    ospec = TABLES["extra_hlo_ops"]
+    keep = [i for i, o in enumerate(cost.ops) if not (o.collective or o.asynchronous)]
+    orow = {
+        "name": [cost.ops[i].name for i in keep],
+        "opcode": [cost.ops[i].opcode for i in keep],
+        "executions": [cost.ops[i].executions for i in keep],
+        "flops": [cost.ops[i].flops for i in keep],
+        "bytes": [cost.ops[i].bytes_accessed for i in keep],
+        "bound": [times.bound[i] for i in keep],
+        "podscope_ns": [round(times.roofline_s[i] * 1e9) for i in keep],
+        "xla_ns": [None if not np.isfinite(times.xla_s[i]) else round(times.xla_s[i] * 1e9) for i in keep],
+    }
+    xla_total = float(np.nansum(times.xla_s * execs)) if has_xla else None
+    matmul_s = float(sum(times.roofline_s[i] * execs[i] for i in keep if times.bound[i] == "mxu"))
+    memory_s = float(sum(times.roofline_s[i] * execs[i] for i in keep if times.bound[i] == "hbm"))
     return HloStepCost(
         compute_s=compute_s,
         matmul_s=matmul_s,
         memory_s=memory_s,
-        overhead_s=overhead_s,
-        collective_s=total,
+        overhead_s=times.overhead_s,
+        collective_s=exposed_s,
+        collective_total_s=total_coll,
         hardware_flops=cost.flops_per_device,
-        precision=precision,
-        collectives=spec.table({k: pa.array(v, spec.schema.field(k).type) for k, v in rows.items()}),
+        precision=times.precision,
+        compute_source="xla" if use_xla else "podscope",
+        podscope_compute_s=float((times.roofline_s * execs).sum()),
+        xla_compute_s=xla_total,
+        collectives=cspec.table({k: pa.array(v, cspec.schema.field(k).type) for k, v in crow.items()}),
+        ops=ospec.table({k: pa.array(v, ospec.schema.field(k).type) for k, v in orow.items()}),
     )
+
+
+def _chip_groups(groups: np.ndarray) -> np.ndarray:
+    """Replica groups over chips: the devices of one chip (its TensorCores) collapse into that chip."""
+    if groups.ndim != 2 or groups.shape[1] <= 1:
+        return groups
+    out = [np.unique(g) for g in groups]
+    sizes = {len(g) for g in out}
+    if len(sizes) != 1:
+        return groups
+    return np.unique(np.stack(out), axis=0)
+
+
+def _on_chips(c: CollectiveOp, groups: np.ndarray) -> CollectiveOp:
+    """``c`` with its groups over chips (see :func:`_chip_groups`); the bytes stay each device's."""
+    from dataclasses import replace
+
+    return replace(c, groups=_chip_groups(groups) if c.op != "collective-permute" else groups)

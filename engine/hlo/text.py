@@ -29,7 +29,9 @@ from ..errors import HloError
 __all__ = [
     "DEFAULT_MAX_HLO_BYTES",
     "DTYPE_BYTES",
+    "Layout",
     "Shape",
+    "padded_elements",
     "Instruction",
     "Computation",
     "HloText",
@@ -37,6 +39,8 @@ __all__ = [
     "parse_hlo",
     "parse_shape",
     "split_top_level",
+    "MAX_ARRAY_BYTES",
+    "MAX_RANK",
 ]
 
 #: largest HLO text accepted (decompressed); a 256-chip LLM train step prints a few tens of MB
@@ -51,7 +55,15 @@ DTYPE_BYTES: dict[str, float] = {
     "token": 0, "opaque": 0,
 }  # fmt: skip
 
-_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
+#: largest array one device may hold: 1 TiB, over five times the HBM of any TPU (tpu7x: 192 GiB)
+MAX_ARRAY_BYTES = 2**40
+#: most dimensions an array may have (XLA's own shapes stay far below)
+MAX_RANK = 64
+
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\{([^}]*)\})?")
+_TILE = re.compile(r"\(([^()]*)\)")
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)")
+_ELEMENT_BITS = re.compile(r"E\((\d+)\)")
 #: "[ENTRY] %name (params) -> shape {", or with the signature left out: "name {"
 _HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->.*|,.*)?\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
@@ -60,12 +72,30 @@ _SECTION_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 
 @dataclass(frozen=True)
+class Layout:
+    """An array's layout as XLA prints it after ``{``: ``2,1,0:T(8,128)(2,1)S(1)``.
+
+    ``minor_to_major`` orders the logical dimensions from fastest- to slowest-varying;
+    ``tiles`` are the tiling levels (``T(8,128)(2,1)``: 8 x 128 tiles over the two most
+    minor physical dimensions, each holding 2 x 1 sub-tiles); ``memory_space`` is 0 for
+    HBM (``S(1)`` is a TPU core's on-chip vector memory); ``element_bits`` overrides the
+    element size (``E(32)``) when given.
+    """
+
+    minor_to_major: tuple[int, ...]
+    tiles: tuple[tuple[int, ...], ...] = ()
+    memory_space: int = 0
+    element_bits: int | None = None
+
+
+@dataclass(frozen=True)
 class Shape:
-    """An array shape (``dtype``, ``dims``) or a tuple of shapes (``dtype == "tuple"``)."""
+    """An array shape (``dtype``, ``dims``, optional TPU ``layout``) or a tuple of shapes (``dtype == "tuple"``)."""
 
     dtype: str
     dims: tuple[int, ...] = ()
     elements: tuple["Shape", ...] = ()
+    layout: Layout | None = None
 
     @property
     def is_tuple(self) -> bool:
@@ -77,12 +107,48 @@ class Shape:
 
     @property
     def bytes(self) -> float:
+        """Bytes of the elements themselves (no layout padding)."""
         if self.is_tuple:
             return sum(e.bytes for e in self.elements)
         return math.prod(self.dims) * DTYPE_BYTES.get(self.dtype, 4)
 
+    @property
+    def padded_bytes(self) -> float:
+        """Bytes the array occupies in its layout: the minor dimensions rounded up to whole tiles.
+
+        XLA:TPU stores an array in tiles (``T(8,128)``: 8 x 128 elements over the two
+        most minor physical dimensions), so ``f32[3,5]{1,0:T(8,128)}`` takes a whole
+        8 x 128 tile, 4 KiB for 60 bytes of data. A shape without tiling is its
+        :attr:`bytes`.
+        """
+        if self.is_tuple:
+            return sum(e.padded_bytes for e in self.elements)
+        lay = self.layout
+        if lay is None or not lay.tiles:
+            return self.bytes
+        per = lay.element_bits / 8 if lay.element_bits else DTYPE_BYTES.get(self.dtype, 4)
+        return padded_elements(self.dims, lay.minor_to_major, lay.tiles[0]) * per
+
     def leaves(self) -> list["Shape"]:
         return [self] if not self.is_tuple else [leaf for e in self.elements for leaf in e.leaves()]
+
+
+def padded_elements(dims: tuple[int, ...], minor_to_major: tuple[int, ...], tile: tuple[int, ...]) -> int:
+    """Elements of ``dims`` once its most minor physical dimensions are rounded up to ``tile``.
+
+    The tile covers the last ``len(tile)`` physical dimensions (physical order is
+    ``minor_to_major`` reversed); a shape of lower rank than the tile is padded with
+    leading 1s, as XLA's ``ShapeUtil`` tiles a scalar ``s32[]{:T(128)}`` into 128 words.
+
+    >>> padded_elements((3, 5), (1, 0), (8, 128))
+    1024
+    """
+    order = minor_to_major if len(minor_to_major) == len(dims) else tuple(range(len(dims) - 1, -1, -1))
+    physical = [dims[d] for d in reversed(order)]
+    if len(physical) < len(tile):
+        physical = [1] * (len(tile) - len(physical)) + physical
+    head, tail = physical[: len(physical) - len(tile)], physical[len(physical) - len(tile) :]
+    return math.prod(head) * math.prod(-(-p // t) * t if t > 0 else p for p, t in zip(tail, tile))
 
 
 @dataclass(frozen=True)
@@ -231,14 +297,43 @@ def parse_shape(text: str) -> Shape:
     text = text.strip()
     leaves = _ARRAY_SHAPE.findall(text)
     if text.startswith("("):
-        return Shape("tuple", (), tuple(_array(dt, dims) for dt, dims in leaves))
+        return Shape("tuple", (), tuple(_array(*leaf) for leaf in leaves))
     if not leaves or not _ARRAY_SHAPE.match(text):
         raise ValueError(f"not an HLO shape: {text[:60]!r}")
     return _array(*leaves[0])
 
 
-def _array(dtype: str, dims: str) -> Shape:
-    return Shape(dtype, tuple(int(d.strip().lstrip("<=")) for d in dims.split(",") if d.strip()))
+def _layout(text: str) -> Layout | None:
+    """``2,1,0:T(8,128)(2,1)S(1)`` -> :class:`Layout`; None for an empty or unreadable layout."""
+    order, _, rest = text.partition(":")
+    try:
+        minor_to_major = tuple(int(d) for d in order.split(",") if d.strip())
+    except ValueError:
+        return None
+    tiles: tuple[tuple[int, ...], ...] = ()
+    if rest.startswith("T"):
+        levels = []
+        pos = 1
+        while (m := _TILE.match(rest, pos)) is not None:
+            levels.append(tuple(int(t) if t.strip().isdigit() else 1 for t in m.group(1).split(",") if t.strip()))
+            pos = m.end()
+        tiles, rest = tuple(levels), rest[pos:]
+    space = _MEMORY_SPACE.search(rest)
+    bits = _ELEMENT_BITS.search(rest)
+    return Layout(minor_to_major, tiles, int(space.group(1)) if space else 0, int(bits.group(1)) if bits else None)
+
+
+def _array(dtype: str, dims: str, layout: str = "") -> Shape:
+    sizes = tuple(int(d.strip().lstrip("<=")) for d in dims.split(",") if d.strip())
+    if len(sizes) > MAX_RANK:
+        raise ValueError(f"{dtype}[...] has {len(sizes)} dimensions, more than the limit of {MAX_RANK}")
+    shape = Shape(dtype, sizes, (), _layout(layout) if layout else None)
+    if shape.bytes > MAX_ARRAY_BYTES:
+        raise ValueError(
+            f"{dtype}[{dims}] holds {shape.bytes:.3g} bytes, more than the limit of {MAX_ARRAY_BYTES / 2**40:.0f} TiB "
+            "for one device's array (over five times the HBM of any TPU)"
+        )
+    return shape
 
 
 def _parse_instruction(body: str, is_root: bool, name: str, line: int) -> Instruction:
