@@ -143,6 +143,8 @@ def simulate(
         extra={
             "oom_detail": oom_detail(mem, costs.replan, costs.micro_batch, scenario.data_parallel, par.fsdp, tr.remat) if mem.oom else None,
             "hbm_usable_bytes": mem.usable_bytes,
+            "hbm_source": "podscope",  # the built-in families' HBM is Podscope's model (engine/memory.py)
+            "compute_source": "podscope",
             "hbm_peak_phase": mem.peak_phase,
             "mesh": mesh.describe(),
             "parallelism_strategy": scenario.parallelism.strategy,

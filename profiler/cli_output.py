@@ -59,7 +59,8 @@ def summary_text(s: dict[str, Any]) -> str:
         lines.append(f"  tokens        {fmt.rate(s['tokens_per_s'], 'tokens')}")
     lines.append(f"  MFU           {pct(s.get('mfu'))}   HFU {pct(s.get('hfu'))}")
     parts = ", ".join(f"{k.replace('_', ' ')} {pct(v)}" for k, v in s["breakdown"].items() if v > 0)
-    lines.append(f"  chip time     {parts} (whole run, compile included)")
+    if parts:
+        lines.append(f"  chip time     {parts} (whole run, compile included)")
     if s.get("mesh"):
         lines.append(f"  mesh          {s['mesh']}")
     if s.get("peak_hbm_bytes") is not None:
@@ -75,6 +76,11 @@ def _oom_lines(s: dict[str, Any]) -> list[str]:
     d = s.get("oom_detail")
     if not d:
         return ["  OUT OF MEMORY: the job does not fit in HBM (see the Memory page)"]
+    if d.get("source") == "xla":
+        need = f": it needs {fmt.gib(d['peak_bytes'], 2)} of {fmt.gib(d['usable_bytes'], 2)} per device" if d.get("peak_bytes") else ""
+        lines = [f"  OUT OF MEMORY: XLA refused to compile the program for this chip{need}.",
+                 f"  XLA: {d.get('message', '')[:500]}", "  What would make it fit:"]  # fmt: skip
+        return lines + [f"    - {text}" for text in d.get("suggestions", [])]
     term_bytes = (s.get("hbm_breakdown_bytes") or {}).get(d["term"])
     term = f"{d['term']} ({fmt.gib(term_bytes, 2)})" if term_bytes is not None else d["term"]
     lines = [
