@@ -459,6 +459,9 @@ def _cost(cost: Any) -> dict[str, float]:
 def _write_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it: mkstemp makes it private to the owner
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
