@@ -316,7 +316,8 @@ def capture(
     InputError
         JAX or libtpu is missing, the name or target is invalid, or there are no array arguments.
     TpuCompileError
-        XLA failed for a reason other than running out of HBM.
+        XLA failed for a reason other than running out of HBM. Errors raised while tracing
+        ``fn`` (a shape mismatch in the step) propagate unchanged.
 
     Notes
     -----
@@ -338,8 +339,9 @@ def capture(
     start = time.perf_counter()
     compiled, failure = None, None
     with _progress(progress, f"compiling {name} for {tgt.topology}{f' x {tgt.slices}' if tgt.slices > 1 else ''}"):
+        lowered = jitted.lower(*args, **kwargs)  # an error while tracing is the step's own: raised as it is
         try:
-            compiled = jitted.lower(*args, **kwargs).compile()
+            compiled = lowered.compile()
         except Exception as e:  # XLA raises JaxRuntimeError (or ValueError / XlaRuntimeError): judged by message
             failure = e
     compile_s = time.perf_counter() - start

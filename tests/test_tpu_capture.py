@@ -250,6 +250,36 @@ def test_a_program_too_big_for_hbm_gives_an_oom_bundle(live, tmp_path):
 
 
 @pytest.mark.slow
+def test_an_error_in_the_step_is_raised_as_it_is_and_writes_nothing(live, tmp_path):
+    target = tpu_target("v5e:2x2")
+    fn, (w, x) = _tiny_step(live, target)
+    short = live.ShapeDtypeStruct((7, 5), w.dtype, sharding=w.sharding)
+    with pytest.raises(TypeError):
+        tpu_capture.capture(fn, short, x, target=target, name="bad", out_dir=tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_xla_failures_other_than_hbm_are_podscope_errors(live, tmp_path):
+    from engine.errors import TpuCompileError
+
+    target = tpu_target("v5e:2x2")
+    fn, args = _tiny_step(live, target)
+
+    class Lowered:
+        def compile(self):
+            raise RuntimeError("INTERNAL: something else went wrong")
+
+    class Step:
+        def lower(self, *a, **k):
+            return Lowered()
+
+    with pytest.raises(TpuCompileError, match="XLA could not compile bad for v5e:2x2: INTERNAL: something else"):
+        tpu_capture.capture(Step(), *args, target=target, name="bad", out_dir=tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
 def test_mesh_axes_must_hold_every_device(live):
     target = tpu_target("v5p-16")
     assert target.mesh({"data": 2, "fsdp": 4}).shape == {"data": 2, "fsdp": 4}
