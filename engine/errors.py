@@ -25,6 +25,7 @@ __all__ = [
     "InputError",
     "PlanError",
     "HloError",
+    "TpuCompileError",
 ]
 
 
@@ -99,3 +100,7 @@ class InputError(PodscopeError):
 
 class HloError(InputError):
     """An HLO module file that is missing, not HLO text, truncated, too large or inconsistent."""
+
+
+class TpuCompileError(PodscopeError):
+    """XLA could not compile a program for a TPU target, for a reason other than running out of HBM."""

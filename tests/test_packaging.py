@@ -34,6 +34,7 @@ def test_pyproject_pins_the_same_versions_as_the_requirements_files():
     assert set(project["dependencies"]) == _pins(ROOT / "requirements.txt")
     assert set(project["optional-dependencies"]["dev"]) == _pins(ROOT / "requirements-dev.txt")
     assert set(project["optional-dependencies"]["xprof"]) == _pins(ROOT / "requirements-xprof.txt")
+    assert set(project["optional-dependencies"]["tpu"]) == _pins(ROOT / "requirements-tpu.txt")
     assert project["scripts"]["podscope"] == "profiler.__main__:run"
 
 

@@ -1,21 +1,57 @@
-"""The module bundle's file names and keys: one declaration for the writer and the reader.
+"""The XLA module bundle's file names and keys: one declaration for its writer and its readers.
 
-A bundle is ``NAME.hlo.txt.gz`` (the compiled module's text) beside ``NAME.xla.json``
-(how and for what it was compiled, and XLA's memory and cost analyses), written by
-:mod:`profiler.tpu_capture` and read by :mod:`engine.hlo.bundle`.
+A bundle is ``NAME.hlo.txt.gz`` (gzip of ``compiled.as_text()`` for a TPU target) beside
+``NAME.xla.json`` (the sidecar: target, versions, XLA's ``memory_analysis`` and
+``cost_analysis``, the compile time, or why XLA refused the program for lack of HBM).
+Constants only, so any module can import it without pulling anything else in.
 """
 
+from __future__ import annotations
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "MEMORY_KEYS", "MODULE_SUFFIX", "OOM_KEYS", "OPTIONAL_KEYS", "SIDE_SUFFIX", "TOP_KEYS"]
+
+#: the sidecar's ``format`` value
 FORMAT = "podscope-xla-bundle"
+#: the sidecar's ``format_version`` value; a reader refuses versions it does not know
 FORMAT_VERSION = 1
+
+#: the sidecar file: ``NAME.xla.json``
 SIDE_SUFFIX = ".xla.json"
+#: the module file: ``NAME.hlo.txt.gz``
 MODULE_SUFFIX = ".hlo.txt.gz"
-#: every key of the sidecar JSON (``describes`` and ``generator`` may be added)
+
+#: every key of the sidecar's top-level object, in the order the writer puts them
 TOP_KEYS = (
-    "format", "format_version", "name", "module", "target", "topology", "chip", "slices", "devices", "device_kind",
-    "jax_version", "libtpu_version", "memory", "cost", "compile_s", "oom",
-)  # fmt: skip
-#: ``memory``: XLA's memory_analysis() per device, bytes
-MEMORY_KEYS = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes")
-#: ``oom``: XLA's refusal (``message``) and the numbers it states, bytes (null where it states none)
+    "format",
+    "format_version",
+    "name",
+    "module",  # the module file's name beside the sidecar, or null when XLA ran out of HBM
+    "target",  # the target as the user wrote it: "v5p-128", "v5e:16x16"
+    "topology",  # libtpu's form: "v5p:4x4x4"
+    "chip",  # Podscope's catalog key: "tpu-v5p"
+    "slices",
+    "devices",  # JAX devices the program was partitioned over
+    "device_kind",
+    "jax_version",
+    "libtpu_version",  # null when libtpu's distribution metadata is missing
+    "memory",  # null when XLA ran out of HBM
+    "cost",  # compiled.cost_analysis() as XLA returns it (floats), null when XLA ran out of HBM
+    "compile_s",
+    "oom",  # null, or an object with OOM_KEYS
+)
+
+#: keys a sidecar may also carry
+OPTIONAL_KEYS = ("describes",)  # what the program is (model dims, mesh, dtype, ...), as its writer says
+
+#: keys of ``memory``: ``compiled.memory_analysis()`` per device, in bytes
+MEMORY_KEYS = (
+    "argument_bytes",  # argument_size_in_bytes
+    "output_bytes",  # output_size_in_bytes
+    "alias_bytes",  # alias_size_in_bytes: outputs that reuse (donated) argument buffers
+    "temp_bytes",  # temp_size_in_bytes
+    "generated_code_bytes",  # generated_code_size_in_bytes
+    "peak_bytes",  # peak_memory_in_bytes
+)
+
+#: keys of ``oom``: XLA's message and the sizes in it (bytes; null where the message gives none)
 OOM_KEYS = ("message", "required_bytes", "available_bytes")
-OPTIONAL_KEYS = ("describes", "generator")
