@@ -62,12 +62,15 @@ _FREE = frozenset(
     slice dynamic-slice dynamic-update-slice concatenate pad gather iota reverse partition-id replica-id after-all
     add-dependency opt-barrier optimization-barrier domain get-dimension-size set-dimension-size copy-start copy-done
     rng rng-bit-generator rng-get-and-update-state infeed outfeed send recv send-done recv-done all-reduce-done
-    all-gather-done collective-permute-done async-done async-update slice-start slice-done""".split()
+    all-gather-done collective-permute-done async-done async-update call-done slice-start slice-done""".split()
 )
+#: asynchronous copies between memory spaces (HBM and a core's vector memory): DMAs that overlap compute
+_ASYNC_COPIES = frozenset(("copy-start", "slice-start"))
 #: XLA:TPU's bookkeeping custom calls: no arithmetic (buffer allocation, the ends of an asynchronous collective
 #: fusion, bitcasting concatenation, an index bound hint)
 _FREE_CUSTOM_CALLS = frozenset(
-    "AllocateBuffer AsyncCollectiveStart AsyncCollectiveDone ConcatBitcast AssumeGatherIndicesInBound".split()
+    "AllocateBuffer AsyncCollectiveStart AsyncCollectiveDone ConcatBitcast AssumeGatherIndicesInBound PrepareAsyncCallStart "
+    "PrepareAsyncCallDone".split()
 )
 _FLOAT_TYPES = frozenset("bf16 f16 f32 f64".split()) | frozenset(t for t in DTYPE_BYTES if t.startswith("f8"))
 #: ops that hold no bytes of their own at the top level (views, tuples, control)
@@ -75,7 +78,8 @@ _NO_BYTES = frozenset(
     "parameter constant tuple get-tuple-element bitcast after-all add-dependency opt-barrier partition-id replica-id".split()
 )
 _DONE = frozenset(
-    "all-reduce-done all-gather-done collective-permute-done async-done async-update copy-done send-done recv-done".split()
+    "all-reduce-done all-gather-done collective-permute-done async-done async-update call-done copy-done send-done recv-done "
+    "slice-done".split()
 )
 
 
@@ -406,7 +410,7 @@ class _Costing:
                 raise HloError(f"{self.mod.source}: line {ins.line}: convolution {ins.name} has no readable dim_labels "
                                "or window") from None  # fmt: skip
             return 2.0 * fma, 0.0, (dot,)
-        if op in ("fusion", "call", "async-start"):
+        if op in ("fusion", "call", "async-start", "call-start"):
             return self.comp_flops(self.comp(ins.attrs.get("calls") or ins.attrs.get("to_apply", ""), ins))
         if op in _TRANSCENDENTAL:
             return 0.0, float(out_elems), ()
@@ -482,7 +486,7 @@ class _Costing:
             if op == "call":
                 items += self.walk(self.comp(ins.attrs.get("to_apply") or ins.attrs.get("calls", ""), ins), executions, depth + 1)
                 continue
-            if op == "async-start":
+            if op in ("async-start", "call-start"):  # call-start: an asynchronous call (XLA:TPU runs some on a SparseCore)
                 called = self.comp(ins.attrs.get("calls") or ins.attrs.get("to_apply", ""), ins)
                 inner = self.collective_in(called)
                 if inner is None:  # an asynchronous computation that is not a collective: run it in place
@@ -510,7 +514,7 @@ class _Costing:
                     self.starts[ins.name] = j
                 items.append(("start" if op.endswith("-start") else "collective", j))
                 continue
-            if op in _NO_BYTES:
+            if op in _NO_BYTES or (op == "custom-call" and ins.attrs.get("custom_call_target", "").strip('"') in _FREE_CUSTOM_CALLS):
                 continue
             if op == "fusion":
                 fused = self.comp(ins.attrs.get("calls", ""), ins)
@@ -546,7 +550,7 @@ class _Costing:
         nbytes = sum(s.padded_bytes for s in self.operand_shapes(comp, ins)) + ins.shape.padded_bytes
         leaves = ins.shape.leaves()
         return HloOp(ins.name, ins.opcode, f, t, nbytes, executions, d, leaves[0].dtype if leaves else "",
-                     _estimated_cycles(ins), collective, ins.opcode == "copy-start")  # fmt: skip
+                     _estimated_cycles(ins), collective, ins.opcode in _ASYNC_COPIES)  # fmt: skip
 
     def collective_fusion(self, comp: Computation, fused: Computation, ins: Instruction, inner: Instruction,
                           executions: int) -> tuple[str, int] | None:  # fmt: skip

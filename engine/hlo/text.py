@@ -427,7 +427,7 @@ def parse_hlo(text: str, source: str = "<hlo>") -> HloText:
             if in_section:
                 continue
             raise HloError(f"{source}: line {lineno}: expected a computation ('%name (...) -> ... {{'), got {ln[:60]!r}")
-        if ln == "}":
+        if ln == "}" or ln.startswith("},"):  # "}, execution_thread=..." closes a computation run elsewhere (a SparseCore)
             if pending:
                 raise HloError(f"{source}: line {lineno}: instruction never finished: {pending[:60]!r}")
             name, is_entry = current
