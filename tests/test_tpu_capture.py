@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from engine import load_scenario, simulate
+
 from engine.errors import InputError
 from engine.hlo import bundle_format as bf
 from profiler import tpu_capture
@@ -233,6 +235,18 @@ def test_capture_writes_a_bundle_for_every_generation(live, tmp_path, topology):
     text = gzip.decompress(r.module_path.read_bytes()).decode()
     assert text.startswith("HloModule") and "T(8,128)" in text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.hlo.txt.gz", "tiny.xla.json"]  # no temporaries left
+    # and the bundle runs on the pod it was compiled for, with XLA's HBM and cycle estimates
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(
+        f'[pod]\nchip = "{target.chip}"\ntopology = "{topology.split(":")[1]}"\n[model]\nkind = "hlo"\npath = "tiny.xla.json"\n'
+        "[training]\nglobal_batch = 64\nsteps = 3\n"
+    )
+    run = simulate(load_scenario(scenario))
+    m = r.memory
+    per_device = m["argument_bytes"] + m["output_bytes"] - m["alias_bytes"] + m["temp_bytes"]
+    assert run.facts.peak_hbm_bytes == per_device * DEVICES_PER_CHIP[topology.split(":")[0]]
+    assert run.facts.extra["hbm_source"] == "xla" and run.facts.extra["compute_source"] == "xla"
+    assert run.trace.steps.num_rows == 3 and not run.facts.oom
 
 
 @pytest.mark.slow
