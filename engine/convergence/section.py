@@ -63,9 +63,9 @@ def convergence_problems(section: ConvergenceSection | None, model_kind: str, to
     }
     given = [k for k, v in ways.items() if v]
     tasks = load_tasks()
-    chinchilla = ""
-    if params:
-        chinchilla = f" (Chinchilla's ~{tokens_per_param_default():g} tokens per parameter: tokens = {tokens_per_param_default() * params:.3g})"
+    per_param = tokens_per_param_default()
+    chinchilla = f" (a compute-optimal pre-training budget is ~{per_param:g} tokens per parameter, Hoffmann et al. 2022"
+    chinchilla += f": tokens = {per_param * params:.3g})" if params else ")"
     if not given:
         problems.append(("convergence", "says neither a task nor a budget; valid: task = one of " + ", ".join(tasks)
                          + ", or e_min_samples + b_crit_samples, or samples = N, or tokens = N" + chinchilla))  # fmt: skip
