@@ -105,3 +105,20 @@ def test_bad_convergence_is_a_scenario_error_naming_the_key(tmp_path, capsys, ex
     assert main(["run", str(path), "--json", "--db", str(db), "--create"]) == EXIT_BAD_INPUT
     assert capsys.readouterr().out == ""
     assert not db.exists()
+
+
+def test_validate_predicts_mlperf_time_to_train_as_its_own_never_fitted_group():
+    from profiler.reference import TTT_KEY, load_reference
+    from profiler.validation import run_validation
+
+    v = run_validation()
+    ttt = [c for c in v.cases if c.kind == "time_to_train"]
+    entries = {e["id"]: e for e in load_reference()}
+    assert len(ttt) >= 20 and not any(c.fit for c in ttt)
+    for c in ttt:
+        assert c.published == entries[c.id.removesuffix("_time_to_train")]["expected"][TTT_KEY]
+    s = v.to_json()["summary"]["time_to_train"]
+    assert s["n"] == len(ttt) and s["median_abs_pct"] is not None
+    # the per-step groups are what they were: no time-to-train case in them
+    assert v.summary["all"]["n"] == len([c for c in v.cases if c.kind != "time_to_train"])
+    assert not {c.id for c in ttt} & {s.id for s in v.skipped}
