@@ -38,7 +38,7 @@ SUMMARY_KEYS = (
 )  # fmt: skip
 #: the time-to-train keys: null without a ``[convergence]`` section
 TIME_TO_TRAIN_KEYS = ("steps_to_target", "samples_to_target", "time_to_train_s", "time_to_train_range_s", "chip_hours", "cost_usd",
-                      "time_to_train_breakdown_s")  # fmt: skip
+                      "time_to_train_breakdown_s", "batch_over_b_crit")  # fmt: skip
 
 #: the runs-row columns a summary repeats
 RUN_COLUMNS = ("name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "scenario", "facts")
@@ -185,6 +185,8 @@ def time_to_train_keys(inputs: Mapping[str, Any] | None, step_s: float | None,
         "cost_usd": t.cost_usd,
         "time_to_train_breakdown_s": {"train": t.train_s, "eval": t.eval_s, "compile": t.compile_s,
                                       "checkpoints_and_failures": t.checkpoint_and_failures_s},  # fmt: skip
+        # the global batch over the critical batch (None for a fixed budget): past ~1 more chips buy little time
+        "batch_over_b_crit": plan.global_batch / plan.b_crit_samples if plan.b_crit_samples else None,
     }
 
 

@@ -122,3 +122,14 @@ def test_validate_predicts_mlperf_time_to_train_as_its_own_never_fitted_group():
     # the per-step groups are what they were: no time-to-train case in them
     assert v.summary["all"]["n"] == len([c for c in v.cases if c.kind != "time_to_train"])
     assert not {c.id for c in ttt} & {s.id for s in v.skipped}
+
+
+def test_advisor_says_when_the_batch_is_far_past_the_critical_batch(tmp_path, capsys):
+    # mlperf-resnet50's B_crit is ~46,763 images: 131,072 is ~2.8x it, 8,192 is well below
+    far = _run_json(tmp_path, _write(tmp_path, 131072), capsys)
+    k = far["batch_over_b_crit"]
+    assert k == pytest.approx(131072 / load_tasks()["mlperf-resnet50"].model.b_crit_samples)
+    (item,) = [a for a in far["advice"] if a["rule"] == "batch_past_critical"]
+    assert f"{(k + 2) / (k + 1):.2f}x as long" in item["message"]  # half the batch: S(B/2) / S(B) = (k + 2) / (k + 1)
+    near = _run_json(tmp_path / "..", _write(tmp_path, 8192), capsys)
+    assert not [a for a in near["advice"] if a["rule"] == "batch_past_critical"]

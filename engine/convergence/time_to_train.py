@@ -53,6 +53,7 @@ class ConvergencePlan:
     recovery_s: float
     chips: int
     usd_per_chip_hour: float | None
+    b_crit_samples: float | None = None  # the critical batch, when the target comes from a fit (not a budget)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -79,17 +80,18 @@ class TimeToTrain:
     cost_usd: float | None
 
 
-def _samples(c: ConvergenceSection, batch: int, tokens_per_sample: int | None) -> tuple[str, float, float | None]:
-    """(basis, samples to target, conformal q of the steps or None)."""
+def _samples(c: ConvergenceSection, batch: int, tokens_per_sample: int | None) -> tuple[str, float, float | None, float | None]:
+    """(basis, samples to target, conformal q of the steps or None, B_crit or None)."""
     if c.task is not None:
         task = load_tasks()[c.task]
-        return c.task, task.model.samples_to_target(batch), task.loo_q
+        return c.task, task.model.samples_to_target(batch), task.loo_q, task.model.b_crit_samples
     if c.e_min_samples is not None and c.b_crit_samples is not None:
-        return "critical batch", CriticalBatch(c.e_min_samples, c.b_crit_samples).samples_to_target(batch), None
+        fit = CriticalBatch(c.e_min_samples, c.b_crit_samples)
+        return "critical batch", fit.samples_to_target(batch), None, fit.b_crit_samples
     if c.samples is not None:
-        return "samples", c.samples, None
+        return "samples", c.samples, None, None
     assert c.tokens is not None and tokens_per_sample, "validated by convergence_problems"
-    return "tokens", c.tokens / tokens_per_sample, None
+    return "tokens", c.tokens / tokens_per_sample, None, None
 
 
 def plan_convergence(
@@ -114,7 +116,7 @@ def plan_convergence(
     compile_s
         Compile seconds the job pays once (what the simulated run compiled).
     """
-    basis, samples, q = _samples(section, global_batch, tokens_per_sample)
+    basis, samples, q, b_crit = _samples(section, global_batch, tokens_per_sample)
     steps = max(1, math.ceil(samples / global_batch))
     steps_range = None
     if q is not None:
@@ -134,7 +136,7 @@ def plan_convergence(
         steps_range=steps_range, evals=evals, eval_s=section.eval_s, eval_samples=section.eval_samples,
         compile_s=float(compile_s), checkpoint_write_s=write_s, checkpoint_every_steps=every,
         failure_rate_per_s=rate, recovery_s=recovery_s, chips=chips,
-        usd_per_chip_hour=cost.usd_per_chip_hour if cost is not None else None,
+        usd_per_chip_hour=cost.usd_per_chip_hour if cost is not None else None, b_crit_samples=b_crit,
     )  # fmt: skip
 
 
