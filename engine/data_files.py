@@ -1,6 +1,6 @@
 """Where Podscope's bundled data files are, and where it keeps its default database.
 
-Bundled files: ``chips.toml``, ``calibration.toml``, ``compile_cost.toml``, ``advice.toml``,
+Bundled files: ``chips.toml``, ``calibration.toml``, ``compile_cost.toml``, ``advice.toml``, ``convergence.toml``,
 ``reference/published.json``, ``scenarios/``, ``hlo/`` (the HLO module the example scenario
 simulates; scenario paths are relative to the scenario file), ``sweeps/`` and ``plans/``. An installed wheel carries them
 inside the ``engine`` package (``engine/data/``, see ``pyproject.toml``); a source checkout (and an

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .convergence import plan_convergence
 from .compilation import COMPILES, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
 from .analytic import scenario_compute
 from .compute import PASSES_BY_REMAT, ComputeCost
@@ -49,7 +50,7 @@ from .step import Segment, SimContext, StepCursor
 from .stragglers import straggler_factors
 from .units import NS_PER_S, WEIGHT_BYTES_PER_ELEMENT
 
-__all__ = ["IdlePlan", "plan_idle", "idle_facts"]
+__all__ = ["IdlePlan", "plan_idle", "idle_facts", "default_checkpoint_bytes"]
 
 #: a chip is named a straggler when its compute factor exceeds 1 by more than this
 STRAGGLER_MIN_SLOWDOWN = 0.01
@@ -121,6 +122,12 @@ def _after_barrier_s(post: list[Segment], steps: int, chips: int) -> np.ndarray:
     for seg in post:
         cursor.place(seg, np.broadcast_to(np.asarray(seg.dur_s, dtype=np.float64), (steps, chips)))
     return cursor.close()[1][:, 0]
+
+
+def default_checkpoint_bytes(params: int, training: Any) -> float:
+    """A checkpoint's bytes when ``[failures]`` gives none: the stored weights and the optimizer state."""
+    return params * (WEIGHT_BYTES_PER_ELEMENT[training.weight_dtype]
+                     + optimizer_state_bytes_per_param(training.optimizer, training.optimizer_state))  # fmt: skip
 
 
 def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePlan:
@@ -198,7 +205,7 @@ def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePl
     tail = [scaled(seg, shape=False) for seg in tail]
 
     fl = s.failures
-    ckpt_bytes = ctx.cost.params * (WEIGHT_BYTES_PER_ELEMENT[tr.weight_dtype] + optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
+    ckpt_bytes = default_checkpoint_bytes(ctx.cost.params, tr)
     ckpt_s = np.zeros(steps)
     if fl is not None:
         size = fl.checkpoint_bytes if fl.checkpoint_bytes is not None else ckpt_bytes
@@ -281,6 +288,12 @@ def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePl
         "checkpoint_s": float(ckpt_s.sum()),
         **input_facts,
     }
+    if s.convergence is not None:
+        plan = plan_convergence(
+            s.convergence, global_batch=tr.global_batch, tokens_per_sample=ctx.cost.tokens_per_sample, chips=chips,
+            hosts=ctx.pod.hosts, compile_s=float(compile_s.sum()), failures=fl, checkpoint_bytes=ckpt_bytes, cost=s.cost,
+        )  # fmt: skip
+        facts["time_to_train_inputs"] = plan.to_dict()
     if fl is not None:
         facts |= _checkpoint_facts(fl, step_s, ckpt_s, fail, program_compile_s, ckpt_bytes, ctx.pod.hosts, chips)
     special = np.flatnonzero((compile_s > 0) | (ckpt_s > 0) | (fail.restart_s > 0))

@@ -44,9 +44,15 @@ OBJECTIVES: dict[str, tuple[str, bool, bool]] = {
     "samples_per_s": ("samples_per_s", False, True),
     "samples_per_s_per_chip": ("samples_per_s", True, True),
     "step_time_s": ("step_time_s", False, False),
+    # to the base's [convergence] target (engine/convergence): the wall time, or the chip-hours
+    # (priced at [cost] usd_per_chip_hour when given: the same order, since the price is one number)
+    "time_to_train": ("time_to_train_s", False, False),
+    "cost_to_train": ("chip_hours", False, False),
 }
+#: objectives and limits that need the base's [convergence] section
+_NEEDS_CONVERGENCE = ("time_to_train", "cost_to_train")
 MESH_MODES = ("auto", "fixed")
-_SEARCH_KEYS = {"objective", "mesh", "max_chips", "min_chips"}
+_SEARCH_KEYS = {"objective", "mesh", "max_chips", "min_chips", "max_time_to_train_s", "max_cost_usd"}
 #: values a knob list may hold (TOML scalars; a knob sets one scenario value)
 _SCALARS = (str, int, float, bool)
 
@@ -63,6 +69,8 @@ class Plan:
     knobs: dict[str, list[Any]] = field(default_factory=dict)
     max_chips: int | None = None
     min_chips: int | None = None
+    max_time_to_train_s: float | None = None  # a deadline: slower candidates are infeasible
+    max_cost_usd: float | None = None  # a budget: dearer candidates are infeasible
 
     @property
     def space_size(self) -> int:
@@ -172,6 +180,21 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
     elif base is not None and OBJECTIVES[objective][0] == "tokens_per_s" and not model_cost(base.model).tokens_per_sample:
         problems.append(("search.objective", f"{objective} needs a model with tokens (a transformer); "
                          f"the base is a {base.model.kind} model; valid: samples_per_s, samples_per_s_per_chip, step_time_s"))
+    trained = base is not None and base.convergence is not None
+    if objective in _NEEDS_CONVERGENCE and base is not None and not trained:
+        problems.append(("search.objective", f"{objective} needs a target: add a [convergence] section to the base "
+                         "(docs/scenarios.md); valid without one: " + ", ".join(k for k in OBJECTIVES if k not in _NEEDS_CONVERGENCE)))
+    bounds: dict[str, float | None] = {}
+    for key in ("max_time_to_train_s", "max_cost_usd"):
+        value = search.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            problems.append((f"search.{key}", f"expected a number > 0, got {value!r}"))
+            value = None
+        elif value is not None and base is not None and not trained:
+            problems.append((f"search.{key}", "a limit on the time or cost to train needs a [convergence] section in the base"))
+        elif value is not None and key == "max_cost_usd" and base is not None and base.cost is None:
+            problems.append((f"search.{key}", "a cost limit needs a price: add [cost] usd_per_chip_hour to the base"))
+        bounds[key] = float(value) if value is not None else None
     mesh = search.get("mesh", "auto")
     if mesh not in MESH_MODES:
         problems.append(("search.mesh", f"unknown mesh mode {mesh!r}; valid: {', '.join(MESH_MODES)}"))
@@ -206,7 +229,8 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
             knobs[key] = list(values)
     if problems or base is None:
         raise PlanError(source, problems)
-    return Plan(source, base, base_raw, objective, mesh, knobs, limits["max_chips"], limits["min_chips"])
+    return Plan(source, base, base_raw, objective, mesh, knobs, limits["max_chips"], limits["min_chips"],
+                bounds["max_time_to_train_s"], bounds["max_cost_usd"])  # fmt: skip
 
 
 def _toml_value(v: Any) -> str:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .catalog import ChipSpec, load_catalog
 from .compilation import CompileSection
+from .convergence.section import ConvergenceSection, CostSection, convergence_problems
 from .errors import ScenarioError, TopologyError
 from .failures import FailureSection
 from .hlo.module_file import module_problems
@@ -346,6 +347,9 @@ class Scenario(_Section):
     compile: CompileSection | None = None
     stragglers: StragglerSection | None = None
     failures: FailureSection | None = None
+    # When training is done and what a chip-hour costs (engine/convergence/); absent = per-step answers only.
+    convergence: ConvergenceSection | None = None
+    cost: CostSection | None = None
 
     # Derived views (not inputs) -------------------------------------------------
     @property
@@ -673,6 +677,7 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
                  f"({'data x fsdp x expert' if p.expert > 1 else 'data x fsdp'} x slices); "
                  f"valid: a multiple of {shards}, e.g. {max(1, round(s.training.global_batch / shards)) * shards}")
             )
+    problems += convergence_problems(s.convergence, s.model.kind, getattr(s.model, "seq_len", None))
     # Checked last so a shape problem does not hide the batch or mesh problems above.
     if chip is not None and len(shape) <= chip.torus_dims and n <= chip.max_slice_chips:
         if not is_supported_shape(chip, shape):
@@ -688,7 +693,7 @@ def _semantic_problems(s: Scenario) -> list[tuple[str, str]]:
 #: keys an HLO module already fixes, and the idle-time sections not yet simulated for one
 _HLO_MODEL_KEYS = frozenset(HloModel.model_fields)
 _HLO_FIXED_TRAINING = ("precision", "optimizer", "remat", "weight_dtype")
-_HLO_UNSUPPORTED_SECTIONS = ("parallelism", "input", "compile", "stragglers", "failures")
+_HLO_UNSUPPORTED_SECTIONS = ("parallelism", "input", "compile", "stragglers", "failures", "convergence", "cost")
 
 
 def _hlo_fixed_keys(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[tuple[str, str]]]:

@@ -38,7 +38,9 @@ import numpy as np
 
 from .analytic import evaluate
 from .calibration import Calibration, load_calibration
+from .convergence import TimeToTrain, plan_convergence, time_to_train
 from .errors import ScenarioError
+from .idle import default_checkpoint_bytes
 from .memory import bytes_per_param, zero_shards
 from .models import ModelCost, model_cost
 from .planner import OBJECTIVES, Plan
@@ -94,6 +96,9 @@ class Candidate:
     tokens_per_s: float | None = None
     peak_hbm_bytes: float | None = None
     objective: float | None = None
+    time_to_train_s: float | None = None  # with the base's [convergence] only
+    chip_hours: float | None = None
+    cost_usd: float | None = None
 
     @property
     def feasible(self) -> bool:
@@ -178,6 +183,9 @@ def _numbers(p: Candidate) -> dict[str, Any]:
         "chips": p.chips,
         "peak_hbm_bytes": _float(p.peak_hbm_bytes),
         "objective": _float(p.objective),
+        "time_to_train_s": _float(p.time_to_train_s),
+        "chip_hours": _float(p.chip_hours),
+        "cost_usd": _float(p.cost_usd),
     }
 
 
@@ -299,10 +307,18 @@ def search(
         costed += 1
         est = evaluate(scenario, cal, pod=shared.pod(scenario), cost=shared.cost(scenario), memo=shared.memo)
         values = {"step_time_s": est.step_time_s, "samples_per_s": est.samples_per_s, "tokens_per_s": est.tokens_per_s}
+        ttt = _time_to_train(scenario, shared, est.step_time_s)
+        values |= {"time_to_train_s": ttt.total_s if ttt else None, "chip_hours": ttt.chip_hours if ttt else None}
         objective = values[quantity] / est.chips if per_chip else values[quantity]
         reason = f"out of memory ({est.oom_term})" if est.oom else None
+        if reason is None and ttt is not None:
+            if plan.max_time_to_train_s is not None and ttt.total_s > plan.max_time_to_train_s:
+                reason = "over the time-to-train limit"
+            elif plan.max_cost_usd is not None and ttt.cost_usd is not None and ttt.cost_usd > plan.max_cost_usd:
+                reason = "over the cost limit"
         points.append(Candidate(len(points), overrides, est.chips, mesh, reason, est.step_time_s, est.samples_per_s,
-                                est.tokens_per_s, est.peak_hbm_bytes, objective))  # fmt: skip
+                                est.tokens_per_s, est.peak_hbm_bytes, objective, values["time_to_train_s"],
+                                values["chip_hours"], ttt.cost_usd if ttt else None))  # fmt: skip
 
     for done, combo in enumerate(combos, 1):
         raw = _apply(plan, combo)
@@ -314,6 +330,22 @@ def search(
             progress(done, len(combos))
     infeasible = Counter(p.reason for p in points if p.reason is not None)
     return PlanResult(plan, points, time.perf_counter() - t0, costed, dict(infeasible))
+
+
+def _time_to_train(scenario: Scenario, shared: "_Costs", step_s: float) -> TimeToTrain | None:
+    """The candidate's time to train at its analytic step (None without a [convergence] section).
+
+    As a run prices it (engine/convergence), but with no compile: the planner does not cost one.
+    """
+    if scenario.convergence is None or not step_s > 0:
+        return None
+    cost = shared.cost(scenario)
+    plan = plan_convergence(
+        scenario.convergence, global_batch=scenario.training.global_batch, tokens_per_sample=cost.tokens_per_sample,
+        chips=scenario.total_chips, hosts=shared.pod(scenario).hosts, failures=scenario.failures,
+        checkpoint_bytes=default_checkpoint_bytes(cost.params, scenario.training), cost=scenario.cost,
+    )  # fmt: skip
+    return time_to_train(plan, step_s)
 
 
 def _budget_ok(plan: Plan, chips: int) -> bool:

@@ -31,6 +31,7 @@ TITLES = {
     "checkpoint_too_rare": "Checkpoints too rare",
     "checkpoint_too_frequent": "Checkpoints more frequent than needed",
     "expert_tiles_unfilled": "Expert matmul tiles part empty",
+    "batch_past_critical": "Batch far past the critical batch",
 }
 
 #: evidence metric -> (label, formatter); a fraction's label names what it is a fraction of
@@ -58,6 +59,11 @@ EVIDENCE: dict[str, tuple[str, Any]] = {
     "job_mtbf_hours": ("job MTBF", lambda v: fmt.duration(float(v) * 3600)),
     "goodput_expected": ("expected long-run goodput", fmt.percent),
     "moe_expert_work_over_flops": ("expert GEMM work executed, over their FLOPs", lambda v: f"{float(v):.2f}x"),
+    "batch_over_b_crit": ("global batch, over the critical batch", lambda v: f"{float(v):.2f}x"),
+    "half_batch_time_ratio": ("time to train at half the batch and chips", lambda v: f"{float(v):.2f}x"),
+    "half_batch_chip_hours_saved": ("chip-hours saved at half the batch", fmt.percent),
+    "time_to_train_s": ("time to train", fmt.duration),
+    "chip_hours": ("chip-hours to train", fmt.si),
 }
 
 _FIND_BY_ID = re.compile(r"Find them by id \(summary 'stragglers'\), then", re.IGNORECASE)

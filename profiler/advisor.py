@@ -82,6 +82,12 @@ def advice_metrics(summary: dict[str, Any]) -> dict[str, float]:
         m[f"breakdown_{kind}"] = float(frac)
     if isinstance(summary.get("stragglers"), list):
         m["stragglers_count"] = float(len(summary["stragglers"]))
+    k = m.get("batch_over_b_crit")
+    if k:
+        # half the batch on half the chips (same per-chip batch and step): S = S_min (1 + B_crit / B) and
+        # E = E_min (1 + B / B_crit) (McCandlish et al. 2018) give these ratios at B = k B_crit
+        m["half_batch_time_ratio"] = (k + 2.0) / (k + 1.0)
+        m["half_batch_chip_hours_saved"] = (k / 2.0) / (1.0 + k)
     wall = m.get("wall_time_s")
     if wall:
         for key, name in (("compile_s", "compile_frac"), ("checkpoint_s", "checkpoint_frac")):

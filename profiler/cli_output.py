@@ -67,8 +67,22 @@ def summary_text(s: dict[str, Any]) -> str:
         lines.append(f"  HBM peak      {fmt.gib(s['peak_hbm_bytes'], 2)} of {fmt.gib(s['hbm_capacity_bytes'], 2)} per chip")
     if s.get("oom"):
         lines.extend(_oom_lines(s))
+    lines += _time_to_train_lines(s)
     lines += _idle_lines(s)
     return "\n".join(lines)
+
+
+def _time_to_train_lines(s: dict[str, Any]) -> list[str]:
+    """Steps, time, chip-hours and cost to the scenario's target (only with a ``[convergence]`` section)."""
+    if s.get("time_to_train_s") is None:
+        return []
+    lo, hi = s.get("time_to_train_range_s") or (None, None)
+    band = f" (likely {fmt.duration(lo)} to {fmt.duration(hi)})" if lo is not None else ""
+    cost = f", {fmt.usd(s['cost_usd'])}" if s.get("cost_usd") is not None else ""
+    return [
+        f"  to target     {fmt.count(s['steps_to_target'])} steps, {fmt.si(s['samples_to_target'])} samples",
+        f"  time to train {fmt.duration(s['time_to_train_s'])}{band}, {fmt.si(s['chip_hours'])} chip-hours{cost}",
+    ]
 
 
 def _oom_lines(s: dict[str, Any]) -> list[str]:

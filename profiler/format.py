@@ -28,6 +28,7 @@ __all__ = [
     "rate",
     "count",
     "percent",
+    "usd",
     "points",
     "relative_change",
     "change",
@@ -142,6 +143,14 @@ def count(n: float | None) -> str:
     if is_missing(n):
         return NA
     return f"{int(round(float(n))):,}"
+
+
+def usd(dollars: float | None) -> str:
+    """US dollars: cents below $10,000 ("$13.69"), then 3 significant digits with k/M ("$245k")."""
+    if is_missing(dollars):
+        return NA
+    v = float(dollars)
+    return f"${v:,.2f}" if abs(v) < 1e4 else f"${si(v)}"
 
 
 def percent(frac: float | None, decimals: int = 1) -> str:

@@ -28,6 +28,7 @@ __all__ = ["BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run
 PLAN_COLUMNS = (
     "index", "chips", "topology", "slices", "remat", "mesh", "data", "fsdp", "tensor", "feasible", "reason",
     "step_time_s", "tokens_per_s", "samples_per_s", "throughput_per_chip", "peak_hbm_bytes", "objective", "pareto", "rank",
+    "time_to_train_s", "chip_hours", "cost_usd",
 )  # fmt: skip
 
 
@@ -103,6 +104,9 @@ def plan_frame(result: PlanResult) -> pd.DataFrame:
                 "objective": p.objective,
                 "pareto": p.index in pareto,
                 "rank": rank.get(p.index),
+                "time_to_train_s": p.time_to_train_s,
+                "chip_hours": p.chip_hours,
+                "cost_usd": p.cost_usd,
             }
         )
     return pd.DataFrame(rows, columns=list(PLAN_COLUMNS))

@@ -33,7 +33,9 @@ class Case:
     * ``"weak_scaling"``: ``scale x step_s[0] / step_s[1]`` for two scenarios (throughput ratio);
     * ``"collective"``: an engine collective cost (``formula``) at the entry's constants, in us;
     * ``"flops_per_token"``: Podscope's training FLOPs per token of ``scenarios[0]`` times
-      ``work_per_step`` (tokens/s / peak FLOP/s of the job): an MFU by Podscope's FLOP count.
+      ``work_per_step`` (tokens/s / peak FLOP/s of the job): an MFU by Podscope's FLOP count;
+    * ``"time_to_train"``: the run's time to train in seconds (its ``[convergence]`` plan priced at
+      the predicted step, :func:`engine.convergence.time_to_train`); kind ``time_to_train``, never fitted.
     """
 
     id: str

@@ -21,19 +21,24 @@ from typing import Any
 
 import duckdb
 
+from engine.convergence import ConvergencePlan, time_to_train
 from engine.trace import EVENT_KINDS
 
 from .advisor import advise
 from .ranges import step_time_range_s
 
-__all__ = ["build_summary", "batch_aggregates", "summary_from", "RunAggregates", "SUMMARY_KEYS", "BATCH_VIEWS"]
+__all__ = ["build_summary", "time_to_train_keys", "TIME_TO_TRAIN_KEYS", "batch_aggregates", "summary_from", "RunAggregates", "SUMMARY_KEYS", "BATCH_VIEWS"]
 
 SUMMARY_KEYS = (
     "run_id", "name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "params",
     "step_time_s", "step_time_range_s", "step_time_range_basis", "wall_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "breakdown",
     "peak_hbm_bytes", "hbm_capacity_bytes", "hbm_breakdown_bytes", "oom", "events",
-    "input_wait_frac", "recompiles", "compile_s", "goodput", "stragglers", "advice",
+    "input_wait_frac", "recompiles", "compile_s", "goodput", "stragglers",
+    "steps_to_target", "samples_to_target", "time_to_train_s", "time_to_train_range_s", "chip_hours", "cost_usd", "advice",
 )  # fmt: skip
+#: the time-to-train keys: null without a ``[convergence]`` section
+TIME_TO_TRAIN_KEYS = ("steps_to_target", "samples_to_target", "time_to_train_s", "time_to_train_range_s", "chip_hours", "cost_usd",
+                      "time_to_train_breakdown_s", "batch_over_b_crit")  # fmt: skip
 
 #: the runs-row columns a summary repeats
 RUN_COLUMNS = ("name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "scenario", "facts")
@@ -150,8 +155,39 @@ def summary_from(run_id: int, run: Mapping[str, Any], agg: RunAggregates) -> dic
     summary.setdefault("input_wait_frac", breakdown.get("input_wait", 0.0))
     for key in ("recompiles", "compile_s", "goodput", "stragglers"):
         summary.setdefault(key, None)
+    summary.update(time_to_train_keys(summary.get("time_to_train_inputs"), step_s, step_range_s))
     summary.setdefault("advice", advise(summary))  # last: rules read every other key
     return summary
+
+
+def time_to_train_keys(inputs: Mapping[str, Any] | None, step_s: float | None,
+                       step_range_s: list[float] | None) -> dict[str, Any]:  # fmt: skip
+    """The time-to-train summary keys from a run's convergence plan (its ``time_to_train_inputs`` fact).
+
+    ``time_to_train_s`` prices the plan's steps at the steady step time
+    (:func:`engine.convergence.time_to_train`). ``time_to_train_range_s`` pairs the step-time range's
+    ends with the ends of the task fit's range on the steps (exact for a fixed budget): the low end
+    is the short step and the fewer steps, the high end the long step and the more steps.
+    All None without a plan (no ``[convergence]``) or without a step time.
+    """
+    if not inputs or not step_s:
+        return dict.fromkeys(TIME_TO_TRAIN_KEYS)
+    plan = ConvergencePlan.from_dict(dict(inputs))
+    t = time_to_train(plan, step_s)
+    lo_step, hi_step = step_range_s if step_range_s else (step_s, step_s)
+    lo_n, hi_n = plan.steps_range or (plan.steps_to_target, plan.steps_to_target)
+    return {
+        "steps_to_target": plan.steps_to_target,
+        "samples_to_target": plan.samples_to_target,
+        "time_to_train_s": t.total_s,
+        "time_to_train_range_s": [time_to_train(plan, lo_step, lo_n).total_s, time_to_train(plan, hi_step, hi_n).total_s],
+        "chip_hours": t.chip_hours,
+        "cost_usd": t.cost_usd,
+        "time_to_train_breakdown_s": {"train": t.train_s, "eval": t.eval_s, "compile": t.compile_s,
+                                      "checkpoints_and_failures": t.checkpoint_and_failures_s},  # fmt: skip
+        # the global batch over the critical batch (None for a fixed budget): past ~1 more chips buy little time
+        "batch_over_b_crit": plan.global_batch / plan.b_crit_samples if plan.b_crit_samples else None,
+    }
 
 
 def build_summary(con: duckdb.DuckDBPyConnection, run_id: int) -> dict[str, Any]:

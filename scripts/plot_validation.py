@@ -76,7 +76,18 @@ def tables(v: Validation) -> dict[str, str]:
         f"| {c.id} | {c.chip} | {c.metric} | {_fmt(c.predicted)} | {_fmt(c.published)} | {c.error_pct:+.1f}% "
         f"| {_pct(c.leave_one_generation_out_error_pct)} | {_pct(c.leave_one_family_out_error_pct)} | {_range(c)} |"
         for c in v.cases
+        if c.kind != "time_to_train"
     ]
+    ttt = ["| case | chip | predicted (s) | published (s) | error |", "| --- | --- | ---: | ---: | ---: |"]
+    ttt += [
+        f"| {c.id.removesuffix('_time_to_train')} | {c.chip} | {_fmt(c.predicted)} | {_fmt(c.published)} | {c.error_pct:+.1f}% |"
+        for c in v.cases
+        if c.kind == "time_to_train"
+    ]
+    s = v.summary["time_to_train"]
+    if s["n"]:
+        ttt += ["", f"Median absolute error {s['median_abs_pct']:.1f}% over {s['n']} entries (p90 {s['p90_abs_pct']:.1f}%, "
+                f"worst {s['worst_abs_pct']:.1f}%, {s['worst_id']})."]  # fmt: skip
     cal = load_calibration(Path(v.calibration))
     params = ["| parameter | fitted | prior |", "| --- | ---: | ---: |"]
     for name in record.get("fitted", []):
@@ -91,6 +102,7 @@ def tables(v: Validation) -> dict[str, str]:
         "validation-summary": "\n".join(summary) + "\n",
         "validation-ranges": "\n".join(ranges) + "\n",
         "validation-cases": "\n".join(cases) + "\n",
+        "validation-time-to-train": "\n".join(ttt) + "\n",
         "validation-memory": memory_block(load_reference(v.reference)),
     }
 
@@ -166,7 +178,8 @@ def main(out: str = str(DOCS / "validation.svg")) -> None:
     v = run_validation()
     for name, text in tables(v).items():
         write_block(PAGE, name, text)
-    plot(results_frame(), out)
+    df = results_frame()
+    plot(df[df["kind"] != "time_to_train"], out)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler.validation import run_validation
-from scripts import idle_table, link_fault_table, module_listing, plot_validation
+from scripts import convergence_table, idle_table, link_fault_table, module_listing, plot_validation
 from scripts.docs_blocks import read_block
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +55,14 @@ def test_link_fault_table_matches_the_engine_and_the_faults_act():
     assert ms(x_slow[0]) > ms(none[0]) and x_slow[1] == none[1]  # an x fault slows the FSDP gathers only
     assert ms(z_slow[1]) == 2 * ms(none[1]) and z_slow[0] == none[0]  # a z link at half doubles the TP all-reduces
     assert z_slow[3] == none[3]  # ... which the layer's compute still hides: the step does not move
+
+
+def test_convergence_table_matches_the_bundled_fits():
+    text = convergence_table.table()
+    assert read_block(convergence_table.PAGE, convergence_table.BLOCK) == text, (
+        "docs/model.md convergence table is stale: run `python -m scripts.convergence_table --write`"
+    )
+    assert "`mlperf-resnet50`" in text and "`mlperf-llama31-405b`" in text
 
 
 def test_module_listing_names_every_module_with_its_docstring():

@@ -160,6 +160,15 @@ def test_overview_shows_the_advisor_findings_most_severe_first(page_db, label):
         assert any(f"They are chips {names}" in w.value for w in at.warning)
 
 
+def test_overview_shows_time_and_cost_to_train_only_when_the_scenario_has_a_target(page_db):
+    summary = page_db.summary("full")
+    metrics = {m.label: m.value for m in _page("views/overview.py", page_db.run_ids["full"]).metric}
+    assert metrics["Time to train"] == fmt.duration(summary["time_to_train_s"])
+    assert metrics["Steps to target"] == fmt.count(summary["steps_to_target"])
+    assert metrics["Cost"] == fmt.usd(summary["cost_usd"])
+    assert "Time to train" not in {m.label for m in _page("views/overview.py", page_db.run_ids["stragglers"]).metric}
+
+
 def test_memory_page_explains_oom_with_the_engine_detail(page_db):
     summary = page_db.summary("oom")
     detail = summary["oom_detail"]

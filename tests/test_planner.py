@@ -318,3 +318,71 @@ def test_context_and_expert_are_searched_with_their_rules(tmp_path):
     assert result.infeasible == {REASONS["heads"]: 1, REASONS["seq"]: 1, REASONS["experts"]: 1}
     best = result.scenario(result.ranked()[0])
     assert scenario_from_dict(best).model.experts == 2
+
+
+class TestTimeToTrainObjectives:
+    """The planner ranks by the job's end: time or chip-hours to the base's [convergence] target."""
+
+    BASE = {
+        "name": "r50-plan",
+        "pod": {"chip": "tpu-v4", "topology": "4x4x4"},
+        "model": {"kind": "resnet50"},
+        "training": {"global_batch": 8192, "steps": 10, "optimizer": "momentum", "remat": "full"},
+        "convergence": {"task": "mlperf-resnet50"},
+        "cost": {"usd_per_chip_hour": 1.0},
+    }
+
+    def _best(self, objective: str, **limits):
+        from engine.planner import plan_from_dict
+        from engine.search import search
+
+        search_table = {"objective": objective, "mesh": "fixed", "pod.topology": ["4x4x4", "8x8x8"],
+                        "training.global_batch": [8192, 131072], **limits}  # fmt: skip
+        result = search(plan_from_dict({"base": self.BASE, "search": search_table}))
+        return result, result.ranked()[0]
+
+    def _batch(self, result, candidate) -> int:
+        return candidate.overrides.get("training.global_batch", self.BASE["training"]["global_batch"])
+
+    def test_cost_to_train_picks_a_smaller_batch_than_throughput_far_past_b_crit(self):
+        # B_crit of mlperf-resnet50 is ~47k images: 131,072 is ~2.8x past it, so it needs ~2.4x the samples of 8,192
+        thr, best_thr = self._best("samples_per_s")
+        cost, best_cost = self._best("cost_to_train")
+        assert self._batch(thr, best_thr) == 131072
+        assert self._batch(cost, best_cost) == 8192 and best_cost.chips == 64
+        assert best_cost.chip_hours < best_thr.chip_hours
+        assert best_cost.cost_usd == pytest.approx(best_cost.chip_hours * 1.0)
+
+    def test_time_to_train_is_not_throughput(self):
+        thr, best_thr = self._best("samples_per_s")
+        ttt, best_ttt = self._best("time_to_train")
+        assert best_ttt.time_to_train_s < best_thr.time_to_train_s
+        assert self._batch(ttt, best_ttt) < self._batch(thr, best_thr)
+
+    def test_a_deadline_and_a_budget_rule_candidates_out(self):
+        _, fastest = self._best("time_to_train")
+        result, _ = self._best("cost_to_train", max_time_to_train_s=fastest.time_to_train_s * 1.01)
+        feasible = [p for p in result.points if p.feasible]
+        assert feasible and all(p.time_to_train_s <= fastest.time_to_train_s * 1.01 for p in feasible)
+        assert result.infeasible.get("over the time-to-train limit")
+        _, cheapest = self._best("cost_to_train")
+        result, _ = self._best("time_to_train", max_cost_usd=cheapest.cost_usd * 1.01)
+        assert result.infeasible.get("over the cost limit")
+
+    @pytest.mark.parametrize(
+        ("base_edit", "search", "key"),
+        [
+            ({"convergence": None}, {"objective": "cost_to_train"}, "search.objective"),
+            ({"convergence": None}, {"max_time_to_train_s": 3600}, "search.max_time_to_train_s"),
+            ({}, {"max_time_to_train_s": 0}, "search.max_time_to_train_s"),
+            ({"cost": None}, {"max_cost_usd": 100}, "search.max_cost_usd"),
+        ],
+    )
+    def test_bad_limits_are_plan_errors(self, base_edit, search, key):
+        from engine.errors import PlanError
+        from engine.planner import plan_from_dict
+
+        base = {k: v for k, v in {**self.BASE, **base_edit}.items() if v is not None}
+        with pytest.raises(PlanError) as e:
+            plan_from_dict({"base": base, "search": search})
+        assert key in dict(e.value.problems)

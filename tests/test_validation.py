@@ -90,14 +90,17 @@ class TestMapping:
 
     def test_tiny_reference(self):
         cases, skipped = reference.map_entries([MAXTEXT_ENTRY, TTT_ENTRY, SPEC_ENTRY])
-        assert [c.id for c in cases] == ["mx"]
+        assert [c.id for c in cases] == ["mx", "bert_time_to_train"]
         c = cases[0]
         sc = c.scenarios[0]
         assert sc["pod"] == {"chip": "tpu-v5p", "topology": "4x4x4", "slices": 1}
         assert sc["parallelism"] == {"fsdp": 16, "tensor": 4}
         assert sc["training"]["global_batch"] == 6 * 64
-        assert {s.id for s in skipped} == {"bert", "spec"}
-        assert "samples to converge" in next(s.reason for s in skipped if s.id == "bert")
+        assert {s.id for s in skipped} == {"spec"}
+        # a time-to-train-only entry is predicted through a convergence task, never fitted
+        ttt = cases[1]
+        assert ttt.kind == "time_to_train" and not ttt.fit and ttt.published == 1.0
+        assert ttt.scenarios[0]["convergence"]["task"] == "mlperf-bert"
 
     def test_maxtext_remat_policies_map_to_the_engine_policy_with_the_same_recompute(self):
         """MaxText "minimal" (checkpoint_dots_with_no_batch_dims) is the engine's "minimal", not "none"."""
@@ -277,13 +280,14 @@ class TestCli:
         p = _cli("validate", "--reference", str(ref), "--json")
         assert p.returncode == EXIT_OK, p.stderr
         out = json.loads(p.stdout)
-        (case,) = out["cases"]
+        case, ttt = out["cases"]
+        assert ttt["id"] == "bert_time_to_train" and out["summary"]["time_to_train"]["n"] == 1
         assert {"id", "metric", "predicted", "published", "error_pct"} <= set(case)
         assert case["error_pct"] == pytest.approx(100 * (case["predicted"] - 100.0) / 100.0)
         assert out["summary"]["end_to_end"]["n"] == 1
         # the bundled calibration was fitted on another file: no held-out errors for this one
         assert out["summary"]["leave_one_generation_out"]["n"] == 0 and case["leave_one_generation_out_error_pct"] is None
-        assert {s["id"] for s in out["skipped"]} == {"bert", "spec"}
+        assert {s["id"] for s in out["skipped"]} == {"spec"}
 
     def test_validate_table_on_bundled_reference(self):
         p = _cli("validate")
@@ -351,7 +355,7 @@ def test_mixture_of_experts_cases_are_predicted_but_never_fitted():
     assert never["n"] == len(moe) and never["worst_id"] in ids
     fitted = [r for r in v.cases if r.fit]
     assert v.summary["end_to_end"]["n"] == len(fitted) and not ids & {r.id for r in fitted}
-    assert v.summary["checks"]["n"] == sum(r.kind != "end_to_end" for r in v.cases)
+    assert v.summary["checks"]["n"] == sum(r.kind not in ("end_to_end", "time_to_train") for r in v.cases)
     assert all(r.leave_one_generation_out_error_pct is None for r in v.cases if r.id in ids)
 
 

@@ -31,10 +31,32 @@ def _headline(summary: dict) -> None:
     cols[4].metric("HBM peak", fmt.gib_of(peak, cap) if peak and cap else "n/a", help="peak HBM of the busiest chip / capacity per chip")
     if (band := common.step_time_range_text(summary)) is not None:
         st.caption(band)
+    _time_to_train(summary)
     if (assumed := _assumptions_text(summary)) is not None:
         st.caption(assumed)
     if summary.get("oom"):
         st.error("This run does not fit in HBM: it is out of memory. See the Memory page for what overflowed.")
+
+
+def _time_to_train(summary: dict) -> None:
+    """Steps, wall time, chip-hours and cost to the scenario's target; nothing without a ``[convergence]`` section."""
+    total = summary.get("time_to_train_s")
+    if total is None:
+        return
+    cols = st.columns(4)
+    cols[0].metric("Steps to target", fmt.count(summary.get("steps_to_target")),
+                   help=f"{fmt.si(summary.get('samples_to_target'))} samples to the scenario's target")  # fmt: skip
+    lo, hi = summary.get("time_to_train_range_s") or (None, None)
+    cols[1].metric("Time to train", fmt.duration(total),
+                   help=f"likely {fmt.duration(lo)} to {fmt.duration(hi)}: compile, steps, evaluations, checkpoints and failures")  # fmt: skip
+    cols[2].metric("Chip-hours", fmt.si(summary.get("chip_hours")))
+    cols[3].metric("Cost", fmt.usd(summary.get("cost_usd")), help="chip-hours x [cost] usd_per_chip_hour" if summary.get("cost_usd") is not None
+                   else "set [cost] usd_per_chip_hour in the scenario to price the chip-hours")  # fmt: skip
+    parts = summary.get("time_to_train_breakdown_s") or {}
+    if parts:
+        st.caption("Time to train: " + ", ".join(f"{k.replace('_', ' ')} {fmt.duration(v)}" for k, v in parts.items() if v)
+                   + f"; likely between {fmt.duration(lo)} and {fmt.duration(hi)} (the step-time range and the "
+                   "convergence fit's leave-one-out range together).")  # fmt: skip
 
 
 def _assumptions_text(summary: dict) -> str | None:

@@ -1,0 +1,91 @@
+"""The scenario's ``[convergence]`` and ``[cost]`` tables, and the checks that need the rest of the scenario.
+
+``[convergence]`` says when training is done, in exactly one way:
+
+* ``task = "mlperf-resnet50"``: a bundled task (``data/convergence.toml``), whose critical-batch
+  fit gives the samples to its target at the scenario's batch;
+* ``e_min_samples`` and ``b_crit_samples``: the user's own critical-batch fit;
+* ``samples = N`` or ``tokens = N``: a fixed budget (pre-training), whatever the batch.
+
+Optional evaluation: every ``eval_every_samples`` training samples the job evaluates, costing
+``eval_s`` seconds, or ``eval_samples`` forward-only samples priced from the step time.
+``[cost] usd_per_chip_hour`` prices the chip-hours; there is no built-in price list.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .tasks import load_tasks, tokens_per_param_default
+
+__all__ = ["ConvergenceSection", "CostSection", "convergence_problems"]
+
+Positive = Annotated[float, Field(gt=0)]
+
+
+class ConvergenceSection(BaseModel):
+    """``[convergence]``: what "trained" means (a task, a critical-batch fit, or a budget) and how often it evaluates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
+
+    task: str | None = None
+    e_min_samples: Positive | None = None
+    b_crit_samples: Positive | None = None
+    samples: Positive | None = None
+    tokens: Positive | None = None
+    eval_every_samples: Positive | None = None
+    eval_s: Annotated[float, Field(ge=0)] | None = None  # seconds per evaluation
+    eval_samples: Positive | None = None  # samples per evaluation (forward only)
+
+
+class CostSection(BaseModel):
+    """``[cost]``: the price of one chip for one hour, in US dollars."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    usd_per_chip_hour: Annotated[float, Field(ge=0)]
+
+
+def convergence_problems(section: ConvergenceSection | None, model_kind: str, tokens_per_sample: int | None,
+                         params: int | None = None) -> list[tuple[str, str]]:  # fmt: skip
+    """Problems of a ``[convergence]`` table in the context of its scenario, each with its dotted key."""
+    if section is None:
+        return []
+    c = section
+    problems: list[tuple[str, str]] = []
+    ways = {
+        "task": c.task is not None,
+        "e_min_samples + b_crit_samples": c.e_min_samples is not None or c.b_crit_samples is not None,
+        "samples": c.samples is not None,
+        "tokens": c.tokens is not None,
+    }
+    given = [k for k, v in ways.items() if v]
+    tasks = load_tasks()
+    per_param = tokens_per_param_default()
+    chinchilla = f" (a compute-optimal pre-training budget is ~{per_param:g} tokens per parameter, Hoffmann et al. 2022"
+    chinchilla += f": tokens = {per_param * params:.3g})" if params else ")"
+    if not given:
+        problems.append(("convergence", "says neither a task nor a budget; valid: task = one of " + ", ".join(tasks)
+                         + ", or e_min_samples + b_crit_samples, or samples = N, or tokens = N" + chinchilla))  # fmt: skip
+    elif len(given) > 1:
+        key = "convergence." + given[1].split(" ")[0]
+        problems.append((key, f"{' and '.join(given)} are both given; valid: exactly one of task, "
+                         "e_min_samples + b_crit_samples, samples, tokens"))  # fmt: skip
+    if c.task is not None and c.task not in tasks:
+        problems.append(("convergence.task", f"unknown task {c.task!r}; valid: {', '.join(tasks)}"))
+    elif c.task is not None and tasks[c.task].model_kind != model_kind:
+        same = [k for k, t in tasks.items() if t.model_kind == model_kind]
+        problems.append(("convergence.task", f"{c.task} is fitted to a {tasks[c.task].model_kind} model, the scenario's is "
+                         f"{model_kind}; valid: {', '.join(same) or 'e_min_samples + b_crit_samples, or a budget'}"))  # fmt: skip
+    if (c.e_min_samples is None) != (c.b_crit_samples is None):
+        missing = "b_crit_samples" if c.b_crit_samples is None else "e_min_samples"
+        problems.append((f"convergence.{missing}", "e_min_samples and b_crit_samples go together; valid: both, > 0"))
+    if c.tokens is not None and not tokens_per_sample:
+        problems.append(("convergence.tokens", f"a {model_kind} model has no tokens; valid: samples = N"))
+    if c.eval_s is not None and c.eval_samples is not None:
+        problems.append(("convergence.eval_samples", "eval_s and eval_samples both price an evaluation; valid: one of them"))
+    if (c.eval_s is not None or c.eval_samples is not None) and c.eval_every_samples is None:
+        problems.append(("convergence.eval_every_samples", "an evaluation cost needs how often it runs; valid: > 0 samples"))
+    return problems
