@@ -64,7 +64,12 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("mesh"):
         lines.append(f"  mesh          {s['mesh']}")
     if s.get("peak_hbm_bytes") is not None:
-        lines.append(f"  HBM peak      {fmt.gib(s['peak_hbm_bytes'], 2)} of {fmt.gib(s['hbm_capacity_bytes'], 2)} per chip")
+        by = " (XLA's memory analysis)" if s.get("hbm_source") == "xla" else ""
+        lines.append(f"  HBM peak      {fmt.gib(s['peak_hbm_bytes'], 2)} of {fmt.gib(s['hbm_capacity_bytes'], 2)} per chip{by}")
+    if s.get("hlo_compute_s") is not None:
+        by = "XLA:TPU's cycle estimates" if s.get("compute_source") == "xla" else "Podscope's roofline"
+        lines.append(f"  module        compute {fmt.duration(s['hlo_compute_s'])} per step ({by}); collectives "
+                     f"{fmt.duration(s['hlo_collective_total_s'])}, {fmt.duration(s['hlo_collective_s'])} of it exposed")  # fmt: skip
     if s.get("oom"):
         lines.extend(_oom_lines(s))
     lines += _time_to_train_lines(s)

@@ -85,7 +85,7 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     _no_exceptions(at)
     labels = {m.label for m in at.metric}
     assert {"End-to-end cases", "Median |error|", "90th pct |error|"} <= labels
-    assert len(at.dataframe) == 1
+    assert len(at.dataframe) == 2  # the per-step cases, then the MLPerf times to train
     n_all = len(at.dataframe[0].value)
     at.multiselect(key="val_chips").set_value(["tpu-v3"]).run()
     _no_exceptions(at)
@@ -96,3 +96,4 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     assert shown["leave_one_family_out_error_pct"].notna().all()
     assert {"Inside their 80% range", "Median range width"} <= {m.label for m in at.metric}
     assert any("never saw its chip generation" in c.value for c in at.caption)
+    assert any("chip generation held out of the fit" in c.value for c in at.caption)  # the headline is held out

@@ -49,18 +49,26 @@ def _error_table(e2e: pd.DataFrame, never_fitted: pd.DataFrame) -> pd.DataFrame:
 
 def _summary(df: pd.DataFrame) -> None:
     e2e = df[df["fit"]]
-    s = validation.summarize(e2e["error_pct"].to_numpy(), list(e2e["id"]))
+    held = "leave_one_generation_out_error_pct"
+    has_held = not e2e[held].isna().all()
+    # a job nobody has run yet is predicted as a held-out case is: lead with that error, the in-sample one behind it
+    col = held if has_held else "error_pct"
+    cases = e2e.dropna(subset=[col])
+    s = validation.summarize(cases[col].to_numpy(), list(cases["id"]))
+    which = "chip generation held out" if has_held else "in-sample"
     cols = st.columns(4)
     cols[0].metric("End-to-end cases", f"{s['n']}")
-    cols[1].metric("Median |error|", _pct(s["median_abs_pct"]))
-    cols[2].metric("90th pct |error|", _pct(s["p90_abs_pct"]))
-    cols[3].metric("Worst |error|", _pct(s["worst_abs_pct"]))
-    if e2e["leave_one_generation_out_error_pct"].isna().all():
+    cols[1].metric("Median |error|", _pct(s["median_abs_pct"]), help=f"predicted with the {which}")
+    cols[2].metric("90th pct |error|", _pct(s["p90_abs_pct"]), help=f"predicted with the {which}")
+    cols[3].metric("Worst |error|", _pct(s["worst_abs_pct"]), help=f"predicted with the {which}")
+    if not has_held:
         st.caption(
-            "No held-out errors for this reference file in the calibration's fit record "
+            "In-sample errors: no held-out errors for this reference file in the calibration's fit record "
             "(`python -m profiler calibrate` computes them)."
         )
         return
+    st.caption("Errors with the case's chip generation held out of the fit: what to expect of a job on a chip "
+               "Podscope was not tuned on. The in-sample and family-held-out errors are in the table below.")  # fmt: skip
     never_fitted = df[(df["kind"] == "end_to_end") & ~df["fit"]]
     st.table(_error_table(e2e, never_fitted).set_index("predicted by"))
     ranged = e2e[e2e["held_out_in_range"].notna()]
@@ -77,6 +85,26 @@ def _summary(df: pd.DataFrame) -> None:
         "of *other* generations, placed around its own held-out prediction. `python -m profiler calibrate` refits "
         "and records all of this."
     )
+
+
+def _time_to_train(df: pd.DataFrame) -> None:
+    """MLPerf times to train: a group of their own, never fitted (step time and the convergence model together)."""
+    ttt = df[df["kind"] == "time_to_train"]
+    if ttt.empty:
+        return
+    st.subheader("Time to train")
+    s = validation.summarize(ttt["error_pct"].to_numpy(), list(ttt["id"]))
+    cols = st.columns(3)
+    cols[0].metric("MLPerf results", f"{s['n']}")
+    cols[1].metric("Median |error| (time to train)", _pct(s["median_abs_pct"]))
+    cols[2].metric("90th pct |error| (time to train)", _pct(s["p90_abs_pct"]))
+    st.caption("Minutes to the benchmark's target as MLPerf scores them, predicted from the step time and the bundled "
+               "convergence fits (data/convergence.toml); no calibration saw them.")  # fmt: skip
+    table = ttt[["id", "chip", "model", "predicted", "published", "error_pct", "note"]].sort_values("error_pct", key=abs, ascending=False)
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "id": st.column_config.TextColumn("Case"), "predicted": st.column_config.NumberColumn("Predicted (s)", format="%.4g"),
+        "published": st.column_config.NumberColumn("Published (s)", format="%.4g"),
+        "error_pct": st.column_config.NumberColumn("Error", format="%+.1f%%")})  # fmt: skip
 
 
 def main() -> None:
@@ -100,10 +128,11 @@ def main() -> None:
     if view.empty:
         st.info("No cases match the filter.")
         return
-    _summary(view)
-    st.plotly_chart(figures.validation_errors(view), width="stretch")
+    steps = view[view["kind"] != "time_to_train"]
+    _summary(steps)
+    st.plotly_chart(figures.validation_errors(steps), width="stretch")
     with st.expander("Predicted against published, one panel per unit"):
-        st.plotly_chart(figures.validation_scatter(view), width="stretch")
+        st.plotly_chart(figures.validation_scatter(steps), width="stretch")
     pct = lambda label, help_: st.column_config.NumberColumn(label, format="%+.1f%%", help=help_)  # noqa: E731
     num = lambda label: st.column_config.NumberColumn(label, format="%.4g")  # noqa: E731
     config = {
@@ -117,8 +146,9 @@ def main() -> None:
         "held_out_in_range": st.column_config.CheckboxColumn("Inside range", help="published result inside the range built without this chip generation"),
         "note": st.column_config.TextColumn("Note"),
     }  # fmt: skip
-    table = view[list(config)].sort_values("error_pct", key=abs, ascending=False)
+    table = steps[list(config)].sort_values("error_pct", key=abs, ascending=False)
     st.dataframe(table, hide_index=True, width="stretch", column_config=config)
+    _time_to_train(view)
 
 
 main()
