@@ -1,7 +1,7 @@
 """Reproduce docs/hlo.md's tables: each HLO fixture against XLA's own cost_analysis, and the
 HLO-vs-built-in transformer cross-check, as Markdown rows::
 
-    python scripts/hlo_table.py
+    python -m scripts.hlo_table
 
 The fixtures are real ``compiled.as_text()`` output (scripts/fixtures/make_jax_hlo.py); XLA's
 numbers were saved beside each when it was compiled. ``tests/test_hlo_docs.py`` regenerates
@@ -11,17 +11,14 @@ the tables and fails if docs/hlo.md drifted from them.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import numpy as np
+
+from engine import load_scenario, scenario_from_dict, simulate
+from engine.hlo import load_hlo
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-
-from engine import load_scenario, scenario_from_dict, simulate  # noqa: E402
-from engine.hlo import load_hlo  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "hlo"
 EXAMPLE = ROOT / "data" / "scenarios" / "jax-transformer-hlo-v5p-8.toml"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler.validation import run_validation
-from scripts import convergence_table, idle_table, link_fault_table, module_listing, plot_validation
+from scripts import convergence_table, idle_table, link_fault_table, module_listing, plot_validation, tpu_table
 from scripts.docs_blocks import read_block
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +63,15 @@ def test_convergence_table_matches_the_bundled_fits():
         "docs/model.md convergence table is stale: run `python -m scripts.convergence_table --write`"
     )
     assert "`mlperf-resnet50`" in text and "`mlperf-llama31-405b`" in text
+
+
+def test_tpu_tables_match_the_committed_bundles():
+    text = tpu_table.render()
+    assert read_block(tpu_table.PAGE, tpu_table.BLOCK) == text, (
+        "docs/hlo.md TPU tables are stale: run `python -m scripts.tpu_table --write`"
+    )
+    flops = [r for r in text.splitlines() if r.startswith("| transformer_dp_v5e4 |")][0]
+    assert "(-0.0000%)" in flops or "(+0.0000%)" in flops  # Podscope's count is XLA's on a loop-free module
 
 
 def test_module_listing_names_every_module_with_its_docstring():

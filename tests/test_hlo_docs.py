@@ -14,4 +14,4 @@ def test_docs_tables_match_the_script():
     spec.loader.exec_module(mod)
     doc = (ROOT / "docs" / "hlo.md").read_text()
     missing = [row for row in mod.fixture_rows() + mod.cross_check_rows() if row not in doc]
-    assert not missing, "docs/hlo.md is out of date; rerun python scripts/hlo_table.py:\n" + "\n".join(missing)
+    assert not missing, "docs/hlo.md is out of date; rerun python -m scripts.hlo_table:\n" + "\n".join(missing)

@@ -148,7 +148,9 @@ def read_bundle(path: str | Path) -> XlaBundle:
                        "profiler.tpu_capture writes")  # fmt: skip
     try:
         raw = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except RecursionError:
+        raise HloError(f"{p}: nested deeper than Python's JSON reader allows; a sidecar nests three levels") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise HloError(f"{p}: not a JSON sidecar ({type(e).__name__}: {str(e)[:120]}); expected NAME.xla.json "
                        "as profiler.tpu_capture writes it") from None  # fmt: skip
     if not isinstance(raw, dict):
