@@ -36,6 +36,10 @@ from .step import hlo_step_cost
 __all__ = ["simulate_hlo"]
 
 
+#: what an HLO run does not simulate reads null in the summary, as every run's unsimulated causes do (docs/cli.md)
+_NOT_SIMULATED = {"input_wait_frac": None, "recompiles": None, "compile_s": None, "goodput": None, "stragglers": None}
+
+
 def _xla_facts(b: XlaBundle | None) -> dict:
     if b is None:
         return {}
@@ -80,7 +84,7 @@ def _oom_result(scenario, prog: HloProgram, chip, pod) -> RunResult:
         peak_flops_per_s_per_chip=chip.peak_flops_per_s("bf16"), peak_hbm_bytes=required, hbm_capacity_bytes=float(chip.hbm_bytes),
         oom=True, hbm_breakdown_bytes=None,
         extra={"oom_detail": detail, "hbm_source": "xla", "hbm_usable_bytes": available, "compute_source": None,
-               "hlo_module": None, **_xla_facts(b)},
+               "hlo_module": None, **_xla_facts(b), **_NOT_SIMULATED},
     )  # fmt: skip
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
     trace = Trace(events=EVENTS_SCHEMA.empty_table(), steps=STEPS_SCHEMA.empty_table(), chips=chip_table,
@@ -168,6 +172,7 @@ def simulate_hlo(scenario, cal: Calibration, *, on_events: Callable[[pa.RecordBa
             "hlo_unknown_ops": cost.unknown_ops,
             "hlo_unknown_trip_counts": list(cost.unknown_trip_counts),
             **_xla_facts(bundle),
+            **_NOT_SIMULATED,
         },
     )
     chip_table = pa.table(pod.chip_table, schema=CHIPS_SCHEMA)
