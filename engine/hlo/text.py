@@ -17,11 +17,12 @@ is read through a byte budget (plain or gzip, the decompressed text capped at
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import re
 import zlib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 from ..errors import HloError
@@ -68,6 +69,13 @@ _ELEMENT_BITS = re.compile(r"E\((\d+)\)")
 _HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->.*|,.*)?\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _COMMENT = re.compile(r"/\*.*?\*/")
+_OPCODE = re.compile(r"([a-z][a-z0-9\-]*)\(")
+_LEADING_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](\{[^ ]*\})?")
+#: a tuple shape whose parentheses nest at most three deep (layout tiles inside nested tuples): one C regex
+_TUPLE_SHAPE = re.compile(r"\((?:[^()]|\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\))*\)")
+#: ", metadata={op_name="..." ...}": no nested braces, quoted strings may hold anything
+_METADATA = re.compile(r',\s*metadata=(\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\})')
+_JSON = json.JSONDecoder()
 _SECTION_NAMES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 
@@ -101,18 +109,18 @@ class Shape:
     def is_tuple(self) -> bool:
         return self.dtype == "tuple"
 
-    @property
+    @cached_property
     def num_elements(self) -> int:
         return math.prod(self.dims) if not self.is_tuple else sum(e.num_elements for e in self.elements)
 
-    @property
+    @cached_property
     def bytes(self) -> float:
         """Bytes of the elements themselves (no layout padding)."""
         if self.is_tuple:
             return sum(e.bytes for e in self.elements)
         return math.prod(self.dims) * DTYPE_BYTES.get(self.dtype, 4)
 
-    @property
+    @cached_property
     def padded_bytes(self) -> float:
         """Bytes the array occupies in its layout: the minor dimensions rounded up to whole tiles.
 
@@ -153,14 +161,25 @@ def padded_elements(dims: tuple[int, ...], minor_to_major: tuple[int, ...], tile
 
 @dataclass(frozen=True)
 class Instruction:
+    """One instruction; its attributes (``attr=value`` after the operands) are split on first use.
+
+    Most instructions of a large module sit inside fused computations, and only a few of them
+    (dots, convolutions, reductions) are ever asked for an attribute, so the long
+    ``backend_config`` and ``metadata`` texts of the rest are never split.
+    """
+
     name: str
     shape: Shape
     opcode: str
     operands: tuple[str, ...]
-    attrs: dict[str, str]
+    tail: str  # the text after the operand list: ", attr=value, ..."
     is_root: bool
     line: int  # 1-based line in the file
     literal: str = ""  # a constant's or parameter's text inside the parentheses
+
+    @cached_property
+    def attrs(self) -> dict[str, str]:
+        return _parse_attrs(self.tail)
 
 
 @dataclass(frozen=True)
@@ -340,46 +359,81 @@ def _parse_instruction(body: str, is_root: bool, name: str, line: int) -> Instru
     """``SHAPE opcode(operands), attr=value, ...`` (the text after ``name =``)."""
     body = _COMMENT.sub("", body).strip() if "/*" in body else body.strip()
     if body.startswith("("):
-        end = _matching(body, 0)
+        tm = _TUPLE_SHAPE.match(body)
+        end = tm.end() - 1 if tm else _matching(body, 0)
         if end < 0:
             raise ValueError("unclosed tuple shape")
         shape_text, rest = body[: end + 1], body[end + 1 :].lstrip()
     else:
-        m = re.match(r"[a-z][a-z0-9]*\[[^\]]*\](\{[^ ]*\})?", body)
+        m = _LEADING_SHAPE.match(body)
         if not m:
             raise ValueError(f"no shape at {body[:40]!r}")
         shape_text, rest = m.group(0), body[m.end() :].lstrip()
-    om = re.match(r"([a-z][a-z0-9\-]*)\(", rest)
+    om = _OPCODE.match(rest)
     if not om:
         raise ValueError(f"no opcode at {rest[:40]!r}")
     opcode = om.group(1)
-    close = _matching(rest, om.end() - 1)
-    if close < 0:
-        raise ValueError("unclosed operand list")
-    inner = rest[om.end() : close]
+    close = rest.find(")", om.end())
+    inner = rest[om.end() : close] if close >= 0 else ""
+    if close < 0 or any(c in inner for c in "(\"'"):  # nested parentheses or quotes: the careful scan
+        close = _matching(rest, om.end() - 1)
+        if close < 0:
+            raise ValueError("unclosed operand list")
+        inner = rest[om.end() : close]
     literal = ""
     operands: tuple[str, ...] = ()
     if opcode in ("constant", "parameter", "iota", "partition-id", "replica-id", "rng-get-and-update-state"):
         literal = inner
-    else:
+    elif inner.strip():
         # an operand is "%name" or, in older dumps, "f32[2]{0} %name": its last word is the name
-        operands = tuple(o.split()[-1].lstrip("%") for o in split_top_level(inner))
+        parts = inner.split(",") if not any(c in inner for c in "[{") else split_top_level(inner)
+        operands = tuple(o.split()[-1].lstrip("%") for o in parts if o.strip())
+    return Instruction(name, parse_shape(shape_text), opcode, operands, rest[close + 1 :].lstrip(), is_root, line, literal)
+
+
+def _cut(tail: str, key: str, attrs: dict[str, str]) -> str:
+    """Take ``key={...}`` out of ``tail`` into ``attrs`` when its value is a JSON object (XLA's backend configs).
+
+    The decoder is C, where scanning the long JSON delimiter by delimiter in Python would
+    cost more than the rest of the module's parse.
+    """
+    i = tail.find(f", {key}={{")
+    if i < 0:
+        return tail
+    j = i + len(key) + 3
+    try:
+        _, end = _JSON.raw_decode(tail, j)
+    except ValueError:
+        return tail
+    attrs[key] = tail[j:end]
+    return tail[:i] + tail[end:]
+
+
+def _parse_attrs(tail: str) -> dict[str, str]:
+    """``, attr=value, ...`` -> ``{attr: value}`` (values as raw text)."""
     attrs: dict[str, str] = {}
-    tail = rest[close + 1 :].lstrip()
-    if tail.startswith(","):
-        key_prev = ""
-        for item in split_top_level(tail[1:]):
-            key, sep, value = item.partition("=")
-            if not sep:
-                continue
-            key = key.strip()
-            # the mesh form of replica groups has a top-level ", device_ids=(...)" inside its value
-            if key == "device_ids" and key_prev == "replica_groups":
-                attrs["replica_groups"] += f", {item}"
-                continue
-            attrs[key] = value.strip()
-            key_prev = key
-    return Instruction(name, parse_shape(shape_text), opcode, operands, attrs, is_root, line, literal)
+    if not tail.startswith(","):
+        return attrs
+    tail = _cut(tail, "backend_config", attrs)
+    m = _METADATA.search(tail)
+    if m is not None:
+        attrs["metadata"] = m.group(1)
+        tail = tail[: m.start()] + tail[m.end() :]
+    if not tail.startswith(","):
+        return attrs
+    key_prev = ""
+    for item in split_top_level(tail[1:]):
+        key, sep, value = item.partition("=")
+        if not sep:
+            continue
+        key = key.strip()
+        # the mesh form of replica groups has a top-level ", device_ids=(...)" inside its value
+        if key == "device_ids" and key_prev == "replica_groups":
+            attrs["replica_groups"] += f", {item}"
+            continue
+        attrs[key] = value.strip()
+        key_prev = key
+    return attrs
 
 
 def parse_hlo(text: str, source: str = "<hlo>") -> HloText:
