@@ -272,8 +272,8 @@ def test_a_base_that_does_not_load_is_named(tmp_path):
         plan_from_dict({"base": {**_TINY_BASE, "pod": {"chip": "tpu-v99", "topology": "2x2x1"}}})
 
 
-def test_an_hlo_base_is_refused_and_not_evaluated():
-    [hlo] = [p for p in ALL_BUNDLED if p not in BUNDLED]
+@pytest.mark.parametrize("hlo", [p for p in ALL_BUNDLED if p not in BUNDLED], ids=lambda p: p.stem)
+def test_an_hlo_base_is_refused_and_not_evaluated(hlo):
     with pytest.raises(PlanError, match="HLO module fixes its model"):
         plan_from_dict({"base": str(hlo.name), "search": {}}, base_dir=hlo.parent)
     with pytest.raises(SimulationError, match="analytic step covers the built-in"):
