@@ -70,6 +70,16 @@ _HEADER = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\)\s*->.*|,.*)?\{\s*$"
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _OPCODE = re.compile(r"([a-z][a-z0-9\-]*)\(")
+#: ops whose parentheses hold a literal (a constant's value, a parameter's number), not operands
+_LITERAL_OPS = frozenset(("constant", "parameter", "iota", "partition-id", "replica-id", "rng-get-and-update-state"))
+_OPERAND = re.compile(r"%([\w.\-]+)")
+#: "[ROOT] %name = SHAPE opcode(%a, %b), attrs": an array shape or a tuple of them, operands all "%name"
+#: (no comments, quotes or nested parentheses in the operand list)
+_FAST_INSTR = re.compile(
+    r"(ROOT\s+)?%([\w.\-]+)\s*=\s*"
+    r"([a-z][a-z0-9]*\[[^\]]*\](?:\{[^ ]*\})?|\((?:[^()/]|\((?:[^()/]|\((?:[^()/]|\([^()/]*\))*\))*\))*\))"
+    r"\s+([a-z][a-z0-9\-]*)\(((?:\s*%[\w.\-]+\s*(?:,\s*%[\w.\-]+\s*)*)?|[^()%\"'/]*)\)(.*)$"
+)
 _LEADING_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](\{[^ ]*\})?")
 #: a tuple shape whose parentheses nest at most three deep (layout tiles inside nested tuples): one C regex
 _TUPLE_SHAPE = re.compile(r"\((?:[^()]|\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\))*\)")
@@ -382,7 +392,7 @@ def _parse_instruction(body: str, is_root: bool, name: str, line: int) -> Instru
         inner = rest[om.end() : close]
     literal = ""
     operands: tuple[str, ...] = ()
-    if opcode in ("constant", "parameter", "iota", "partition-id", "replica-id", "rng-get-and-update-state"):
+    if opcode in _LITERAL_OPS:
         literal = inner
     elif inner.strip():
         # an operand is "%name" or, in older dumps, "f32[2]{0} %name": its last word is the name
@@ -495,6 +505,18 @@ def parse_hlo(text: str, source: str = "<hlo>") -> HloText:
         if not ln or ln.startswith("//"):
             continue
         ln = f"{pending} {ln}" if pending else ln
+        fm = _FAST_INSTR.match(ln) if not pending else None
+        if fm is not None:  # the common line, split by one C regex; anything unusual takes the careful path below
+            root, name, shape_text, opcode, inner, tail = fm.groups()
+            if opcode in _LITERAL_OPS:
+                operands, literal = (), inner
+            else:
+                operands, literal = tuple(_OPERAND.findall(inner)), ""
+            try:
+                instrs.append(Instruction(name, parse_shape(shape_text), opcode, operands, tail.lstrip(), bool(root), lineno, literal))
+            except ValueError as e:
+                raise HloError(f"{source}: line {lineno}: cannot read instruction {name!r}: {e}") from None
+            continue
         im = _INSTR.match(ln)
         if not im:
             raise HloError(f"{source}: line {lineno}: not an HLO instruction: {ln[:80]!r}")
