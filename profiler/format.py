@@ -85,6 +85,19 @@ def duration(seconds: float | None, digits: int = 3) -> str:
     return f"{_sig(s / 3600, digits)} h"
 
 
+def duration_range(low_s: float | None, high_s: float | None, digits: int = 2) -> str:
+    """A range in the unit of its upper end: "4.2–6.5 s", "880–1,100 ms"; "n/a" when either end is missing."""
+    if is_missing(low_s) or is_missing(high_s):
+        return NA
+    hi = abs(float(high_s))
+    for limit, scale, unit in ((1e-6, 1e9, "ns"), (1e-3, 1e6, "µs"), (1, 1e3, "ms"), (120, 1.0, "s"), (7200, 1 / 60, "min")):
+        if hi < limit:
+            break
+    else:
+        scale, unit = 1 / 3600, "h"
+    return f"{_sig(float(low_s) * scale, digits)}–{_sig(float(high_s) * scale, digits)} {unit}"
+
+
 def duration_ms(seconds: float | None, decimals: int = 1) -> str:
     """A step-scale duration always in milliseconds ("567.3 ms"), for columns that must line up."""
     if is_missing(seconds):

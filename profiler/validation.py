@@ -23,6 +23,7 @@ the bundled file) to recompute on demand.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import tomllib
 from dataclasses import asdict, dataclass
@@ -387,6 +388,19 @@ def fit_record(reference: str | Path | None = None, calibration: str | Path | No
     return record if isinstance(record, dict) and record.get("reference_sha256") == digest else {}
 
 
+def case_labels(df: pd.DataFrame, reference: str | Path | None = None) -> list[str]:
+    """A label a person reads for each case: what was measured, of what, and where it was published."""
+    ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
+    titles = {e["id"]: str(e.get("source", {}).get("title", "")) for e in json.loads(ref_path.read_text())}
+    out = []
+    for case_id, model, metric in zip(df["id"], df["model"], df["metric"]):
+        base = case_id.removesuffix("_time_to_train")
+        title = titles.get(base, "")
+        title = title if len(title) <= 48 else title[:47].rstrip() + "…"
+        out.append(f"{model}: {metric}" + (f" ({title})" if title else ""))
+    return out
+
+
 def results_frame(reference: str | Path | None = None, calibration: str | Path | None = None) -> pd.DataFrame:
     """Per-case results as a DataFrame (the dashboard's Validation page): one row per case.
 
@@ -399,6 +413,7 @@ def results_frame(reference: str | Path | None = None, calibration: str | Path |
     v = run_validation(reference, calibration)
     df = pd.DataFrame([asdict(c) for c in v.cases])
     if not df.empty:
+        df["case"] = case_labels(df, reference)
         df["abs_error_pct"] = df["error_pct"].abs()
         for col in ("leave_one_generation_out_error_pct", "leave_one_family_out_error_pct"):
             df[col] = df[col].astype("float64")

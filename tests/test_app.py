@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -33,7 +34,7 @@ def test_overview_shows_headline_numbers(page_db):
     assert chips == f"{summary['chips']:,} x {summary['chip'].removeprefix('tpu-')}"
     assert next(m.value for m in at.metric if m.label == "MFU") == f"{summary['mfu'] * 100:.1f}%"
     # the calibrated 80% range of the predicted step time, from the run's summary
-    assert any(c.value.startswith("Step time likely between") and "80%" in c.value for c in at.caption)
+    assert any(re.match(r"Step time likely [0-9.,]+–[0-9.,]+ (ms|s|min) \(", c.value) and "80%" in c.value for c in at.caption)
 
 
 def test_empty_database_seeds_bundled_examples(tmp_path, monkeypatch):

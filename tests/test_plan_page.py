@@ -91,3 +91,11 @@ def test_bad_knobs_are_said_on_the_page(page_db):
     at.button[0].click().run()
     assert not at.exception
     assert at.error and "pod.topology" in at.error[0].value and "empty list" in at.error[0].value
+
+
+def test_every_objective_has_a_label_for_the_form():
+    from engine.planner import OBJECTIVES
+    from views.plan import OBJECTIVE_LABELS
+
+    assert set(OBJECTIVE_LABELS) == set(OBJECTIVES)
+    assert not any("_" in label for label in OBJECTIVE_LABELS.values())

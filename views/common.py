@@ -319,7 +319,7 @@ def step_time_range_text(summary: dict[str, Any], label: str = "Step time") -> s
     coverage = basis.get("nominal_coverage", 0.8)
     group = basis.get("group", "all")
     return (
-        f"{label} likely between {rng[0] * 1e3:,.2f} and {rng[1] * 1e3:,.2f} ms (a range meant to hold the real "
+        f"{label} likely {fmt.duration_range(rng[0], rng[1])} (a range meant to hold the real "
         f"step time {coverage:.0%} of the time: Podscope's errors on {basis.get('cases', '?')} comparable published "
         f"results ({group}) when their chip generation was left out of the fit)"
     )

@@ -15,6 +15,17 @@ import streamlit as st
 from engine import PodscopeError, load_catalog, load_scenario, scenario_from_dict
 from engine.errors import PlanError
 from engine.planner import OBJECTIVES
+
+#: what each planner objective means, for the form (the plan file names them by their ids)
+OBJECTIVE_LABELS = {
+    "tokens_per_s": "Tokens/s, whole job",
+    "tokens_per_s_per_chip": "Tokens/s per chip",
+    "samples_per_s": "Samples/s, whole job",
+    "samples_per_s_per_chip": "Samples/s per chip",
+    "step_time_s": "Shortest step",
+    "time_to_train": "Shortest time to train",
+    "cost_to_train": "Fewest chip-hours to train",
+}
 from engine.scenario import TrainingSection
 from engine.topology import is_supported_shape
 from profiler import api, queries
@@ -63,7 +74,8 @@ def _form(base: dict[str, Any]) -> dict[str, Any] | None:
         c1, c2, c3 = st.columns(3)
         topologies = c1.multiselect("Slice shapes", shapes, default=shapes[i : i + 3])
         remats = c2.multiselect("Remat", _REMATS, default=[r for r in _REMATS if r != "selective"])
-        objective = c3.selectbox("Objective", objectives, index=objectives.index("tokens_per_s_per_chip" if has_tokens else "samples_per_s_per_chip"))
+        objective = c3.selectbox("Objective", objectives, index=objectives.index("tokens_per_s_per_chip" if has_tokens else "samples_per_s_per_chip"),
+                                 format_func=lambda o: OBJECTIVE_LABELS.get(o, o))  # fmt: skip
         c1, c2, c3 = st.columns(3)
         budget = c1.number_input("Chip budget (max chips)", min_value=1, value=4096)
         batches = c2.text_input("Global batches (comma-separated)", str(base["training"]["global_batch"]))

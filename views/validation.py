@@ -34,7 +34,7 @@ _ERRORS = (
 
 def _error_row(label: str, cases: pd.DataFrame, col: str) -> dict:
     held = cases.dropna(subset=[col])
-    s = validation.summarize(held[col].to_numpy(), list(held["id"]))
+    s = validation.summarize(held[col].to_numpy(), list(held["case"]))
     return {"predicted by": label, "cases": s["n"], "median |error|": _pct(s["median_abs_pct"]),
             "90th pct |error|": _pct(s["p90_abs_pct"]), "worst |error|": _pct(s["worst_abs_pct"]),
             "worst case": s["worst_id"] or ""}  # fmt: skip
@@ -100,9 +100,9 @@ def _time_to_train(df: pd.DataFrame) -> None:
     cols[2].metric("90th pct |error| (time to train)", _pct(s["p90_abs_pct"]))
     st.caption("Minutes to the benchmark's target as MLPerf scores them, predicted from the step time and the bundled "
                "convergence fits (data/convergence.toml); no calibration saw them.")  # fmt: skip
-    table = ttt[["id", "chip", "model", "predicted", "published", "error_pct", "note"]].sort_values("error_pct", key=abs, ascending=False)
+    table = ttt[["case", "chip", "predicted", "published", "error_pct", "note", "id"]].sort_values("error_pct", key=abs, ascending=False)
     st.dataframe(table, hide_index=True, width="stretch", column_config={
-        "id": st.column_config.TextColumn("Case"), "predicted": st.column_config.NumberColumn("Predicted (s)", format="%.4g"),
+        "case": st.column_config.TextColumn("Case"), "id": st.column_config.TextColumn("Reference id"), "predicted": st.column_config.NumberColumn("Predicted (s)", format="%.4g"),
         "published": st.column_config.NumberColumn("Published (s)", format="%.4g"),
         "error_pct": st.column_config.NumberColumn("Error", format="%+.1f%%")})  # fmt: skip
 
@@ -136,7 +136,7 @@ def main() -> None:
     pct = lambda label, help_: st.column_config.NumberColumn(label, format="%+.1f%%", help=help_)  # noqa: E731
     num = lambda label: st.column_config.NumberColumn(label, format="%.4g")  # noqa: E731
     config = {
-        "id": st.column_config.TextColumn("Case"), "chip": st.column_config.TextColumn("Chip"),
+        "case": st.column_config.TextColumn("Case"), "chip": st.column_config.TextColumn("Chip"),
         "model": st.column_config.TextColumn("Model"), "metric": st.column_config.TextColumn("Metric"),
         "unit": st.column_config.TextColumn("Unit"), "predicted": num("Predicted"), "published": num("Published"),
         "error_pct": pct("In-sample error", "(predicted - published) / published, calibration fitted on all cases"),
@@ -145,6 +145,7 @@ def main() -> None:
         "range_low": num("80% range low"), "range_high": num("80% range high"),
         "held_out_in_range": st.column_config.CheckboxColumn("Inside range", help="published result inside the range built without this chip generation"),
         "note": st.column_config.TextColumn("Note"),
+        "id": st.column_config.TextColumn("Reference id", help="the entry's id in the reference file"),
     }  # fmt: skip
     table = steps[list(config)].sort_values("error_pct", key=abs, ascending=False)
     st.dataframe(table, hide_index=True, width="stretch", column_config=config)
