@@ -199,6 +199,12 @@ def _sample(key: RandomKey, rng: np.random.Generator) -> Any:
     return int(round(v)) if key.integer else v
 
 
+def point_label(overrides: dict[str, Any]) -> str:
+    """A sweep point's name as a person reads it: ``topology 2x4x4, data 32`` for
+    ``{"pod.topology": "2x4x4", "parallelism.data": 32}`` (each key's last part, then its value)."""
+    return ", ".join(f"{k.rsplit('.', 1)[-1].replace('_', ' ')} {v}" for k, v in overrides.items())
+
+
 def expand_points(spec: SweepSpec, base: Mapping[str, Any], source: str = "<sweep>") -> list[SweepPoint]:
     """Every point of the sweep: grid x zip rows, then random samples; each validated.
 
@@ -222,8 +228,7 @@ def expand_points(spec: SweepSpec, base: Mapping[str, Any], source: str = "<swee
     for i, overrides in enumerate(combos):
         full = {**spec.set, **overrides}
         raw = apply_overrides(base, full)
-        label = " ".join(f"{k}={v}" for k, v in overrides.items())
-        raw["name"] = derived_name(f"{spec.name} {label}".strip() if label else spec.name)
+        raw["name"] = derived_name(f"{spec.name}: {point_label(overrides)}" if overrides else spec.name)
         if i == 0:
             _check_keys(raw, source)
         point = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]

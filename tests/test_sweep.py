@@ -203,3 +203,10 @@ def test_summary_mode_points_keep_their_aggregates(tmp_path, sweep_file):
             s = queries.run_summary(con, run_id)
             assert s["events"] == 0 and s["step_time_s"] > 0
             assert sum(s["breakdown"].values()) == pytest.approx(1.0) and s["breakdown"]["compute"] > 0
+
+
+def test_sweep_points_are_named_for_people():
+    from profiler.sweep import point_label
+
+    assert point_label({"pod.topology": "2x4x4", "parallelism.data": 32}) == "topology 2x4x4, data 32"
+    assert point_label({"training.global_batch": 1024}) == "global batch 1024"
