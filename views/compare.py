@@ -41,8 +41,35 @@ _DISPATCHES, _DISPATCH = common.scenario_choices(TransformerModel, "moe_dispatch
 _COMPUTE_SOURCES, _COMPUTE_SOURCE = common.scenario_choices(HloModel, "compute_source")
 
 
+def _hlo_knobs(base: dict) -> dict | None:
+    """The what-if form of an HLO run: the module fixes the model, precision, remat and mesh, so only
+    where it runs, the batch and the op times' source vary."""
+    catalog = load_catalog()
+    pod, training, model = base["pod"], base["training"], base["model"]
+    with st.form("compare_what_if"):
+        c1, c2, c3, c4 = st.columns(4)
+        chips = sorted(catalog)
+        chip = c1.selectbox("Chip", chips, index=chips.index(pod["chip"]) if pod["chip"] in chips else 0)
+        topology = c2.text_input("Topology", pod["topology"])
+        batch = c3.number_input("Global batch", min_value=1, value=int(training["global_batch"]))
+        compute_source = c4.selectbox(
+            "Compute source", _COMPUTE_SOURCES, index=_COMPUTE_SOURCES.index(model.get("compute_source", _COMPUTE_SOURCE)),
+            help="each op's time: xla = XLA:TPU's estimated cycles where the module has them (a module compiled "
+                 "for a TPU), podscope = Podscope's roofline for every op")  # fmt: skip
+        st.caption("The HLO module fixes the model, precision, remat and mesh; compile it again to change those.")
+        submitted = st.form_submit_button("Simulate", type="primary")
+    if not submitted:
+        return None
+    overrides = {"pod.chip": chip, "pod.topology": topology, "training.global_batch": int(batch)}
+    if compute_source != model.get("compute_source", _COMPUTE_SOURCE) or "compute_source" in model:
+        overrides["model.compute_source"] = compute_source
+    return {"name": common.what_if_name(base, overrides), **overrides}
+
+
 def _knobs(base: dict) -> dict | None:
     """The what-if form; returns dotted-key overrides when submitted."""
+    if (base.get("model") or {}).get("kind") == "hlo":
+        return _hlo_knobs(base)
     catalog = load_catalog()
     pod, training, par = base["pod"], base["training"], base.get("parallelism") or {}
     inp = base.get("input") or {}
@@ -85,7 +112,7 @@ def _knobs(base: dict) -> dict | None:
             help="tensor-parallel collectives overlap the matmuls beside them (XLA's default on TPU); "
                  "off: blocking, fully exposed")  # fmt: skip
         model = base.get("model") or {}
-        bn_group = capacity = dispatch = compute_source = None
+        bn_group = capacity = dispatch = None
         if model.get("kind") == "transformer" and int(model.get("experts", 0)) > 0:
             c1, c2, _, _ = st.columns(4)
             capacity = c1.number_input("Capacity factor", min_value=0.0, value=float(model.get("capacity_factor", _CAPACITY_DEFAULT)), step=0.25,
@@ -98,11 +125,6 @@ def _knobs(base: dict) -> dict | None:
                 "Batch-norm group", min_value=1, value=int(model.get("batch_norm_group", 1)),
                 help="chips that pool batch-norm statistics (distributed batch norm: one all-reduce per layer and pass); "
                      "a divisor of the data-parallel replicas")  # fmt: skip
-        if model.get("kind") == "hlo":
-            compute_source = st.columns(4)[0].selectbox(
-                "Compute source", _COMPUTE_SOURCES, index=_COMPUTE_SOURCES.index(model.get("compute_source", _COMPUTE_SOURCE)),
-                help="each op's time: xla = XLA:TPU's estimated cycles where the module has them (a module compiled "
-                     "for a TPU), podscope = Podscope's roofline for every op")  # fmt: skip
         submitted = st.form_submit_button("Simulate", type="primary")
     if not submitted:
         return None
@@ -132,7 +154,6 @@ def _knobs(base: dict) -> dict | None:
         *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
         *((("model.capacity_factor", float(capacity), model, _CAPACITY_DEFAULT), ("model.moe_dispatch", dispatch, model, _DISPATCH))
           if capacity is not None else ()),
-        *((("model.compute_source", compute_source, model, _COMPUTE_SOURCE),) if compute_source is not None else ()),
     ):
         key = dotted.split(".")[1]
         if value != section.get(key, default) or key in section:
