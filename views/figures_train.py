@@ -48,6 +48,14 @@ def _scale(metric: str, values: pd.Series) -> tuple[float, str, str]:
     return 1.0, "", ""
 
 
+def _mark(fig: go.Figure, x: float, text: str) -> None:
+    """A dashed vertical line at ``x`` on a log x axis, labelled at the top of the plot."""
+    fig.add_vline(x=x, line=dict(dash="dash", color=palette.IDEAL))
+    # an annotation's x on a log axis is the log of the value (a shape's is the value itself)
+    fig.add_annotation(x=float(np.log10(x)), xref="x", y=1.0, yref="paper", text=text, showarrow=False,
+                       xanchor="left", yanchor="bottom", font=dict(color=palette.IDEAL))  # fmt: skip
+
+
 def train_figure(df: pd.DataFrame, metric: str, x: str = "global_batch", title: str = "") -> go.Figure:
     """Time (or cost, or chip-hours) to train against global batch or chips, one line per series.
 
@@ -69,14 +77,12 @@ def train_figure(df: pd.DataFrame, metric: str, x: str = "global_batch", title: 
         )  # fmt: skip
     for b_crit in sorted(set(df["b_crit_samples"].dropna().round())):
         if x == "global_batch":
-            fig.add_vline(x=b_crit, line=dict(dash="dash", color=palette.IDEAL), annotation_text=f"B_crit {fmt.si(b_crit)}",
-                          annotation_position="top left")  # fmt: skip
+            _mark(fig, b_crit, f"B_crit {fmt.si(b_crit)}")
             continue
         for _series, part in df[df["b_crit_samples"].round() == b_crit].groupby("series"):
             per_chip = part["per_chip_batch"].to_numpy(dtype=float)
             if len(part) > 1 and np.allclose(per_chip, per_chip[0]) and part["chips"].min() <= b_crit / per_chip[0] <= part["chips"].max():
-                fig.add_vline(x=b_crit / per_chip[0], line=dict(dash="dash", color=palette.IDEAL),
-                              annotation_text=f"B_crit ({fmt.si(b_crit)} samples)", annotation_position="top left")  # fmt: skip
+                _mark(fig, b_crit / per_chip[0], f"B_crit ({fmt.si(b_crit)} samples)")
     fig.update_xaxes(type="log", title=_X_AXES[x], dtick=np.log10(2), tickformat=",")
     fig.update_layout(legend_orientation="h")
     nonneg_y(fig, suffix, title=label, tickprefix=prefix)
