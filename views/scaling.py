@@ -1,5 +1,7 @@
-"""Scaling: step time, throughput, efficiency and MFU against chip count, from stored runs or a sweep;
-then the time and cost to train against global batch or chips, for runs with a convergence task.
+"""Scaling: step time, throughput, efficiency and MFU against chips, and the time and cost to train.
+
+The scaling curves come from stored runs or a sweep; the time and cost to train are drawn against
+global batch or chips for the runs with a convergence task.
 
 On first start the bundled strong-scaling and batch-scaling sweeps are seeded, so the page opens
 on curves, and the time to train bends where the batch passes the critical batch. When a sweep run
