@@ -480,7 +480,13 @@ SELECT run_id, name, source, chip, chips, steps,
        CAST(summary->>'samples_per_s' AS DOUBLE) AS samples_per_s,
        CAST(summary->>'tokens_per_s' AS DOUBLE) AS tokens_per_s,
        CAST(summary->>'mfu' AS DOUBLE) AS mfu,
-       CAST(summary->>'oom' AS BOOLEAN) AS oom
+       CAST(summary->>'oom' AS BOOLEAN) AS oom,
+       CAST(summary->>'time_to_train_s' AS DOUBLE) AS time_to_train_s,
+       CAST(summary->>'steps_to_target' AS BIGINT) AS steps_to_target,
+       CAST(summary->>'chip_hours' AS DOUBLE) AS chip_hours,
+       CAST(summary->>'cost_usd' AS DOUBLE) AS cost_usd,
+       CAST(summary->>'batch_over_b_crit' AS DOUBLE) AS batch_over_b_crit,
+       scenario->'convergence'->>'task' AS task
 FROM runs ORDER BY run_id
 """
 
@@ -489,10 +495,14 @@ def scaling_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Every run with what a scaling plot needs: chips, model kind, global batch and headline numbers.
 
     Columns: run_id, name, source, chip, chips, steps, model_kind, global_batch, step_time_s,
-    samples_per_s, tokens_per_s, mfu, oom, per_chip_batch (global_batch / chips).
+    samples_per_s, tokens_per_s, mfu, oom; for runs with a ``[convergence]`` task:
+    time_to_train_s, steps_to_target, chip_hours, cost_usd (null unless priced), batch_over_b_crit,
+    task (else null); per_chip_batch (global_batch / chips) and b_crit_samples (the task's critical
+    batch, global_batch / batch_over_b_crit).
     """
     df = con.execute(_SCALING_RUNS_SQL).df()
     df["per_chip_batch"] = df["global_batch"] / df["chips"]
+    df["b_crit_samples"] = df["global_batch"] / df["batch_over_b_crit"].where(df["batch_over_b_crit"] > 0)
     return df
 
 

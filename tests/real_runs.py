@@ -1,6 +1,7 @@
 """One DuckDB file written by the real engine and the real importer, for the page and query tests.
 
-Every run is a bundled scenario from ``data/scenarios/`` made small with the scenario
+Every run is a bundled scenario from ``data/scenarios/`` (or, for the TPU-compiled HLO module,
+the scenario beside its fixture in ``tests/fixtures/tpu/``) made small with the scenario
 overrides (the CLI's ``--set``): fewer steps, and a smaller slice where the property the
 run stands for survives it. The runs are simulated by ``engine.simulate`` and stored by the
 store's ``write_run``, one transaction each; the imported run goes through
@@ -27,6 +28,8 @@ from profiler.trace_import import import_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "data" / "scenarios"
+#: the bundled TPU-compiled HLO module on the pod it was compiled for (a scenario beside the test fixtures)
+HLO_TPU = str(ROOT / "tests" / "fixtures" / "tpu" / "transformer_fsdp_v5p8.toml")
 TORCH_TRACE = ROOT / "tests" / "fixtures" / "torch_cpu_mlp.trace.json.gz"
 
 #: label -> (bundled scenario, overrides). Written in this order after the imported run, so run
@@ -69,6 +72,10 @@ SIMULATED: dict[str, tuple[str, dict[str, Any]]] = {
     "moe": ("moe-8x-top2-v5p-64.toml", {"training.steps": 4}),
     # a 4-stage pipeline over two slices: bubbles, stage sends over the DCN, in-flight activations
     "pipeline": ("llm-8b-pipeline-2-slices-v5p.toml", {"training.steps": 4}),
+    # the bundled TPU-compiled HLO module: XLA's estimate beside Podscope's for each op, async collectives
+    "hlo_tpu": (HLO_TPU, {"training.steps": 6}),
+    # the same module with Podscope's roofline charged for every op (what the Compare form's compute source sets)
+    "hlo_tpu_roofline": (HLO_TPU, {"training.steps": 6, "model.compute_source": "podscope"}),
     # a variable sequence length: a compile at the first step and one per new shape; stored
     # last, so it is the run a page shows first (it has every extra table and advice)
     "recompiles": ("llm-350m-v5p-variable-seq.toml", {"training.steps": 12}),

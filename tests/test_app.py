@@ -46,14 +46,18 @@ def test_empty_database_seeds_bundled_examples(tmp_path, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=120).run()
     _no_exceptions(at)
     from profiler.sweep import expand_points, load_sweep
-    from views.common import SEED_SWEEP
+    from views.common import SEED_SWEEPS
 
-    spec, base = load_sweep(SEED_SWEEP)
+    total = 0
+    for sweep in SEED_SWEEPS:
+        spec, base = load_sweep(sweep)
+        with Database(path).read() as con:
+            swept = con.execute("SELECT count(*) FROM runs WHERE json_extract_string(summary, '$.sweep.name') = ?", [spec.name]).fetchone()[0]
+        assert swept == len(expand_points(spec, base)) > 1, sweep.name
+        total += swept
     with Database(path).read() as con:
         n = con.execute("SELECT count(*) FROM runs").fetchone()[0]
-        swept = con.execute("SELECT count(*) FROM runs WHERE json_extract_string(summary, '$.sweep.name') = ?", [spec.name]).fetchone()[0]
-    assert swept == len(expand_points(spec, base)) > 1
-    assert n == len(api.bundled_scenarios()) + swept
+    assert n == len(api.bundled_scenarios()) + total
     assert any(m.label == "MFU" for m in at.metric)
 
 

@@ -59,6 +59,8 @@ def _sidebar_run(pg) -> str:
 
 def _pick(pg, run: str) -> None:
     pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] button[aria-label="Open"]').first.click()
+    # the list draws only the options in view (a fresh database holds ~30 runs): type to bring #run up
+    pg.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"] input[role="combobox"]').first.fill(f"#{run} ")
     pg.get_by_role("option", name=re.compile(rf"^#{run} ")).click()
     wait_for_script_run(pg)
     assert f"#{run} " in _sidebar_run(pg)

@@ -264,7 +264,10 @@ def test_scaling_sweep_adds_runs_and_plots_the_curve(writable_db):
         new = con.execute("SELECT chips FROM runs WHERE run_id > ? ORDER BY chips", [max(writable_db.run_ids.values())]).fetchall()
     assert [c for (c,) in new] == sorted(math.prod(parse_topology(t)) for t in shapes if t not in bad)
     at = _page("views/scaling.py")
-    assert len(at.get("plotly_chart")) == 4
+    charts = {c.key for c in at.get("plotly_chart")}
+    assert {f"chart_sc_{m}" for m in ("step_time_s", "throughput", "efficiency", "mfu")} <= charts
+    # the base trains to a target ([convergence]), so its points have a time to train too
+    assert {"chart_sc_time_to_train", "chart_sc_cost_to_train"} <= charts
     assert at.multiselect[0].value  # the 3-point series is picked by default
 
 

@@ -123,8 +123,9 @@ def invalidate() -> None:
     _cached.clear()
 
 
-#: the sweep seeded on first start, so the Scaling page has a curve out of the box
-SEED_SWEEP = DATA_DIR / "sweeps" / "strong-scaling-v4.toml"
+#: the sweeps seeded on first start: the Scaling page has a scaling curve out of the box, and a
+#: time-to-train curve that crosses the critical batch
+SEED_SWEEPS = (DATA_DIR / "sweeps" / "strong-scaling-v4.toml", DATA_DIR / "sweeps" / "batch-scaling-v4.toml")
 _seed_lock = threading.Lock()
 
 
@@ -134,10 +135,10 @@ def _say(message: str) -> None:
 
 
 def seed_database(db: Database, progress: Callable[[float, str], None] | None = None) -> int:
-    """Simulate the bundled examples and the strong-scaling sweep into ``db``; returns the runs stored.
+    """Simulate the bundled examples and the bundled sweeps into ``db``; returns the runs stored.
 
     Prints what it does in the terminal, and calls ``progress(fraction, text)`` for a progress bar.
-    The sweep runs in this process (a thread, no worker processes); a point that fails is
+    The sweeps run in this process (a thread, no worker processes); a point that fails is
     reported and skipped, the examples stay.
     """
     from profiler import api  # only a first start seeds: the import stays off every other page's first view
@@ -145,7 +146,8 @@ def seed_database(db: Database, progress: Callable[[float, str], None] | None = 
 
     t0 = time.monotonic()
     paths = api.bundled_scenarios()
-    _say(f"first start: simulating {len(paths)} bundled example scenarios and the strong-scaling sweep into {db.path} (a few seconds)")
+    sweeps = [s for s in SEED_SWEEPS if s.exists()]
+    _say(f"first start: simulating {len(paths)} bundled example scenarios and {len(sweeps)} sweeps into {db.path} (a few seconds)")
 
     def example(i: int, n: int, path: Any) -> None:
         _say(f"  example {i + 1}/{n}: {path.stem}")
@@ -153,15 +155,15 @@ def seed_database(db: Database, progress: Callable[[float, str], None] | None = 
             progress(0.7 * i / n, f"First start: simulating example {i + 1}/{n}: {path.stem}")
 
     stored = len(api.seed_examples(db, example))
-    if SEED_SWEEP.exists():
-        _say(f"  sweep {SEED_SWEEP.stem}")
+    for k, sweep in enumerate(sweeps):
+        _say(f"  sweep {sweep.stem}")
 
-        def sweep_progress(done: int, total: int, message: str) -> None:
+        def sweep_progress(done: int, total: int, message: str, k: int = k, name: str = sweep.stem) -> None:
             if progress is not None:
-                progress(0.7 + 0.3 * done / max(total, 1), f"First start: sweep point {done}/{total}")
+                progress(0.7 + 0.3 * (k + done / max(total, 1)) / len(sweeps), f"First start: sweep {name}, point {done}/{total}")
 
         with cf.ThreadPoolExecutor(max_workers=1) as pool:
-            result = run_sweep(SEED_SWEEP, db, pool, progress=sweep_progress)
+            result = run_sweep(sweep, db, pool, progress=sweep_progress)
         stored += len(result.stored)
         for point, error in result.failed:
             _say(f"  sweep point {point} failed: {error.splitlines()[0]}")
@@ -263,7 +265,7 @@ _KNOB_NAMES = {
     "pod.chip": "chip", "pod.topology": "topology", "pod.slices": "slices", "training.global_batch": "batch",
     "training.precision": "precision", "training.remat": "remat", "parallelism.data": "data",
     "parallelism.fsdp": "fsdp", "parallelism.tensor": "tensor", "input.prefetch": "prefetch",
-    "input.num_parallel_calls": "parallel calls", "sim.trace": "trace",
+    "input.num_parallel_calls": "parallel calls", "sim.trace": "trace", "model.compute_source": "compute source",
 }  # fmt: skip
 
 

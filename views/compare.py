@@ -12,10 +12,10 @@ import pandas as pd
 import streamlit as st
 
 from engine import load_catalog
-from engine.scenario import ParallelismSection, TrainingSection, TransformerModel
+from engine.scenario import HloModel, ParallelismSection, TrainingSection, TransformerModel
 from profiler import format as fmt
-from profiler import queries, steady_state
-from views import common, compare_model, figures
+from profiler import hlo_queries, queries, steady_state
+from views import common, compare_model, figures, figures_hlo, figures_train
 
 #: (summary key, label, formatter, lower is better, a fraction whose change is in percentage points)
 _HEADLINES = [
@@ -37,10 +37,39 @@ _COLLECTIVE_MATMUL_DEFAULT = ParallelismSection.model_fields["collective_matmul"
 #: a mixture of experts' knobs (its default dispatch first)
 _CAPACITY_DEFAULT = TransformerModel.model_fields["capacity_factor"].default
 _DISPATCHES, _DISPATCH = common.scenario_choices(TransformerModel, "moe_dispatch")
+#: an HLO model's per-op times: the compiler's estimates or Podscope's roofline
+_COMPUTE_SOURCES, _COMPUTE_SOURCE = common.scenario_choices(HloModel, "compute_source")
+
+
+def _hlo_knobs(base: dict) -> dict | None:
+    """The what-if form of an HLO run: the module fixes the model, precision, remat and mesh, so only
+    where it runs, the batch and the op times' source vary."""
+    catalog = load_catalog()
+    pod, training, model = base["pod"], base["training"], base["model"]
+    with st.form("compare_what_if"):
+        c1, c2, c3, c4 = st.columns(4)
+        chips = sorted(catalog)
+        chip = c1.selectbox("Chip", chips, index=chips.index(pod["chip"]) if pod["chip"] in chips else 0)
+        topology = c2.text_input("Topology", pod["topology"])
+        batch = c3.number_input("Global batch", min_value=1, value=int(training["global_batch"]))
+        compute_source = c4.selectbox(
+            "Compute source", _COMPUTE_SOURCES, index=_COMPUTE_SOURCES.index(model.get("compute_source", _COMPUTE_SOURCE)),
+            help="each op's time: xla = XLA:TPU's estimated cycles where the module has them (a module compiled "
+                 "for a TPU), podscope = Podscope's roofline for every op")  # fmt: skip
+        st.caption("The HLO module fixes the model, precision, remat and mesh; compile it again to change those.")
+        submitted = st.form_submit_button("Simulate", type="primary")
+    if not submitted:
+        return None
+    overrides = {"pod.chip": chip, "pod.topology": topology, "training.global_batch": int(batch)}
+    if compute_source != model.get("compute_source", _COMPUTE_SOURCE) or "compute_source" in model:
+        overrides["model.compute_source"] = compute_source
+    return {"name": common.what_if_name(base, overrides), **overrides}
 
 
 def _knobs(base: dict) -> dict | None:
     """The what-if form; returns dotted-key overrides when submitted."""
+    if (base.get("model") or {}).get("kind") == "hlo":
+        return _hlo_knobs(base)
     catalog = load_catalog()
     pod, training, par = base["pod"], base["training"], base.get("parallelism") or {}
     inp = base.get("input") or {}
@@ -215,11 +244,19 @@ def main() -> None:
     other_summary = common.query(queries.run_summary, int(other))
     st.markdown(f"**{labels[other]}** against base **{labels[run_id]}**")
     _side_by_side(base_summary, other_summary)
+    deltas = _breakdown(run_id, base_summary, int(other), other_summary)
+    if deltas is not None:
+        _time_to_train(base_summary, other_summary, deltas)
+    _hlo_ops(run_id, base_summary, int(other), other_summary)
+
+
+def _breakdown(run_id: int, base_summary: dict, other: int, other_summary: dict) -> pd.DataFrame | None:
+    """Both runs' steady step by cause and the waterfall between them; returns the per-cause deltas (None without events)."""
     a = _steady_split(run_id, base_summary).assign(run=f"#{run_id} (base)")
-    b = _steady_split(int(other), other_summary).assign(run=f"#{other}")
+    b = _steady_split(other, other_summary).assign(run=f"#{other}")
     if a.empty or b.empty:
         st.info("One of the runs stored no events, so there is no breakdown to compare.")
-        return
+        return None
     both = pd.concat([a, b], ignore_index=True)
     deltas = a.set_index("kind")["s_per_step"].rename("a").to_frame().join(b.set_index("kind")["s_per_step"].rename("b"), how="outer").fillna(0.0)
     deltas = deltas.assign(delta_s=deltas["b"] - deltas["a"]).reset_index()
@@ -236,6 +273,63 @@ def main() -> None:
     with right:
         fig = figures.delta_waterfall(float(a["s_per_step"].sum()), deltas[["kind", "delta_s"]], float(b["s_per_step"].sum()))
         common.chart(fig, deltas, "compare_deltas.csv", "cmp_waterfall")
+    return deltas
 
+
+def _time_to_train(a: dict, b: dict, deltas: pd.DataFrame) -> None:
+    """When both runs train to a target: the change in time to train, by step-time cause and by steps to target."""
+    parts = compare_model.time_to_train_parts(a, b, deltas)
+    if parts is None:
+        return
+    st.markdown(
+        f"**Time to train**: {fmt.duration(a['time_to_train_s'])} → {fmt.duration(b['time_to_train_s'])} "
+        f"({fmt.count(a['steps_to_target'])} → {fmt.count(b['steps_to_target'])} steps to target)"
+    )
+    fig = figures_train.train_time_waterfall(float(a["time_to_train_s"]), parts, float(b["time_to_train_s"]))
+    common.chart(fig, parts, "compare_time_to_train.csv", "cmp_ttt_waterfall")
+    st.caption(
+        "Each step-time cause moves the time to train by its change in seconds per step times the mean of the two runs' "
+        "steps to target; the steps to target move it by their change times the mean of the two step times. The two "
+        "parts add up exactly; evaluation, compiles and checkpoints are the rest."
+    )
+
+
+_OP_PAIRS_CONFIG = {
+    "name": st.column_config.TextColumn("Op"),
+    "opcode": st.column_config.TextColumn("Opcode"),
+    "a_ms": st.column_config.NumberColumn("Base (ms per step)", format="%.3f"),
+    "b_ms": st.column_config.NumberColumn("Other (ms per step)", format="%.3f"),
+    "delta_ms": st.column_config.NumberColumn("Change (ms per step)", format="%+.3f"),
+}
+
+
+def _hlo_ops(run_id: int, a: dict, other: int, b: dict) -> None:
+    """Two HLO runs: each op's time per step in both, matched by instruction name."""
+    xla_a, xla_b = a.get("compute_source") == "xla", b.get("compute_source") == "xla"
+    pairs = common.query(hlo_queries.hlo_op_pairs, run_id, other, xla_a, xla_b)
+    if pairs is None:
+        return
+    st.subheader("Per op: the two HLO runs")
+    ta = common.query(hlo_queries.hlo_op_totals, run_id, xla_a)
+    tb = common.query(hlo_queries.hlo_op_totals, other, xla_b)
+    cols = st.columns(3)
+    cols[0].metric("Compute, base", fmt.duration(ta["charged_s"]), help=f"per step, compute source {a.get('compute_source')}")
+    delta, zero = fmt.change(tb["charged_s"], ta["charged_s"])
+    cols[1].metric("Compute, other", fmt.duration(tb["charged_s"]), delta, delta_color="off" if zero else "inverse",
+                   help=f"per step, compute source {b.get('compute_source')}")  # fmt: skip
+    matched = int(pairs["matched"].iloc[0]) if not pairs.empty else 0
+    cols[2].metric("Ops matched", fmt.count(matched), help="top-level ops with the same instruction name and a time in both runs")
+    if a.get("hlo_sha256") != b.get("hlo_sha256"):
+        st.caption("The runs simulate different modules: ops are matched by instruction name.")
+    if pairs.empty:
+        st.info("The two modules share no op by name.")
+        return
+    shown = f"the {len(pairs):,} ops whose time moved most" if len(pairs) < matched else f"all {len(pairs):,} matched ops"
+    fig = figures_hlo.op_pair_scatter(pairs, f"base (#{run_id}, {a.get('compute_source')})", f"other (#{other}, {b.get('compute_source')})",
+                                      title=f"Each op's time per step ({shown})")  # fmt: skip
+    common.chart(fig, pairs, f"compare_hlo_ops_{run_id}_{other}.csv", "cmp_hlo_ops")
+    view = pairs.head(hlo_queries.HLO_TOP_OPS).assign(a_ms=pairs["a_s"] * 1e3, b_ms=pairs["b_s"] * 1e3, delta_ms=pairs["delta_s"] * 1e3)
+    st.markdown(f"**The {len(view)} ops whose time per step moved most**")
+    st.dataframe(view[list(_OP_PAIRS_CONFIG)], hide_index=True, column_config=_OP_PAIRS_CONFIG)
 
 main()

@@ -13,7 +13,7 @@ import pandas as pd
 from profiler import format as fmt
 from views.palette import kind_label
 
-__all__ = ["cause_differences", "cause_difference_lines", "default_other_run"]
+__all__ = ["cause_differences", "cause_difference_lines", "default_other_run", "time_to_train_parts"]
 
 
 def default_other_run(runs: pd.DataFrame, run_id: int, base_name: str | None, base_chip: str | None) -> int | None:
@@ -75,3 +75,44 @@ def cause_difference_lines(deltas: pd.DataFrame, top: int = 3) -> list[str]:
         f"({fmt.percent(r.a_share)} → {fmt.percent(r.b_share)} of the step)"
         for r in cause_differences(deltas, top).itertuples()
     ]
+
+
+def time_to_train_parts(a: dict, b: dict, deltas: pd.DataFrame) -> pd.DataFrame | None:
+    """The change in time to train from run ``a`` to run ``b``, split into step-time causes and steps to target.
+
+    The training part of a time to train is ``N * s`` (steps to target times the steady step time,
+    ``time_to_train_breakdown_s["train"]``). Its change splits exactly and symmetrically into
+    ``(s_b - s_a) * (N_a + N_b) / 2`` (the step time) and ``(N_b - N_a) * (s_a + s_b) / 2`` (the
+    steps); the step-time part is split further by cause in proportion to ``deltas``' per-cause change,
+    which sums to ``s_b - s_a``. Evaluation, compiles and checkpoints are one more part, so the parts
+    sum to ``b.time_to_train_s - a.time_to_train_s``.
+
+    Parameters
+    ----------
+    a, b
+        The two runs' summaries (``time_to_train_s``, ``steps_to_target``, ``step_time_s``).
+    deltas
+        One row per cause: ``kind``, ``delta_s`` (seconds per steady step, b - a).
+
+    Returns
+    -------
+    DataFrame or None
+        ``label``, ``delta_s`` (seconds of time to train), ``part`` ("cause", "steps" or "other");
+        None unless both runs have a time to train.
+    """
+    keys = ("time_to_train_s", "steps_to_target", "step_time_s")
+    if any(r.get(k) is None for r in (a, b) for k in keys):
+        return None
+    n_a, n_b = float(a["steps_to_target"]), float(b["steps_to_target"])
+    s_a, s_b = float(a["step_time_s"]), float(b["step_time_s"])
+    step_part = (s_b - s_a) * (n_a + n_b) / 2
+    steps_part = (n_b - n_a) * (s_a + s_b) / 2
+    total = float(deltas["delta_s"].sum())
+    if total:  # causes tile the step, so ``total`` is s_b - s_a up to rounding
+        rows = [(kind_label(k), float(d) * step_part / total, "cause") for k, d in zip(deltas["kind"], deltas["delta_s"])]
+    else:
+        rows = [("step time", step_part, "cause")]
+    rows.append(("steps to target", steps_part, "steps"))
+    # evaluation, compiles and checkpoints: what N * s does not cover
+    rows.append(("eval, compile, checkpoints", float(b["time_to_train_s"]) - float(a["time_to_train_s"]) - step_part - steps_part, "other"))
+    return pd.DataFrame(rows, columns=["label", "delta_s", "part"])

@@ -1,8 +1,12 @@
-"""Scaling: step time, throughput, efficiency and MFU against chip count, from stored runs or a sweep.
+"""Scaling: step time, throughput, efficiency and MFU against chips, and the time and cost to train.
 
-On first start the bundled strong-scaling sweep is seeded, so the page opens on a curve. When a
-sweep run here finishes, its series is selected; points that do not fit in HBM are named rather
-than silently left off.
+The scaling curves come from stored runs or a sweep; the time and cost to train are drawn against
+global batch or chips for the runs with a convergence task.
+
+On first start the bundled strong-scaling and batch-scaling sweeps are seeded, so the page opens
+on curves, and the time to train bends where the batch passes the critical batch. When a sweep run
+here finishes, its series is selected; points that do not fit in HBM are named rather than
+silently left off.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import streamlit as st
 from engine.scenario import parse_topology
 
 from profiler import queries, validation
-from views import common, figures
+from views import common, figures, figures_train
 from views.scaling_model import ideal_table, oom_points, scaling_table, series_labels
 
 _METRICS = {"step_time_s": "Step time", "throughput": "Throughput", "efficiency": "Scaling efficiency", "mfu": "MFU"}
@@ -155,7 +159,51 @@ def main() -> None:
             common.download_csv(shown, "scaling.csv", key="csv_scaling")
             table_view = shown.assign(step_ms=shown["step_time_s"] * 1e3)
             st.dataframe(table_view[list(_TABLE_CONFIG)], hide_index=True, column_config=_TABLE_CONFIG)
+    _time_to_train(runs)
     _sweep(runs)
+
+
+def _time_to_train(runs) -> None:
+    """Time and cost (or chip-hours) to train of the runs with a convergence task, by series."""
+    trained = runs[runs["time_to_train_s"].notna()]
+    if trained.empty:
+        st.caption("No run has a `[convergence]` task yet, so there is no time to train to plot "
+                   "(add `[convergence] task = \"mlperf-resnet50\"` to a scenario).")  # fmt: skip
+        return
+    st.subheader("Time and cost to train")
+    c1, c2 = st.columns(2)
+    mode = c1.radio("Series", ["weak", "strong"], horizontal=True, key="sc_ttt_mode",
+                    help="weak: same per-chip batch, so the global batch grows with the chips; strong: same global batch")  # fmt: skip
+    x = c2.radio("Against", ["global_batch", "chips"], horizontal=True, key="sc_ttt_x",
+                 format_func={"global_batch": "global batch", "chips": "chips"}.get)  # fmt: skip
+    table = scaling_table(trained, mode)
+    if table.empty:
+        st.info("No run with a time to train fits in HBM.")
+        return
+    counts = table.groupby("series")["chips"].nunique().sort_values(ascending=False)
+    default = [s for s in counts.index if counts[s] > 2][:2] or list(counts.index[:1])
+    series = st.multiselect("Series with a time to train", list(counts.index), default=default, key=f"sc_ttt_series_{mode}",
+                            format_func=lambda s: f"{s} ({counts[s]} point{'s' if counts[s] > 1 else ''})")  # fmt: skip
+    shown = table[table["series"].isin(series)]
+    if shown.empty:
+        st.info("Pick at least one series.")
+        return
+    cost = "cost_usd" if shown["cost_usd"].notna().all() else "chip_hours"
+    cols = st.columns(2)
+    with cols[0]:
+        fig = figures_train.train_figure(shown, "time_to_train_s", x, title="Time to train")
+        common.chart(fig, None, "", "sc_time_to_train")
+    with cols[1]:
+        fig = figures_train.train_figure(shown, cost, x, title="Cost to train" if cost == "cost_usd" else "Chip-hours to train")
+        common.chart(fig, None, "", "sc_cost_to_train")
+    priced = "" if cost == "cost_usd" else " Chip-hours stand in for cost: not every shown run has `[cost] usd_per_chip_hour`."
+    st.caption(
+        "Time to train = steps to target (the convergence task's fit of MLPerf reference runs) x the steady step time, "
+        "plus evaluation, compiles and checkpoints. Below the critical batch B_crit a doubled batch nearly halves the "
+        "steps; past it the steps barely fall, so the time flattens and the chip-hours grow." + priced
+    )
+    columns = ["run_id", "name", "chips", "global_batch", "steps_to_target", "batch_over_b_crit", "time_to_train_s", "chip_hours", "cost_usd"]
+    common.download_csv(shown[columns], "time_to_train.csv", key="csv_time_to_train")
 
 
 main()

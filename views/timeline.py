@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from profiler import queries, sampled, steady_state
-from views import common, figures
+from profiler import format as fmt
+from profiler import hlo_queries, queries, sampled, steady_state
+from views import common, figures, figures_hlo
 
 _WINDOW_DEFAULT_STEPS = 5
 
@@ -55,11 +56,67 @@ def _choose_chips(run_id: int, n_chips: int, sample) -> list[int]:
     return [int(c) for c in sel["chip"]]
 
 
+_TOP_OPS_CONFIG = {
+    "name": st.column_config.TextColumn("Op"),
+    "opcode": st.column_config.TextColumn("Opcode"),
+    "executions": st.column_config.NumberColumn("Executions per step", format="localized"),
+    "bound": st.column_config.TextColumn("Bound"),
+    "podscope_ms": st.column_config.NumberColumn("Podscope (ms per step)", format="%.3f"),
+    "xla_ms": st.column_config.NumberColumn("XLA (ms per step)", format="%.3f"),
+    "ratio": st.column_config.NumberColumn("Podscope / XLA", format="%.2f"),
+}
+
+
+def _hlo_ops(run_id: int, summary: dict) -> None:
+    """An HLO run of a TPU-compiled module: each op's time by Podscope and by XLA:TPU, and its collectives."""
+    xla_charged = summary.get("compute_source") == "xla"
+    totals = common.query(hlo_queries.hlo_op_totals, run_id, xla_charged)
+    if totals is None:
+        return
+    st.subheader("Per op: Podscope vs the compiler")
+    if not totals["ops_with_xla"]:
+        st.caption(f"The module's {fmt.count(totals['ops'])} ops carry no compiler estimate (a module compiled for a CPU), "
+                   "so Podscope's roofline sets every op's time.")  # fmt: skip
+    else:
+        source = "XLA:TPU's estimate where an op has one" if xla_charged else "Podscope's roofline (compute_source = \"podscope\")"
+        cols = st.columns(4)
+        cols[0].metric("Compute, XLA estimate", fmt.duration(summary.get("hlo_xla_compute_s")), help="per step, the ops with an estimate at XLA's time, the rest at Podscope's")
+        cols[1].metric("Compute, Podscope", fmt.duration(summary.get("hlo_podscope_compute_s")), help="per step, every op at Podscope's roofline time")
+        cols[2].metric("Per-op ratio, median", f"{totals['ratio_median']:.2f}", help="Podscope / XLA per op, each op counted once")
+        cols[3].metric("Per-op ratio, p90", f"{totals['ratio_p90']:.2f}", help="Podscope / XLA per op, each op counted once")
+        st.caption(
+            f"The run charges {source}. Ratio = Podscope's time / XLA's estimate, over the "
+            f"{fmt.count(totals['ops_compared'])} of {fmt.count(totals['ops'])} ops both estimates time. Weighted by each op's XLA "
+            f"time per step (executions included): median {totals['ratio_median_weighted']:.2f}, p90 {totals['ratio_p90_weighted']:.2f}."
+        )
+        points = common.query(hlo_queries.hlo_op_points, run_id)
+        shown = f"the {len(points):,} heaviest and a sample" if len(points) < totals["ops_compared"] else f"all {len(points):,}"
+        fig = figures_hlo.op_estimate_scatter(points, title=f"Each op, one execution ({shown} of the ops both estimates time)")
+        common.chart(fig, points, f"run{run_id}_hlo_ops.csv", "hlo_ops")
+        top = common.query(hlo_queries.hlo_top_ops, run_id, xla_charged)
+        st.markdown(f"**The {len(top)} ops the run charges the most time per step** (one execution's time x executions)")
+        view = top.assign(podscope_ms=top["podscope_s"] * 1e3, xla_ms=top["xla_s"] * 1e3)
+        st.dataframe(view[list(_TOP_OPS_CONFIG)], hide_index=True, column_config=_TOP_OPS_CONFIG)
+    coll = common.query(hlo_queries.hlo_collectives, run_id)
+    if coll is not None and not coll.empty:
+        st.caption(
+            f"Collectives per step: {fmt.duration(summary.get('hlo_collective_total_s'))} in all, "
+            f"{fmt.duration(summary.get('hlo_collective_s'))} exposed, {fmt.duration(summary.get('hlo_collective_hidden_s'))} "
+            "hidden under compute by the module's schedule (asynchronous start/done pairs)."
+        )
+        common.chart(figures_hlo.collective_exposure_bars(coll), coll, f"run{run_id}_hlo_collectives.csv", "hlo_collectives")
+
+
 def main() -> None:
     ctx = common.run_context("Timeline")
     if ctx is None:
         return
     run_id, summary = ctx
+    _gantt(run_id, summary)
+    _hlo_ops(run_id, summary)
+
+
+def _gantt(run_id: int, summary: dict) -> None:
     if not common.require_events(run_id, "timeline to draw"):
         return
     rng = common.query(queries.step_range, run_id)
