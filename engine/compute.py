@@ -119,6 +119,10 @@ class ComputeCost:
     attention_fwd_bwd_s: float = 0.0
     # the routed-expert GEMMs' executed work (whole MXU edges, whole grouped-matmul tiles) over their FLOPs
     expert_work_over_flops: float = 1.0
+    # share of the elementwise passes' bytes served from on-chip common memory (v4's CMEM) instead of
+    # HBM: the ops whose output fits in it; a smaller per-chip batch fits more, so its step runs faster
+    # per sample (what can make a strong-scaling point more than 100% efficient)
+    cmem_elementwise_frac: float = 0.0
 
 
 def step_compute(
@@ -204,7 +208,8 @@ def step_compute(
     # Jouppi et al. 2023 sec. 2), those passes are served on chip and cost no HBM traffic.
     out_bytes = m_rows * n_shard * elem  # one repeat's output on this chip
     on_chip = (out_bytes <= chip.cmem_bytes) if chip.cmem_bytes > 0 else np.zeros(len(ops.names), dtype=bool)
-    bytes_ += np.where(on_chip, 0.0, elementwise_elems * elem)
+    elementwise_bytes = elementwise_elems * elem
+    bytes_ += np.where(on_chip, 0.0, elementwise_bytes)
     # AQT quantises the weight matmuls only; activation x activation einsums stay in bf16.
     # fp8 recipes (MaxText / AQT fp8, NVIDIA Transformer Engine) likewise quantise the weight matmuls.
     peak = np.where(ops.w_is_activation & (precision in ("int8", "fp8")), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
@@ -214,6 +219,8 @@ def step_compute(
     per_pass = np.maximum(t_flops, t_bytes)
     passes = passes_per_op(ops, remat, flash)
     overhead = float((ops.launches * passes).sum()) * cal.op_overhead_s
+    ew_total = float((elementwise_bytes * passes).sum())
+    cmem_frac = float((np.where(on_chip, elementwise_bytes, 0.0) * passes).sum()) / ew_total if ew_total > 0 else 0.0
     flop_bound = t_flops >= t_bytes
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
@@ -222,6 +229,7 @@ def step_compute(
     expert_flops = float(flops_useful[ex].sum())
     return ComputeCost(
         expert_work_over_flops=float(flops_padded[ex].sum()) / expert_flops if expert_flops > 0 else 1.0,
+        cmem_elementwise_frac=cmem_frac,
         expert_forward_s=float(per_pass[ex].sum()),
         expert_fwd_bwd_s=float((per_pass * passes)[ex].sum()),
         attention_forward_s=float(per_pass[attn].sum()),

@@ -486,7 +486,18 @@ SELECT run_id, name, source, chip, chips, steps,
        CAST(summary->>'chip_hours' AS DOUBLE) AS chip_hours,
        CAST(summary->>'cost_usd' AS DOUBLE) AS cost_usd,
        CAST(summary->>'batch_over_b_crit' AS DOUBLE) AS batch_over_b_crit,
-       scenario->'convergence'->>'task' AS task
+       scenario->'convergence'->>'task' AS task,
+       CAST(summary->>'params' AS DOUBLE) AS params,
+       CAST(summary->>'cmem_elementwise_frac' AS DOUBLE) AS cmem_elementwise_frac,
+       -- what makes two runs the same job: the whole model, the training recipe and every mesh axis but data
+       CAST(scenario->'model' AS VARCHAR) AS model_json,
+       json_object('precision', scenario->'training'->'precision', 'optimizer', scenario->'training'->'optimizer',
+                   'remat', scenario->'training'->'remat', 'weight_dtype', scenario->'training'->'weight_dtype',
+                   'microbatches', scenario->'training'->'microbatches')::VARCHAR AS recipe_json,
+       json_object('fsdp', scenario->'parallelism'->'fsdp', 'tensor', scenario->'parallelism'->'tensor',
+                   'expert', scenario->'parallelism'->'expert', 'pipeline', scenario->'parallelism'->'pipeline',
+                   'context', scenario->'parallelism'->'context', 'strategy', scenario->'parallelism'->'strategy',
+                   'fsdp_shard', scenario->'parallelism'->'fsdp_shard')::VARCHAR AS mesh_json
 FROM runs ORDER BY run_id
 """
 
@@ -498,7 +509,9 @@ def scaling_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     samples_per_s, tokens_per_s, mfu, oom; for runs with a ``[convergence]`` task:
     time_to_train_s, steps_to_target, chip_hours, cost_usd (null unless priced), batch_over_b_crit,
     task (else null); per_chip_batch (global_batch / chips) and b_crit_samples (the task's critical
-    batch, global_batch / batch_over_b_crit).
+    batch, global_batch / batch_over_b_crit); params; model_json, recipe_json and mesh_json (the
+    model table, the training recipe, and the mesh axes other than data, as JSON text: runs that
+    agree on all three are the same job at another scale).
     """
     df = con.execute(_SCALING_RUNS_SQL).df()
     df["per_chip_batch"] = df["global_batch"] / df["chips"]

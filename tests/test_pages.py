@@ -280,7 +280,7 @@ def test_scaling_overlays_published_points_for_the_shown_chip_and_model(page_db)
     at.radio(key="sc_mode").set_value("weak").run()
     _ok(at)
     shown = at.multiselect(key="sc_series_weak").value
-    assert len(shown) == 1 and "resnet50" in shown[0] and "tpu-v4" in shown[0]
+    assert len(shown) == 1 and "ResNet-50" in shown[0] and "tpu-v4" in shown[0]
     figs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     published = [t for f in figs for t in f["data"] if t.get("name") == "published"]
     assert len(published) == 1  # on the throughput chart only
@@ -347,3 +347,49 @@ def test_memory_page_shows_ring_buffers_zero_stage_and_optimizer_state(tmp_path,
     assert metrics["Ring attention K/V buffers"] == fmt.gib(want, 2)
     assert metrics["FSDP shards"] == "ZeRO-2: grads+optimizer" and metrics["Optimizer moments"] == "bf16"
     assert metrics["Weights"] == "bf16"
+
+
+def test_a_scaling_series_is_one_job(page_db):
+    """Every series on the Scaling page is one model with one recipe and mesh, whatever the database holds."""
+    from profiler import queries
+    from views.scaling_model import scaling_table
+
+    from profiler.store import Database
+
+    with Database(page_db.path).read() as con:
+        runs = queries.scaling_runs(con)
+    for mode in ("strong", "weak"):
+        table = scaling_table(runs, mode)
+        assert not table.empty
+        jobs = table.groupby("series")[["model_json", "recipe_json", "mesh_json", "chip"]].nunique()
+        assert (jobs == 1).all().all(), jobs[(jobs > 1).any(axis=1)]
+
+
+def test_two_models_that_read_alike_are_two_series_told_apart():
+    import pandas as pd
+
+    from views.scaling_model import series_labels
+
+    row = {"model_kind": "transformer", "params": 1.3e9, "chip": "tpu-v5p", "global_batch": 256, "chips": 64,
+           "per_chip_batch": 4.0, "model_json": '{"layers": 24}', "mesh_json": '{"fsdp": 64}'}  # fmt: skip
+    df = pd.DataFrame([{**row, "recipe_json": '{"remat": "full"}'}, {**row, "recipe_json": '{"remat": "none"}'},
+                       {**row, "model_json": '{"layers": 25}', "recipe_json": '{"remat": "none"}'}])  # fmt: skip
+    labels = series_labels(df, "strong").tolist()
+    assert len(set(labels)) == 3
+    assert labels[0] == "transformer 1.3B on tpu-v5p, batch 256, remat full"
+
+
+def test_a_superlinear_point_says_why(tmp_path, monkeypatch):
+    """The bundled ResNet strong-scaling sweep runs above 100% past its smallest point: v4's CMEM holds more of a
+    smaller per-chip batch's outputs. The Scaling page names that cause beside the curve."""
+    from profiler import api
+    from profiler.store import Database
+
+    path = tmp_path / "runs.duckdb"
+    for topo, data in (("2x4x4", 32), ("4x4x8", 128)):
+        api.run_file(api.scenario_path("resnet50-v4-128"), Database(path),
+                     overrides={"pod.topology": topo, "parallelism.data": data, "training.steps": 5, "sim.trace": "summary"})  # fmt: skip
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/scaling.py")
+    infos = [i.value for i in at.info]
+    assert any("CMEM" in i and "128 chips" in i and "more than linear" in i for i in infos), infos

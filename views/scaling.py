@@ -110,6 +110,28 @@ def _say_oom(runs, shown, mode: str) -> None:
                    + (base if below else "") + ".")  # fmt: skip
 
 
+def _say_superlinear(shown) -> None:
+    """A point above 100% efficiency needs its cause on the page: name it where the engine knows it."""
+    for series, part in shown.groupby("series"):
+        part = part.sort_values("chips")
+        over = part[part["efficiency"] > 1.02]
+        if over.empty:
+            continue
+        base = part.iloc[0]
+        top = over.loc[over["efficiency"].idxmax()]
+        head = (f"**{series}**: {top['efficiency']:.0%} efficient at {int(top['chips']):,} chips, more than linear from "
+                f"{int(base['chips']):,} chips.")  # fmt: skip
+        cmem_lo, cmem_hi = base.get("cmem_elementwise_frac"), top.get("cmem_elementwise_frac")
+        if cmem_lo == cmem_lo and cmem_hi == cmem_hi and cmem_hi is not None and cmem_hi > cmem_lo + 0.05:  # not NaN
+            st.info(f"{head} Its per-chip batch of {top['per_chip_batch']:g} keeps {cmem_hi:.0%} of the elementwise passes' "
+                    f"bytes in the chip's on-chip common memory (v4's 128 MiB CMEM) against {cmem_lo:.0%} at "
+                    f"{base['per_chip_batch']:g} per chip, so fewer of them go to HBM and each sample takes less time "
+                    "(docs/model.md, compute).")  # fmt: skip
+        else:
+            st.info(f"{head} Each chip's share of the step shrinks faster than its batch there: compare the two runs' "
+                    "step time by cause on the Compare page.")  # fmt: skip
+
+
 _TABLE_CONFIG = {
     "run_id": st.column_config.NumberColumn("Run"),
     "name": st.column_config.TextColumn("Name"),
@@ -154,6 +176,7 @@ def main() -> None:
                     fig = figures.scaling_figure(shown, metric, ideal if metric != "mfu" else None, title=label, published=published)
                     common.chart(fig, None, "", f"sc_{metric}")
             _say_oom(runs, shown, mode)
+            _say_superlinear(shown)
             if (counts[series] < 2).all():
                 st.caption("Each series has one chip count so far; add points with the sweep below to see a scaling curve.")
             common.download_csv(shown, "scaling.csv", key="csv_scaling")

@@ -7,19 +7,59 @@ fixed. Efficiency is throughput relative to perfect linear scaling from the seri
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
 __all__ = ["scaling_table", "ideal_table", "oom_points", "series_labels"]
 
 
+_MODEL_NAMES = {"resnet50": "ResNet-50", "mlp": "MLP", "transformer": "transformer", "hlo": "HLO module"}
+
+
+def _model_label(row) -> str:
+    name = _MODEL_NAMES.get(str(row["model_kind"]), str(row["model_kind"]))
+    params = row.get("params")
+    if params is not None and params == params and params > 0:  # not NaN
+        size = f"{params / 1e9:.3g}B" if params >= 1e9 else f"{params / 1e6:.3g}M"
+        return f"{name} {size}"
+    return name
+
+
 def series_labels(df: pd.DataFrame, mode: str) -> pd.Series:
-    """The series each run belongs to: model, chip and global batch (strong) or per-chip batch (weak)."""
+    """The series each run belongs to: the same job (model, training recipe, mesh axes but data, chip) at one
+    global batch (strong scaling) or one per-chip batch (weak), labelled by what it is.
+
+    Two jobs that would read alike (the same model kind and size on the same chip) but differ in their
+    recipe or mesh are told apart by a number after the label, never merged into one curve.
+    """
     if df.empty:
         return pd.Series(dtype=str, index=df.index)
+    job_cols = [c for c in ("model_json", "recipe_json", "mesh_json") if c in df.columns]
+    job = df[job_cols].astype(str).agg("|".join, axis=1) if job_cols else df["model_kind"].astype(str)
     if mode == "strong":
-        return df["model_kind"].astype(str) + " on " + df["chip"].astype(str) + ", batch " + df["global_batch"].astype(int).astype(str)
-    return df["model_kind"].astype(str) + " on " + df["chip"].astype(str) + ", " + df["per_chip_batch"].map("{:g}".format) + "/chip"
+        scale = ", batch " + df["global_batch"].astype(int).map("{:,}".format)
+    else:
+        scale = ", " + df["per_chip_batch"].map("{:g}".format) + "/chip"
+    base = df.apply(_model_label, axis=1) + " on " + df["chip"].astype(str) + scale
+    key = job + "|" + base
+    labels = {}
+    for b in base.unique():
+        rows = df[base == b].assign(_key=key[base == b]).drop_duplicates("_key")
+        if len(rows) == 1:
+            labels[rows["_key"].iloc[0]] = b
+            continue
+        # what tells the jobs apart: the recipe and mesh settings that differ between them
+        settings = [{**json.loads(r.get("recipe_json") or "{}"), **json.loads(r.get("mesh_json") or "{}")} for _, r in rows.iterrows()]
+        differ = [k for k in settings[0] if len({json.dumps(st.get(k)) for st in settings}) > 1]
+        named = [", ".join(f"{k.replace('_', ' ')} {st.get(k)}" for k in differ) for st in settings]
+        models = list(dict.fromkeys(rows["model_json"])) if "model_json" in rows else []
+        for (_, r), what in zip(rows.iterrows(), named):
+            if not what or named.count(what) > 1:  # the same recipe and mesh: the models themselves differ
+                what = ", ".join(x for x in (what, f"model {models.index(r['model_json']) + 1} of {len(models)}") if x)
+            labels[r["_key"]] = f"{b}, {what}"
+    return key.map(labels)
 
 
 def oom_points(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
