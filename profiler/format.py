@@ -90,11 +90,8 @@ def duration_range(low_s: float | None, high_s: float | None, digits: int = 2) -
     if is_missing(low_s) or is_missing(high_s):
         return NA
     hi = abs(float(high_s))
-    for limit, scale, unit in ((1e-6, 1e9, "ns"), (1e-3, 1e6, "µs"), (1, 1e3, "ms"), (120, 1.0, "s"), (7200, 1 / 60, "min")):
-        if hi < limit:
-            break
-    else:
-        scale, unit = 1 / 3600, "h"
+    units = ((1e-6, 1e9, "ns"), (1e-3, 1e6, "µs"), (1, 1e3, "ms"), (120, 1.0, "s"), (7200, 1 / 60, "min"))
+    scale, unit = next(((sc, u) for limit, sc, u in units if hi < limit), (1 / 3600, "h"))
     return f"{_sig(float(low_s) * scale, digits)}–{_sig(float(high_s) * scale, digits)} {unit}"
 
 

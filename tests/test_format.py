@@ -61,3 +61,12 @@ def test_chip_labels():
     assert fmt.chip_label("tpu-v5p") == "v5p"
     assert fmt.chips_label(64, "tpu-v5p") == "64 x v5p"
     assert fmt.chips_label(1024, "gpu-h100") == "1,024 x gpu-h100"
+
+
+def test_a_range_reads_in_the_unit_of_its_upper_end():
+    from profiler import format as fmt
+
+    assert fmt.duration_range(4.24757, 6.53393) == "4.2–6.5 s"
+    assert fmt.duration_range(0.88, 1.1) == "0.88–1.1 s"
+    assert fmt.duration_range(0.0042, 0.0065) == "4.2–6.5 ms"
+    assert fmt.duration_range(None, 1.0) == fmt.NA
