@@ -286,6 +286,8 @@ def test_scaling_overlays_published_points_for_the_shown_chip_and_model(page_db)
     assert len(published) == 1  # on the throughput chart only
     ids = {row[0] for row in published[0]["customdata"]}
     assert "mlperf_v0.7_tpu-v4-128-TF_resnet" in ids and not any("v3" in i for i in ids)
+    owners = {row[2] for row in published[0]["customdata"]}  # each diamond says which series it belongs to
+    assert all(o.startswith("for ") or o.startswith("same chip and model") for o in owners)
 
 
 def test_imported_run_pages_say_what_the_trace_does_not_carry(page_db):

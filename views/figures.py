@@ -313,7 +313,8 @@ def scaling_figure(
     """A metric against chip count, one line per series (columns: chips, series, name and ``metric``).
 
     ``ideal`` (chips, series, ``metric``) is drawn dashed: each series' perfect-scaling line from its smallest run.
-    ``published`` (chips, ``metric``, id, global_batch) adds published measurements as black diamonds.
+    ``published`` (chips, ``metric``, id, global_batch, optional series: which shown series each belongs to)
+    adds published measurements as black diamonds.
     Every y axis starts at zero (none of these can be negative); chips are ticked at the counts drawn.
     """
     label, scale, suffix = _SCALING_AXES.get(metric, (metric, 1.0, ""))
@@ -332,8 +333,10 @@ def scaling_figure(
     if published is not None and not published.empty:
         fig.add_scatter(
             x=published["chips"], y=published[metric] * scale, mode="markers", name="published",
-            marker=dict(symbol="diamond", size=10, color=palette.PUBLISHED), customdata=published[["id", "global_batch"]].to_numpy(),
-            hovertemplate="%{customdata[0]} (global batch %{customdata[1]})<br>%{x} chips: %{y:.4g}<extra>published</extra>",
+            marker=dict(symbol="diamond", size=10, color=palette.PUBLISHED),
+            customdata=published[["id", "global_batch", *(["series"] if "series" in published else [])]].to_numpy(),
+            hovertemplate="%{customdata[0]} (global batch %{customdata[1]})<br>%{x} chips: %{y:.4g}"
+            + ("<br>%{customdata[2]}" if "series" in published else "") + "<extra>published</extra>",
         )  # fmt: skip
     chips = sorted({int(c) for c in df["chips"]} | ({int(c) for c in published["chips"]} if published is not None and not published.empty else set()))
     ticks = dict(tickmode="array", tickvals=chips, ticktext=[f"{c:,}" for c in chips]) if 0 < len(chips) <= 12 else dict(dtick=1)

@@ -30,11 +30,21 @@ def _published_points():
     return validation.published_scaling_points()
 
 
-def _published_for(shown):
-    """The published points measured on the shown series' chip and model (all batches: hover says which)."""
+def _published_for(shown, mode: str):
+    """The published points measured on the shown series' chip and model, each saying which series it belongs to:
+    the one at its batch (its global batch under strong scaling, its per-chip batch under weak), else none."""
     points = _published_points()
     pairs = set(zip(shown["chip"], shown["model_kind"]))
-    return points[[(c, m) in pairs for c, m in zip(points["chip"], points["model_kind"])]]
+    points = points[[(c, m) in pairs for c, m in zip(points["chip"], points["model_kind"])]].copy()
+    scale = "global_batch" if mode == "strong" else "per_chip_batch"
+    points["per_chip_batch"] = points["global_batch"] / points["chips"]
+    owners = shown.drop_duplicates("series")
+    belongs = []
+    for p in points.itertuples():
+        match = owners[(owners["chip"] == p.chip) & (owners["model_kind"] == p.model_kind) & (owners[scale] == getattr(p, scale))]
+        belongs.append(f"for {match['series'].iloc[0]}" if not match.empty else "same chip and model, another batch: no series shown")
+    points["series"] = belongs
+    return points
 
 
 def _sweep(runs) -> None:
@@ -172,7 +182,7 @@ def main() -> None:
             cols = st.columns(2)
             for i, (metric, label) in enumerate(_METRICS.items()):
                 with cols[i % 2]:
-                    published = _published_for(shown) if metric == "throughput" else None
+                    published = _published_for(shown, mode) if metric == "throughput" else None
                     fig = figures.scaling_figure(shown, metric, ideal if metric != "mfu" else None, title=label, published=published)
                     common.chart(fig, None, "", f"sc_{metric}")
             _say_oom(runs, shown, mode)
