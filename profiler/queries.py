@@ -519,6 +519,19 @@ def scaling_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return df
 
 
+_SAME_MODEL_SQL = """
+SELECT r.run_id FROM runs r, runs base
+WHERE base.run_id = $id AND r.run_id <> $id AND r.scenario IS NOT NULL
+  AND CAST(r.scenario->'model' AS VARCHAR) = CAST(base.scenario->'model' AS VARCHAR)
+ORDER BY r.run_id DESC
+"""
+
+
+def same_model_runs(con: duckdb.DuckDBPyConnection, run_id: int) -> list[int]:
+    """Other runs of the same model as ``run_id`` (its whole ``[model]`` table), newest first."""
+    return [int(r[0]) for r in con.execute(_SAME_MODEL_SQL, {"id": run_id}).fetchall()]
+
+
 _STEP_KIND_S_SQL = """
 SELECT k.kind, sum(k.ns) / 1e9 / r.chips / r.steps AS s_per_step
 FROM chip_kind k JOIN runs r ON r.run_id = k.run_id

@@ -157,8 +157,9 @@ def test_what_if_sets_context_zero_stage_and_optimizer_state(tmp_path, monkeypat
 
 
 def test_compare_opens_beside_a_related_run_that_fits():
-    """With no choice made: this run's newest what-if, else the newest run on its chip that fits in
-    HBM, else the newest that fits, else the newest; never the base itself."""
+    """With no choice made: this run's newest what-if, else the newest run of the same model that fits
+    (its chip first), else the newest run on its chip that fits in HBM, else the newest that fits,
+    else the newest; never the base itself. It says whether that is the same model."""
     import pandas as pd
 
     from views.compare_model import default_other_run
@@ -168,12 +169,14 @@ def test_compare_opens_beside_a_related_run_that_fits():
          (3, "llm-b", "tpu-v5p", True), (2, "llm-c", "tpu-v5p", False), (1, "llm", "tpu-v5p", False)],
         columns=["run_id", "name", "chip", "oom"],
     )  # fmt: skip
-    assert default_other_run(runs, 1, "llm", "tpu-v5p") == 5  # its what-if
-    assert default_other_run(runs[runs.run_id != 5], 1, "llm", "tpu-v5p") == 2  # same chip, fits (not 3: OOM; not 6)
-    assert default_other_run(runs, 4, "resnet", "tpu-v4") == 5  # no other v4 run: the newest that fits
+    assert default_other_run(runs, 1, "llm", "tpu-v5p") == (5, True)  # its what-if
+    assert default_other_run(runs[runs.run_id != 5], 1, "llm", "tpu-v5p") == (2, False)  # same chip, fits (not 3: OOM; not 6)
+    # the same model elsewhere beats an unrelated run on the same chip
+    assert default_other_run(runs[runs.run_id != 5], 1, "llm", "tpu-v5p", same_model=[4]) == (4, True)
+    assert default_other_run(runs, 4, "resnet", "tpu-v4") == (5, False)  # no other v4 run: the newest that fits
     only_oom = runs[runs.run_id.isin([1, 6])]
-    assert default_other_run(only_oom, 1, "llm", "tpu-v5p") == 6  # nothing fits: the newest other run
-    assert default_other_run(runs[runs.run_id == 1], 1, "llm", "tpu-v5p") is None
+    assert default_other_run(only_oom, 1, "llm", "tpu-v5p") == (6, False)  # nothing fits: the newest other run
+    assert default_other_run(runs[runs.run_id == 1], 1, "llm", "tpu-v5p") == (None, False)
 
 
 def test_what_if_pools_a_resnets_batch_norm_over_chips(tmp_path, monkeypatch):

@@ -236,11 +236,15 @@ def main() -> None:
         st.info("Simulate a variant above to compare it with this run.")
         return
     labels = {int(r.run_id): common.run_label(r) for r in runs.itertuples()}
-    default = compare_model.default_other_run(runs, run_id, base_summary.get("name"), base_summary.get("chip"))
+    same_model = common.query(queries.same_model_runs, run_id)
+    default, related = compare_model.default_other_run(runs, run_id, base_summary.get("name"), base_summary.get("chip"), same_model)
     st.session_state["picker_cmp_id"] = common.picked_run(others, "cmp_id", default=default)
     other = st.selectbox("Compare with", others, format_func=labels.get, key="picker_cmp_id",
                          on_change=lambda: common.remember_run("cmp_id", st.session_state["picker_cmp_id"]))  # fmt: skip
     common.remember_run("cmp_id", int(other))
+    if int(other) == default and not related:
+        st.caption("No other run of this model yet, so this is the newest run on the same chip: pick the run to compare "
+                   "above, or simulate a what-if of this one in the form.")  # fmt: skip
     other_summary = common.query(queries.run_summary, int(other))
     st.markdown(f"**{labels[other]}** against base **{labels[run_id]}**")
     _side_by_side(base_summary, other_summary)

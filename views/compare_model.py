@@ -16,26 +16,34 @@ from views.palette import kind_label
 __all__ = ["cause_differences", "cause_difference_lines", "default_other_run", "time_to_train_parts"]
 
 
-def default_other_run(runs: pd.DataFrame, run_id: int, base_name: str | None, base_chip: str | None) -> int | None:
-    """The run Compare opens beside ``run_id`` when the user has chosen none.
+def default_other_run(runs: pd.DataFrame, run_id: int, base_name: str | None, base_chip: str | None,
+                      same_model: list[int] | tuple[int, ...] = ()) -> tuple[int | None, bool]:  # fmt: skip
+    """The run Compare opens beside ``run_id`` when the user has chosen none, and whether it is the same model.
 
-    This run's newest what-if (named ``"<base> · ..."``); else the newest run on the same chip that
-    fits in HBM; else the newest run that fits; else the newest other run. ``runs`` is
-    :func:`profiler.queries.list_runs` (newest first). None when there is no other run.
+    This run's newest what-if (named ``"<base> · ..."``); else the newest run of the same model
+    (``same_model``: run ids whose ``[model]`` table is the base's) that fits in HBM, on the same
+    chip first; else the newest run on the same chip that fits; else the newest run that fits;
+    else the newest other run. ``runs`` is :func:`profiler.queries.list_runs` (newest first).
+    (None, False) when there is no other run.
     """
     others = runs[runs["run_id"] != run_id]
     if others.empty:
-        return None
+        return None, False
     fits = others[~others["oom"].fillna(False).astype(bool)]
-    for pick in (
-        others[others["name"].astype(str).str.startswith(f"{base_name} · ")] if base_name else others.iloc[:0],
-        fits[fits["chip"] == base_chip] if base_chip else fits.iloc[:0],
-        fits,
-        others,
+    kin = fits[fits["run_id"].isin(list(same_model))]
+    whatifs = others[others["name"].astype(str).str.startswith(f"{base_name} · ")] if base_name else others.iloc[:0]
+    for pick, related in (
+        (whatifs, True),
+        (kin[kin["chip"] == base_chip] if base_chip else kin.iloc[:0], True),
+        (kin, True),
+        (fits[fits["chip"] == base_chip] if base_chip else fits.iloc[:0], False),
+        (fits, False),
+        (others, False),
     ):
         if not pick.empty:
-            return int(pick["run_id"].iloc[0])
-    return None
+            run = int(pick["run_id"].iloc[0])
+            return run, related or run in set(same_model)
+    return None, False
 
 
 def cause_differences(deltas: pd.DataFrame, top: int = 3) -> pd.DataFrame:
