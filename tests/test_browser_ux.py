@@ -93,3 +93,32 @@ def test_no_metric_is_truncated_at_1400px(server, page, path, run):
     assert page.locator('[data-testid="stMetricValue"]').count() > 0 or path == "compare"
     cut = page.evaluate(_TRUNCATED_JS)
     assert not cut, f"{path or 'overview'} run {run or 'default'}: {cut}"
+
+
+ALL_PAGES = ["", "idle", "pod", "timeline", "memory", "scaling", "recompilation", "compare", "plan", "validation"]
+
+# The headline text a person reads first: titles, headers, metric labels and values, alert boxes, and the choices
+# the page's forms show.
+_HEADLINES_JS = """() => {
+  const sel = 'h1, h2, h3, [data-testid="stMetricLabel"], [data-testid="stMetricValue"], [data-testid="stAlert"]';
+  const texts = [...document.querySelectorAll(sel)].map(e => e.innerText.trim());
+  const choices = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stSelectbox"] input')].map(i => i.value.trim());
+  return [...texts, ...choices].filter(t => t.length > 0);
+}"""
+#: a raw identifier (snake_case of three words or more, e.g. tokens_per_s_per_chip) or a figure with more than
+#: four significant decimals (0.0088 is rounded, 1.23456 is not) or a thousands group with decimals (4,247.57 ms):
+#: what a page should have rounded or named
+_RAW_ID = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+){2,}\b")
+_UNROUNDED = re.compile(r"(?<![\d.])(?:[1-9]\d*\.\d{4,}|0\.0*[1-9]\d{4,})|\d,\d{3}\.\d{2}\b")
+
+
+@pytest.mark.parametrize("path", ALL_PAGES)
+def test_headline_text_has_no_raw_ids_or_unrounded_figures(server, page, path):
+    page.goto(f"{server}/{path}")
+    wait_for_script_run(page)
+    texts = page.evaluate(_HEADLINES_JS)
+    assert texts, f"{path or 'overview'}: no headline text found"
+    raw = [t for t in texts if _RAW_ID.search(t.replace("`", ""))]
+    unrounded = [t for t in texts if _UNROUNDED.search(t)]
+    assert not raw, f"{path or 'overview'}: raw ids in {raw}"
+    assert not unrounded, f"{path or 'overview'}: unrounded figures in {unrounded}"
