@@ -1,4 +1,5 @@
-"""Hostile HLO modules and sidecars, run through the CLI in a child process under tests/hostile.py's memory cap.
+"""Hostile HLO modules, sidecars, and convergence and cost keys, through the CLI in a child process under
+tests/hostile.py's memory cap.
 
 Each is refused with exit 2 and a message that names the file and the limit it broke.
 """
@@ -107,3 +108,26 @@ def test_a_sidecar_with_absurd_numbers_exits_2_and_writes_nothing(tmp_path):
     assert out.returncode == 2
     assert "memory.temp_bytes" in out.stderr and "devices" in out.stderr
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("cost.usd_per_chip_hour", "1e308", "less than or equal to 10000"),
+        ("convergence.task", '"' + "x" * 5000 + '"', "at most 64"),
+    ],
+)
+def test_absurd_convergence_and_cost_keys_exit_2_naming_the_key(tmp_path, key, value, says):
+    db = tmp_path / "runs.duckdb"
+    out = run_cli("run", "resnet50-v4-128", "--db", str(db), "--set", "training.steps=3", "--set", f"{key}={value}")
+    assert out.returncode == 2, out.stderr
+    assert key in out.stderr and says in out.stderr
+    assert not db.exists()
+
+
+def test_an_absurd_budget_exits_2(tmp_path):
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[pod]\nchip = "tpu-v4"\ntopology = "2x2x1"\n[model]\nkind = "mlp"\nlayer_sizes = [64, 64]\n'
+                        "[training]\nglobal_batch = 64\nsteps = 2\n[convergence]\nsamples = 1e300\n")  # fmt: skip
+    out = run_cli("run", str(scenario), "--db", str(tmp_path / "runs.duckdb"))
+    assert out.returncode == 2 and "convergence.samples" in out.stderr

@@ -22,7 +22,16 @@ from .tasks import load_tasks, tokens_per_param_default
 
 __all__ = ["ConvergenceSection", "CostSection", "convergence_problems"]
 
-Positive = Annotated[float, Field(gt=0)]
+#: most samples a budget, fit or evaluation may name: 10^15, far past any training run (a 15T-token run of
+#: 8,192-token sequences is 2 x 10^9 samples); a larger number is a typo, not a job
+MAX_SAMPLES = 1e15
+#: most tokens a budget may name: 10^18, about 67,000 times Llama 3's 15T training tokens (Meta, 2024)
+MAX_TOKENS = 1e18
+#: the longest evaluation: 10^7 s (116 days)
+MAX_EVAL_S = 1e7
+#: the highest price per chip-hour: US$10,000, a thousand times any published cloud TPU price
+MAX_USD_PER_CHIP_HOUR = 1e4
+Samples = Annotated[float, Field(gt=0, le=MAX_SAMPLES)]
 
 
 class ConvergenceSection(BaseModel):
@@ -30,14 +39,14 @@ class ConvergenceSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
 
-    task: str | None = None
-    e_min_samples: Positive | None = None
-    b_crit_samples: Positive | None = None
-    samples: Positive | None = None
-    tokens: Positive | None = None
-    eval_every_samples: Positive | None = None
-    eval_s: Annotated[float, Field(ge=0)] | None = None  # seconds per evaluation
-    eval_samples: Positive | None = None  # samples per evaluation (forward only)
+    task: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    e_min_samples: Samples | None = None
+    b_crit_samples: Samples | None = None
+    samples: Samples | None = None
+    tokens: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
+    eval_every_samples: Samples | None = None
+    eval_s: Annotated[float, Field(ge=0, le=MAX_EVAL_S)] | None = None  # seconds per evaluation
+    eval_samples: Samples | None = None  # samples per evaluation (forward only)
 
 
 class CostSection(BaseModel):
@@ -45,7 +54,7 @@ class CostSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    usd_per_chip_hour: Annotated[float, Field(ge=0)]
+    usd_per_chip_hour: Annotated[float, Field(ge=0, le=MAX_USD_PER_CHIP_HOUR)]
 
 
 def convergence_problems(section: ConvergenceSection | None, model_kind: str, tokens_per_sample: int | None,
