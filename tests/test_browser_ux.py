@@ -1,6 +1,7 @@
 """The dashboard in headless Chromium at 1400 x 900, on a database the app seeds on first start:
-the picked run survives page changes and a reload (URL query parameters), and no headline number
-is cut off (every metric's scroll width fits its client width)."""
+the picked run survives page changes and a reload (URL query parameters), no headline number is cut
+off (every metric's scroll width fits its client width) or left raw, and the Scaling page draws the
+time to train of the bundled batch-scaling sweep with the critical batch marked."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scripts.app_server import AppDidNotStart, running_app, wait_for_script_run
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEWPORT = {"width": 1400, "height": 900}
@@ -122,3 +123,33 @@ def test_headline_text_has_no_raw_ids_or_unrounded_figures(server, page, path):
     unrounded = [t for t in texts if _UNROUNDED.search(t)]
     assert not raw, f"{path or 'overview'}: raw ids in {raw}"
     assert not unrounded, f"{path or 'overview'}: unrounded figures in {unrounded}"
+
+
+# The Plotly graph whose title is "Time to train": its largest trace's point count and its shapes.
+_TIME_TO_TRAIN_JS = """() => {
+  for (const el of document.querySelectorAll('[data-testid="stPlotlyChart"] .js-plotly-plot')) {
+    const title = el.layout && el.layout.title && el.layout.title.text;
+    if (!title || title.replace(/<[^>]*>/g, '') !== 'Time to train') continue;  // Streamlit bolds titles
+    // _fullData: the traces as drawn (data may still hold the base64 typed arrays Streamlit sent)
+    const points = Math.max(0, ...el._fullData.filter(t => t.mode === 'lines+markers').map(t => t.x.length));
+    return {points: points, shapes: (el.layout.shapes || []).length, svg: el.querySelectorAll('.scatterlayer .point').length};
+  }
+  return null;
+}"""
+
+
+def test_fresh_scaling_page_draws_time_to_train(server, page):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.set_viewport_size({"width": 1400, "height": 2400})
+    try:
+        page.goto(f"{server}/scaling")
+        page.get_by_role("heading", name="Time and cost to train").wait_for(timeout=60_000)
+        wait_for_script_run(page, timeout_ms=60_000)
+        page.wait_for_function(_TIME_TO_TRAIN_JS, timeout=60_000)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        chart = page.evaluate(_TIME_TO_TRAIN_JS)
+        assert chart["points"] >= 3 and chart["svg"] >= 3, chart
+        assert chart["shapes"] >= 1, "B_crit is marked"
+        page.screenshot(path=str(ARTIFACTS / "page_scaling_time_to_train.png"), full_page=True)
+    finally:
+        page.set_viewport_size(VIEWPORT)
