@@ -1,7 +1,7 @@
 """Plan: which slice, mesh and remat should this job use? Search them, see the Pareto front, simulate a point.
 
 The base is a stored run's scenario or a bundled scenario; the search is the planner's
-(:mod:`engine.search`, analytic, the same cost functions as a full run). A chosen point is
+(:mod:`engine.planning.search`, analytic, the same cost functions as a full run). A chosen point is
 simulated fully, stored, and opened on Overview or Compare.
 """
 
@@ -14,9 +14,9 @@ import streamlit as st
 
 from engine import PodscopeError, load_catalog, load_scenario, scenario_from_dict
 from engine.errors import PlanError
-from engine.planner import OBJECTIVES
+from engine.planning.planner import OBJECTIVES
+from engine.pod.topology import is_supported_shape
 from engine.scenario import TrainingSection
-from engine.topology import is_supported_shape
 from profiler import api, queries
 from profiler.plan import plan_frame, plan_from_dict, run_plan
 from views import common, figures

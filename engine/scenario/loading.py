@@ -20,17 +20,17 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .catalog import ChipSpec, load_catalog
-from .compilation import CompileSection
-from .convergence.section import ConvergenceSection, CostSection, convergence_problems
-from .errors import ScenarioError, TopologyError
-from .failures import FailureSection
-from .hlo.module_file import module_problems
-from .input_pipeline import InputSection
-from .mesh import MESH_AXES, resolve_mesh
+from ..convergence.section import ConvergenceSection, CostSection, convergence_problems
+from ..errors import ScenarioError, TopologyError
+from ..hlo.module_file import module_problems
+from ..idle.compilation import CompileSection
+from ..idle.failures import FailureSection
+from ..idle.input_pipeline import InputSection
+from ..idle.stragglers import StragglerSection
+from ..pod.catalog import ChipSpec, load_catalog
+from ..pod.mesh import MESH_AXES, resolve_mesh
+from ..pod.topology import fault_problems, is_supported_shape, supported_shapes, wraparound_for
 from .names import name_problem
-from .stragglers import StragglerSection
-from .topology import fault_problems, is_supported_shape, supported_shapes, wraparound_for
 from .validation_messages import problem_from_error
 
 __all__ = [
@@ -85,7 +85,7 @@ class ResNet50Model(_Section):
     classes: PositiveInt = 1000
     # Chips whose batch-norm statistics are pooled (distributed batch normalization, Ying et al. 2018,
     # arXiv:1811.06992): one all-reduce per batch-norm layer and pass among that many neighbouring
-    # replicas (engine/batch_norm.py). 1: each chip normalises over its own images.
+    # replicas (engine/model/batch_norm.py). 1: each chip normalises over its own images.
     batch_norm_group: PositiveInt = 1
 
 
@@ -105,7 +105,7 @@ class TransformerModel(_Section):
     kv_heads: PositiveInt | None = None
     head_dim: PositiveInt | None = None
     # "gelu" and "relu": two matrices around the activation; "swiglu": a gate and an up projection
-    # (Shazeer 2020). They cost the same FLOPs per matrix; what the backward keeps differs (engine/memory.py).
+    # (Shazeer 2020). They cost the same FLOPs per matrix; what the backward keeps differs (engine/memory/hbm.py).
     mlp: Literal["gelu", "relu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
     # Attention and MLP side by side on one layer norm, their outputs summed (GPT-J; PaLM, Chowdhery et al.
@@ -238,7 +238,7 @@ class TrainingSection(_Section):
     microbatches: PositiveInt = 1
     # dtype of the optimizer's moments (Adam m and v, momentum), whatever the weights' dtype.
     # "bf16": DeepSeek-V3 (arXiv:2412.19437, sec. 3.3.3) tracks AdamW's moments in BF16; optax exposes
-    # it as adam(mu_dtype=...) and sgd(accumulator_dtype=...) (engine/memory.py).
+    # it as adam(mu_dtype=...) and sgd(accumulator_dtype=...) (engine/memory/hbm.py).
     optimizer_state: Literal["fp32", "bf16"] = "fp32"
     # dtype the weights are stored, reduced and updated in; their gradients take it too (engine/units.py
     # WEIGHT_BYTES_PER_ELEMENT). "fp32": mixed precision's master copy; "bf16": no master copy
@@ -253,7 +253,7 @@ class ParameterServerSection(_Section):
     dcn_gbps_per_host: Annotated[float, Field(gt=0)] = 25.0  # each PS host's NIC, GB/s (same class as a TPU host's)
 
 
-MeshAxisName = Literal["data", "fsdp", "tensor", "expert", "pipeline", "context"]  # engine.mesh.MESH_AXES
+MeshAxisName = Literal["data", "fsdp", "tensor", "expert", "pipeline", "context"]  # engine.pod.mesh.MESH_AXES
 
 
 class ParallelismSection(_Section):
@@ -264,20 +264,20 @@ class ParallelismSection(_Section):
     # with the matmuls beside them, TPU's default; false prices them blocking (engine/comm/mesh_comm.py)
     collective_matmul: bool = True
     expert: PositiveInt = 1  # expert-parallel axis: each chip holds experts / expert of every MoE layer
-    # pipeline stages (engine/pipeline.py); with several slices, a stage count that is a multiple of the
+    # pipeline stages (engine/model/pipeline.py); with several slices, a stage count that is a multiple of the
     # slice count spans the slices (their boundaries cross the DCN), otherwise each slice holds the pipeline
     pipeline: PositiveInt = 1
     pipeline_schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
     virtual_stages: PositiveInt = 1  # stages per chip under "interleaved"
     # context (sequence) parallelism: each chip holds seq_len / context of every sequence, and
-    # attention passes K/V blocks around a ring over this axis (ring attention, engine/context.py)
+    # attention passes K/V blocks around a ring over this axis (ring attention, engine/model/context.py)
     context: PositiveInt = 1
     # what FSDP shards (ZeRO stages, Rajbhandari et al. 2020): "all" = weights, gradients and optimizer
     # state (ZeRO-3); "grads+optimizer" (ZeRO-2); "optimizer" (ZeRO-1). engine/comm/mesh_comm.py, memory.py
     fsdp_shard: Literal["all", "grads+optimizer", "optimizer"] = "all"
     strategy: Literal["spmd", "parameter_server"] = "spmd"
     # mesh axis -> torus axes it spans, e.g. {tensor = ["z"], fsdp = ["x", "y"]}; "y:2" takes a
-    # 2-chip part of axis y. Empty: the default mapping of engine/mesh.py (tensor innermost).
+    # 2-chip part of axis y. Empty: the default mapping of engine/pod/mesh.py (tensor innermost).
     mapping: dict[MeshAxisName, list[str]] = Field(default_factory=dict)
     parameter_server: ParameterServerSection | None = None
     # Cross-replica weight-update sharding (Xu et al. 2020, "Automatic Cross-Replica Sharding of Weight
@@ -342,7 +342,7 @@ class Scenario(_Section):
     parallelism: ParallelismSection = ParallelismSection()
     sim: SimSection = SimSection()
     interconnect: InterconnectSection = InterconnectSection()
-    # Idle-time mechanisms (engine/input_pipeline.py, compilation.py, stragglers.py, failures.py); absent = off.
+    # Idle-time mechanisms (engine/idle/input_pipeline.py, compilation.py, stragglers.py, failures.py); absent = off.
     input: InputSection | None = None
     compile: CompileSection | None = None
     stragglers: StragglerSection | None = None
@@ -405,7 +405,7 @@ class Scenario(_Section):
 
     @property
     def mesh_sizes(self) -> dict[str, int]:
-        """Every mesh axis' size inside a slice (engine.mesh.MESH_AXES), ``data`` resolved."""
+        """Every mesh axis' size inside a slice (engine.pod.mesh.MESH_AXES), ``data`` resolved."""
         sizes = {a: 1 for a in MESH_AXES}
         sizes.update(self.mesh_sizes_given)
         sizes["data"] = self.data_parallel
