@@ -28,7 +28,7 @@ Positive = Annotated[float, Field(gt=0)]
 class ConvergenceSection(BaseModel):
     """``[convergence]``: what "trained" means (a task, a critical-batch fit, or a budget) and how often it evaluates."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/ _Section
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/sections.py Section
 
     task: str | None = None
     e_min_samples: Positive | None = None

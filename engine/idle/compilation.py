@@ -56,7 +56,7 @@ COMPILES = TABLES["extra_compiles"]
 class CompileSection(BaseModel):
     """``[compile]``: is the step jitted, and how do its input shapes vary. Absent: no compiles modelled."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/ _Section
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/sections.py Section
 
     jit: bool = True
     shapes: Literal["fixed", "variable_seq_len"] = "fixed"
