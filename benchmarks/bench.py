@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 import duckdb
 
 from engine import scenario_from_dict, simulate
-from engine.planner import scenario_to_toml
+from engine.planning.planner import scenario_to_toml
 from profiler import chunked_write
 from profiler.store import Database, write_run, write_runs
 from profiler.streamed_write import simulate_and_write

@@ -29,7 +29,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from engine.search import search
+from engine.planning.search import search
 from profiler.plan import load_plan
 from scripts.docs_blocks import DOCS, write_block
 

@@ -29,7 +29,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
-import engine.step as step
+import engine.model.step as step
 from benchmarks.bench import all_causes_scenario
 from engine import scenario_from_dict
 from profiler import chunked_write, streamed_write

@@ -1,7 +1,5 @@
 """Podscope engine: scenario -> simulated per-chip trace tables (numpy, networkx, pyarrow); it reads only its data files."""
 
-from .calibration import Calibration, load_calibration
-from .catalog import ChipSpec, load_catalog
 from .errors import (
     InputError,
     PathNotAllowedError,
@@ -15,11 +13,13 @@ from .errors import (
     TopologyError,
     TraceImportError,
 )
-from .models import ModelCost, model_cost
+from .model.models import ModelCost, model_cost
+from .model.step import Segment
+from .pod.catalog import ChipSpec, load_catalog
+from .pod.topology import Pod, build_pod
 from .scenario import Scenario, apply_overrides, load_scenario, scenario_from_dict
+from .scenario.calibration import Calibration, load_calibration
 from .simulate import simulate
-from .step import Segment
-from .topology import Pod, build_pod
 from .trace import EVENT_KINDS, RunFacts, RunResult, Trace
 
 __all__ = [

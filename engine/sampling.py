@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from .model.step import Segment, seeded_rng
+from .pod.topology import Pod
 from .scenario import Scenario
-from .step import Segment, seeded_rng
-from .topology import Pod
 from .trace import TABLES
 
 __all__ = ["SAMPLE_REASONS", "ChipSample", "busy_s_per_chip", "choose_sample", "plan_sample"]
@@ -58,7 +58,7 @@ class ChipSample:
 def busy_s_per_chip(segments: Sequence[Segment], steps: int, chips: int) -> np.ndarray:
     """(chips,) seconds each chip spends in its segments over all steps: its time not waiting at barriers.
 
-    A duration is a scalar, (chips,), (steps, 1) or (steps, chips), as :func:`engine.step.assemble`
+    A duration is a scalar, (chips,), (steps, 1) or (steps, chips), as :func:`engine.model.step.assemble`
     takes them; each is summed over steps without broadcasting it to (steps, chips).
     """
     busy = np.zeros(chips)
@@ -155,7 +155,7 @@ def plan_sample(scenario: Scenario, pod: Pod, segments: Sequence[Segment], strag
     """The chips a ``trace = "sampled"`` scenario keeps every event of (None for other traces).
 
     ``stragglers``: the chips the idle planner named stragglers (``facts["stragglers"]``).
-    Randomness comes from the scenario's ``sample_chips`` stream (:meth:`engine.step.SimContext.rng`),
+    Randomness comes from the scenario's ``sample_chips`` stream (:meth:`engine.model.step.SimContext.rng`),
     so sampling never changes another mechanism's draws.
     """
     if scenario.sim.trace != "sampled":

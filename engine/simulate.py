@@ -1,9 +1,9 @@
 """Simulate a scenario's training steps on every chip.
 
 :func:`simulate` derives the step's device work (compute by roofline, per-layer
-collectives, the gradient sync, the optimizer update) as :class:`~engine.step.Segment` s,
+collectives, the gradient sync, the optimizer update) as :class:`~engine.model.step.Segment` s,
 hands them to the idle planner (input pipeline, recompilation, stragglers,
-failures), lays them out with :func:`~engine.step.assemble`, and collects the
+failures), lays them out with :func:`~engine.model.step.assemble`, and collects the
 run's facts and extra tables. Each mechanism contributes segments, duration
 factors or tables; this module only wires them together.
 """
@@ -15,24 +15,24 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from .analytic import activation_send_bytes, step_costs
-from .assumptions import run_assumptions
-from .calibration import Calibration, load_calibration
+from .model.analytic import activation_send_bytes, step_costs
+from .model.assumptions import run_assumptions
+from .scenario.calibration import Calibration, load_calibration
 from .comm import overlap_table
-from .compute import ComputeCost
+from .model.compute import ComputeCost
 from .hlo.run import simulate_hlo
-from .idle import idle_facts, plan_idle
-from .analytic import StepCosts
-from .mesh import Mesh, axis_index_of_chips
-from .memory import MemoryPlan, oom_detail, optimizer_state_bytes_per_param
-from .models import ModelCost, model_cost
-from .moe import RoutingPlan, plan_routing
-from .pipeline import PipelinePlan, plan_pipeline
+from .idle.plan import idle_facts, plan_idle
+from .model.analytic import StepCosts
+from .pod.mesh import Mesh, axis_index_of_chips
+from .memory.hbm import MemoryPlan, oom_detail, optimizer_state_bytes_per_param
+from .model.models import ModelCost, model_cost
+from .model.moe import RoutingPlan, plan_routing
+from .model.pipeline import PipelinePlan, plan_pipeline
 from .sampling import plan_sample
 from .scenario import Scenario
-from .step import Segment, SimContext, assemble
-from .topology import Pod
-from .topology import build_pod
+from .model.step import Segment, SimContext, assemble
+from .pod.topology import Pod
+from .pod.topology import build_pod
 from .trace import CHIPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
 from .units import NS_PER_S, WEIGHT_BYTES_PER_ELEMENT
 
@@ -50,7 +50,7 @@ def simulate(
     ----------
     on_events
         Given, it receives the events block by block as they are laid out (see
-        :func:`~engine.step.assemble`), and the returned ``trace.events`` is empty.
+        :func:`~engine.model.step.assemble`), and the returned ``trace.events`` is empty.
     """
     cal = calibration or load_calibration()
     if scenario.model.kind == "hlo":  # the user's own program: engine/hlo/run.py
@@ -79,7 +79,7 @@ def simulate(
     model = scenario.model
     fwd_chip = bwd_chip = routing = expert_factor = None
     if cost.moe_layers:
-        # the busiest expert group's chips compute more of their MoE layers (engine/moe.py)
+        # the busiest expert group's chips compute more of their MoE layers (engine/model/moe.py)
         routing = plan_routing(model.experts, model.capacity_factor, par.expert, steps, ctx.rng("routing"),
                                dense=model.moe_dispatch == "dense")
         where = pod.chip_table  # slice-local torus coordinates of every chip
@@ -143,7 +143,7 @@ def simulate(
         extra={
             "oom_detail": oom_detail(mem, costs.replan, costs.micro_batch, scenario.data_parallel, par.fsdp, tr.remat) if mem.oom else None,
             "hbm_usable_bytes": mem.usable_bytes,
-            "hbm_source": "podscope",  # the built-in families' HBM is Podscope's model (engine/memory.py)
+            "hbm_source": "podscope",  # the built-in families' HBM is Podscope's model (engine/memory/hbm.py)
             "compute_source": "podscope",
             "hbm_peak_phase": mem.peak_phase,
             "mesh": mesh.describe(),
@@ -171,7 +171,7 @@ def simulate(
 
 
 def _pipeline(s: Scenario, pod: Pod, mesh: Mesh, costs: StepCosts) -> PipelinePlan:
-    """Each chip's fill and drain bubble: stage ``k`` waits ``k`` slots for the fill (engine/pipeline.py)."""
+    """Each chip's fill and drain bubble: stage ``k`` waits ``k`` slots for the fill (engine/model/pipeline.py)."""
     par = s.parallelism
     where = pod.chip_table
     stage = axis_index_of_chips(mesh["pipeline"], [where[a] for a in "xyz"])

@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: Exclusive causes of chip time, in XProf-like attribution priority (host waits first).
-#: ``bubble``: a pipeline stage idle while the pipeline fills or drains (engine/pipeline.py).
+#: ``bubble``: a pipeline stage idle while the pipeline fills or drains (engine/model/pipeline.py).
 EVENT_KINDS: tuple[str, ...] = ("input_wait", "recompile", "compute", "collective", "sync_wait", "bubble", "other")
 KIND_CODE = {k: i for i, k in enumerate(EVENT_KINDS)}
 #: how the engine carries an event kind: codes into EVENT_KINDS (the store keeps the text)
@@ -176,7 +176,7 @@ _EXTRA = (
     ),
     _spec(
         "extra_chip_expert_load",
-        "Mixture-of-experts runs: how much of its expert group's routed tokens each chip computes (engine/moe.py).",
+        "Mixture-of-experts runs: how much of its expert group's routed tokens each chip computes (engine/model/moe.py).",
         ("chip", pa.int32(), "chip id"),
         ("mean_load_ratio", pa.float64(), "tokens its expert GEMMs compute over an even share, mean over steady-state steps, ratio (1 = even)"),
         ("max_load_ratio", pa.float64(), "the same ratio in the chip's busiest step, ratio"),

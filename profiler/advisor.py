@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.catalog import DATA_DIR
 from engine.errors import ScenarioError
+from engine.pod.catalog import DATA_DIR
 
 __all__ = ["Rule", "load_rules", "advice_metrics", "advise", "ADVICE_PATH", "SEVERITIES"]
 

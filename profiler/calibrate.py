@@ -20,7 +20,7 @@ saw it, and its error is recorded beside the in-sample residual, so ``validate``
 reports both without refitting. The leave-one-generation-out errors also give the
 step-time ranges every run carries (:mod:`profiler.ranges`), recorded as a small
 table. The fit always starts from the priors
-(:class:`~engine.calibration.Calibration` defaults), never from a previous fit,
+(:class:`~engine.scenario.calibration.Calibration` defaults), never from a previous fit,
 so refits are reproducible.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration
+from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH, Calibration
 
 from . import crossval, ranges
 from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries, reference_sha256
@@ -66,7 +66,7 @@ class Bound:
 
 #: The fitted parameters, their physically meaningful bounds and the reason for each bound, fixed
 #: before any fit from what the parameter means (never from residuals). Priors are the
-#: :class:`~engine.calibration.Calibration` defaults. Others keep their priors.
+#: :class:`~engine.scenario.calibration.Calibration` defaults. Others keep their priors.
 #: The per-step overhead is deliberately not fitted: every published case has steps of 50 ms
 #: or more, so it is not identifiable there, and a fit used it as a fudge (2.4 ms) that then
 #: hid the input bottleneck of small models, whose steps are ~1 ms.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError, PlanError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
-from engine.names import printable
+from engine.scenario.names import printable
 from engine.scenario import parse_toml
 from rich.markup import escape as markup_escape
 

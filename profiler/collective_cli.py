@@ -14,12 +14,12 @@ import json
 import math
 from typing import Any
 
-from engine.calibration import load_calibration
-from engine.catalog import load_catalog
 from engine.comm import OPS, SCHEDULES, CollectiveResult, collective_time, ring_schedule
 from engine.errors import ScenarioError, TopologyError
+from engine.pod.catalog import load_catalog
+from engine.pod.topology import AXIS_NAMES, build_pod
 from engine.scenario import parse_topology
-from engine.topology import AXIS_NAMES, build_pod
+from engine.scenario.calibration import load_calibration
 
 __all__ = ["add_parser", "collective_json"]
 

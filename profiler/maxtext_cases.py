@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from engine.catalog import load_catalog
+from engine.pod.catalog import load_catalog
 
 from .reference_cases import Case, Entry, Skipped, chip_key, default_topology, scenario_dict, to_int, transformer_params
 

@@ -12,13 +12,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from engine.analytic import evaluate
-from engine.calibration import load_calibration
-from engine.catalog import load_catalog
 from engine.data_files import DATA_DIR
-from engine.memory import MemoryPlan, bytes_per_param, hbm_plan, transformer_layer_activation_bytes
-from engine.models import model_cost
+from engine.memory.hbm import MemoryPlan, bytes_per_param, hbm_plan, transformer_layer_activation_bytes
+from engine.model.analytic import evaluate
+from engine.model.models import model_cost
+from engine.pod.catalog import load_catalog
 from engine.scenario import TransformerModel, load_scenario
+from engine.scenario.calibration import load_calibration
 from engine.units import GIB_BYTES
 
 from .maxtext_cases import maxtext_flops_per_chip_per_step

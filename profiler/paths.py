@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from engine.catalog import DATA_DIR
 from engine.errors import PathNotAllowedError
+from engine.pod.catalog import DATA_DIR
 
 __all__ = ["allowed_data_dir", "resolve_user_path", "MAX_USER_PATH_CHARS"]
 

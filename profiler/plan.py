@@ -1,6 +1,6 @@
 """Plans from the profiler's side: run a search, store its best candidates, tabulate it for pages.
 
-The search is :mod:`engine.search`; this module adds what needs storage or pandas:
+The search is :mod:`engine.planning.search`; this module adds what needs storage or pandas:
 :func:`store_best` simulates the best candidates fully and stores them as runs (so
 the dashboard shows them), and :func:`plan_frame` gives every candidate as a
 DataFrame row for the Plan page's figures and tables.
@@ -16,8 +16,8 @@ import pandas as pd
 
 from engine import scenario_from_dict
 from engine.data_files import DATA_DIR
-from engine.planner import Plan, load_plan, plan_from_dict
-from engine.search import Candidate, PlanResult, search
+from engine.planning.planner import Plan, load_plan, plan_from_dict
+from engine.planning.search import Candidate, PlanResult, search
 
 from .store import Database
 from .streamed_write import simulate_and_write

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InputError
-from engine.search import PlanResult
+from engine.planning.search import PlanResult
 
 from . import plan as plans
 from .cli_output import positive_int

@@ -358,7 +358,7 @@ def step_range(con: duckdb.DuckDBPyConnection, run_id: int) -> tuple[int, int] |
 # Level of detail (profiler/level_of_detail.py): DuckDB selects the window and its events, numpy
 # splits them over the buckets. The chip set is a semi-join, not list_contains, whose per-row cost
 # grows with the list; its dynamic filter skips row groups of other chips (events are chip-major
-# within blocks of engine.step.STEP_BLOCK steps). Kinds travel as their position in $kinds
+# within blocks of engine.model.step.STEP_BLOCK steps). Kinds travel as their position in $kinds
 # (0: not in the list).
 _TIMELINE_WINDOW_SQL = """
 SELECT t0, greatest(1, CAST(ceil((t1 - t0) / $buckets) AS BIGINT)) AS width

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.calibration import DEFAULT_CALIBRATION_PATH
+from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH
 
 from .reference import Case
 

@@ -30,9 +30,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from engine.batch_norm import POOLED_SPAN_IMAGES
-from engine.catalog import DATA_DIR
 from engine.errors import ReferenceFileError
+from engine.model.batch_norm import POOLED_SPAN_IMAGES
+from engine.pod.catalog import DATA_DIR
 
 from .maxtext_cases import (
     MAXTEXT_V5P_ATTENTION,
@@ -114,7 +114,7 @@ PALM_ATTENTION = ("standard", "PaLM 2022 predates TPU flash-attention kernels")
 
 def resnet_batch_norm_group(per_chip_images: float) -> int:
     """Chips that pool batch-norm statistics so a group holds at least ``POOLED_SPAN_IMAGES`` images, as the
-    Google MLPerf ResNet-50 submissions ran (their logs' ``model_bn_span``; engine/batch_norm.py)."""
+    Google MLPerf ResNet-50 submissions ran (their logs' ``model_bn_span``; engine/model/batch_norm.py)."""
     return max(1, math.ceil(POOLED_SPAN_IMAGES / per_chip_images))
 
 

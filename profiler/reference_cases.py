@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.catalog import load_catalog
+from engine.pod.catalog import load_catalog
 
 __all__ = ["Case", "Entry", "Skipped", "chip_key", "default_topology", "scenario_dict", "to_int", "transformer_params"]
 
@@ -119,7 +119,7 @@ def default_topology(chip: str, chips: int) -> tuple[str, int]:
     return "x".join(map(str, shape)), slices
 
 def transformer_params(m: dict[str, Any]) -> int:
-    from engine.models import model_cost  # engine's count for the same architecture
+    from engine.model.models import model_cost  # engine's count for the same architecture
     from engine.scenario import TransformerModel
 
     return model_cost(TransformerModel(kind="transformer", **m)).params

@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from engine.errors import InputError, RunNotFoundError
-from engine.names import name_problem, printable
 from engine.scenario import Scenario
+from engine.scenario.names import name_problem, printable
 from engine.trace import RunResult
 
 from .chunked_write import collect_abandoned, event_chunks, is_large, write_chunked
@@ -60,7 +60,7 @@ _INSERT_EVENTS_BATCH_SQL = f"INSERT INTO events SELECT run_id, {EVENTS_SELECT} F
 
 
 def check_run_name(name: str) -> None:
-    """Refuse a given run name that breaks :func:`engine.names.name_problem` (before any work is done).
+    """Refuse a given run name that breaks :func:`engine.scenario.names.name_problem` (before any work is done).
 
     Raises
     ------
@@ -76,7 +76,7 @@ def run_name_of(scenario: Scenario | None, name: str | None) -> str:
     Raises
     ------
     InputError
-        ``name`` breaks the rule of :func:`engine.names.name_problem`.
+        ``name`` breaks the rule of :func:`engine.scenario.names.name_problem`.
     """
     if name is None:
         return scenario.name if scenario is not None else "run"

@@ -1,6 +1,6 @@
 """Simulating and storing a run at once: each chunk of events is inserted while the next is laid out.
 
-The engine lays a full trace out block by block (:func:`engine.step.assemble`). Here it does so
+The engine lays a full trace out block by block (:func:`engine.model.step.assemble`). Here it does so
 on a worker thread and hands every block to this process's writer through a bounded buffer
 (:class:`_EventStream`): the engine runs at most ``EVENT_CHUNK_ROWS`` events ahead of the
 writer, so memory holds about two chunks of events, not the whole run. DuckDB releases the GIL
@@ -21,8 +21,8 @@ from dataclasses import replace
 import pyarrow as pa
 
 from engine import simulate
-from engine.calibration import Calibration
 from engine.scenario import Scenario
+from engine.scenario.calibration import Calibration
 from engine.trace import EVENTS_SCHEMA, RunResult
 
 from . import chunked_write

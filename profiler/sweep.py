@@ -54,8 +54,8 @@ from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_di
 from engine.errors import PodscopeError, ProfilerError, ScenarioError
 from engine.jsonable import json_default
 from engine.scenario import MAX_SCENARIO_BYTES, parse_toml
-from engine.names import derived_name, name_problem
-from engine.validation_messages import UNKNOWN_KEY
+from engine.scenario.names import derived_name, name_problem
+from engine.scenario.validation_messages import UNKNOWN_KEY
 
 from .schema import CREATE_TABLE_SQL
 from .store import Database, write_runs
@@ -112,7 +112,7 @@ class RandomSection(_Model):
 class SweepSpec(_Model):
     """A validated sweep file (see the module docstring)."""
 
-    name: str  # checked by the one run-name rule (engine.names)
+    name: str  # checked by the one run-name rule (engine.scenario.names)
     base: str
     set: dict[str, Any] = {}
     grid: dict[str, Annotated[list[Any], Field(min_length=1)]] = {}

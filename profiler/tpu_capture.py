@@ -186,8 +186,8 @@ def tpu_target(name: str, slices: int = 1) -> TpuTarget:
         An unknown generation, a count the generation does not offer, a shape the generation
         has no slice of, or ``slices`` below 1.
     """
-    from engine.catalog import load_catalog
-    from engine.topology import is_supported_shape, supported_shapes
+    from engine.pod.catalog import load_catalog
+    from engine.pod.topology import is_supported_shape, supported_shapes
 
     if not isinstance(name, str):
         raise InputError(f"a TPU target is text such as 'v5p-128', got {type(name).__name__}")

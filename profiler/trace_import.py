@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from engine.errors import TraceImportError
-from engine.names import derived_name
+from engine.scenario.names import derived_name
 from engine.trace import CHIPS_SCHEMA, EVENT_KINDS, KIND_CODE, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace, events_batch
 
 from .store import Database, check_run_name, write_run

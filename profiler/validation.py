@@ -34,11 +34,11 @@ import numpy as np
 import pandas as pd
 
 from engine import Scenario, ScenarioError, scenario_from_dict, simulate
-from engine.calibration import DEFAULT_CALIBRATION_PATH, Calibration, load_calibration
 from engine.comm import all_reduce_time_s, ring_phase
 from engine.convergence import ConvergencePlan, time_to_train
-from engine.models import model_cost
+from engine.model.models import model_cost
 from engine.scenario import parse_topology
+from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH, Calibration, load_calibration
 
 from . import crossval, ranges
 from .reference import DEFAULT_REFERENCE_PATH, Case, Skipped, load_reference, map_entries, reference_sha256

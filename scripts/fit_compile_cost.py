@@ -16,7 +16,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from engine.models import model_cost
+from engine.model.models import model_cost
 from engine.scenario import ResNet50Model
 
 

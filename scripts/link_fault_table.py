@@ -8,7 +8,7 @@ table:
     python -m scripts.link_fault_table            # print the table
     python -m scripts.link_fault_table --write    # and put it into docs/model.md
 
-The numbers come from the engine's analytic step (``engine.analytic``: the same costs a
+The numbers come from the engine's analytic step (``engine.model.analytic``: the same costs a
 simulated step is built from, without per-chip noise), so they move with the engine and the
 calibration; tests/test_docs_generated.py checks the page against this script.
 """
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.analytic import evaluate, step_costs
-from engine.calibration import load_calibration
 from engine.data_files import DATA_DIR
+from engine.model.analytic import evaluate, step_costs
 from engine.scenario import load_scenario
+from engine.scenario.calibration import load_calibration
 from scripts.docs_blocks import DOCS, block_main
 
 PAGE = DOCS / "model.md"

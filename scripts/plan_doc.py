@@ -10,7 +10,7 @@ Timings are left out (they depend on the machine; see docs/performance.md), so
 from __future__ import annotations
 
 
-from engine.search import search
+from engine.planning.search import search
 from profiler.plan import BUNDLED_PLANS_DIR, load_plan
 from scripts.docs_blocks import DOCS, block_main
 

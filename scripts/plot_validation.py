@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.calibration import load_calibration
+from engine.scenario.calibration import load_calibration
 from profiler.memory_checks import memory_block
 from profiler.reference import load_reference
 from profiler.validation import Validation, fit_record, results_frame, run_validation

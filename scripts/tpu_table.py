@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.calibration import load_calibration
-from engine.catalog import load_catalog
 from engine.hlo import load_hlo
 from engine.hlo.module_file import cached_program
 from engine.hlo.step import hlo_step_cost
+from engine.pod.catalog import load_catalog
+from engine.pod.topology import build_pod
 from engine.scenario import InterconnectSection
-from engine.topology import build_pod
+from engine.scenario.calibration import load_calibration
 from scripts.docs_blocks import DOCS, block_main
 
 PAGE = DOCS / "hlo.md"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import load_scenario, scenario_from_dict, simulate
-from engine.calibration import Calibration
+from engine.scenario.calibration import Calibration
 from profiler.store import Database
 from tests import real_runs
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import PodscopeError, ScenarioError, SimulationError, load_scenario, scenario_from_dict, simulate
-from engine.catalog import load_catalog
+from engine.pod.catalog import load_catalog
 from engine.scenario import MAX_CHIP_STEPS
 from engine.trace import EVENT_KINDS
 from tests.conftest import SMALL_TOML
@@ -150,7 +150,7 @@ def test_absurd_but_valid_sizes_are_a_simulation_error_not_garbage(small_scenari
     ],
 )
 def test_catalog_rejects_bad_chip_tables(tmp_path, edit, fragment):
-    from engine.catalog import DEFAULT_CATALOG_PATH
+    from engine.pod.catalog import DEFAULT_CATALOG_PATH
 
     raw = tomllib.loads(DEFAULT_CATALOG_PATH.read_text())
     raw["tpu-v4"].update(edit)
@@ -342,8 +342,8 @@ def test_oversized_or_endless_files_are_refused_after_a_bounded_read(tmp_path):
 
 def test_calibration_file_rejects_a_boolean_for_a_number(tmp_path):
     """TOML's `true` is not 1.0: the calibration loader names the key, like the scenario loader."""
-    from engine.calibration import load_calibration
     from engine.errors import ScenarioError
+    from engine.scenario.calibration import load_calibration
 
     path = tmp_path / "calibration.toml"
     path.write_text("[compute]\nmxu_efficiency = true\n")

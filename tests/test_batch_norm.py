@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
-from engine.analytic import evaluate, step_costs
-from engine.batch_norm import STAT_BYTES_PER_CHANNEL, plan_batch_norm_sync
-from engine.calibration import load_calibration
-from engine.models import model_cost
+from engine.model.analytic import evaluate, step_costs
+from engine.model.batch_norm import STAT_BYTES_PER_CHANNEL, plan_batch_norm_sync
+from engine.model.models import model_cost
 from engine.scenario import ResNet50Model
+from engine.scenario.calibration import load_calibration
 from profiler.reference import resnet_batch_norm_group
 
 W = 50e9  # one link, bytes/s

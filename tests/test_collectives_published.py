@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import load_catalog
 from engine.comm import collective_time, p2p_time_s, ring_schedule
-from engine.topology import Pod, Slice, build_pod, wraparound_for
+from engine.pod.catalog import load_catalog
+from engine.pod.topology import Pod, Slice, build_pod, wraparound_for
 
 # The repository's copy of the published reference (data/reference/published.json),
 # so these checks always run: a missing file is a failure, not a skip.

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import ScenarioError, load_scenario, simulate
-from engine.compilation import (
+from engine.idle.compilation import (
     CompileCostParams,
     CompileSection,
     compile_time_s,
@@ -146,13 +146,13 @@ def test_no_jit_slows_the_step_and_skips_compiles():
 
 def test_a_reshaped_step_costs_one_microbatch_with_the_models_attention_kernel():
     """A step of another sequence length is priced as the pass ``comp`` is: one microbatch, flash attention."""
-    from engine.calibration import load_calibration
-    from engine.idle import _fwd_bwd_for
-    from engine.models import model_cost
-    from engine.step import SimContext
-    from engine.topology import build_pod
+    from engine.scenario.calibration import load_calibration
+    from engine.idle.plan import _fwd_bwd_for
+    from engine.model.models import model_cost
+    from engine.model.step import SimContext
+    from engine.pod.topology import build_pod
     from engine import scenario_from_dict
-    from engine.analytic import step_costs
+    from engine.model.analytic import step_costs
 
     def ratio(microbatches: int) -> float:
         raw = {"name": "c", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from engine import load_catalog
-from engine.compute import step_compute
-from engine.models import model_cost
+from engine.model.compute import step_compute
+from engine.model.models import model_cost
 from engine.scenario import MlpModel, TransformerModel
 
 

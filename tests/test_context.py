@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
-from engine.analytic import step_costs
-from engine.calibration import load_calibration
-from engine.catalog import load_catalog
-from engine.compute import step_compute
-from engine.context import kv_block_bytes, plan_ring_attention, ring_hop_s
-from engine.memory import transformer_layer_activation_bytes
-from engine.mesh import MeshAxis, Segment1D
-from engine.models import model_cost
+from engine.memory.hbm import transformer_layer_activation_bytes
+from engine.model.analytic import step_costs
+from engine.model.compute import step_compute
+from engine.model.context import kv_block_bytes, plan_ring_attention, ring_hop_s
+from engine.model.models import model_cost
+from engine.pod.catalog import load_catalog
+from engine.pod.mesh import MeshAxis, Segment1D
 from engine.scenario import TransformerModel
+from engine.scenario.calibration import load_calibration
 
 W = 100e9  # one link, bytes/s
 RING4 = MeshAxis("context", 4, (Segment1D(0, 4, True, 1),))

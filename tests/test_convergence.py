@@ -18,7 +18,7 @@ from engine.convergence import (
     plan_convergence,
     time_to_train,
 )
-from engine.failures import FailureSection
+from engine.idle.failures import FailureSection
 from scripts.fit_convergence import fits
 
 

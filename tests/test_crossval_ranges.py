@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.calibration import Calibration
+from engine.scenario.calibration import Calibration
 from profiler import calibrate, crossval, ranges, reference, validation
 from profiler.reference import Case
 from profiler.summary import RunAggregates, summary_from

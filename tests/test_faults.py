@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from engine import ScenarioError, load_scenario, simulate
-from engine.failures import FailureSection, checkpoint_steps, plan_failures
-from engine.stragglers import StragglerSection, straggler_factors
+from engine.idle.failures import FailureSection, checkpoint_steps, plan_failures
+from engine.idle.stragglers import StragglerSection, straggler_factors
 from tests.conftest import SCENARIOS
 
 
@@ -120,14 +120,14 @@ def test_more_frequent_checkpoints_lose_less_work():
 
 class TestCheckpointPolicy:
     def test_young_interval_known_answer(self):
-        from engine.failures import young_interval_s
+        from engine.idle.failures import young_interval_s
 
         # write 2 s, one failure per 10,000 s: sqrt(2 x 2 x 10,000) = 200 s
         assert young_interval_s(2.0, 1e-4) == pytest.approx(200.0)
         assert young_interval_s(2.0, 0.0) is None
 
     def test_expected_goodput_known_answer_and_optimum(self):
-        from engine.failures import expected_goodput
+        from engine.idle.failures import expected_goodput
 
         # 100 s work + 10 s write; rate 1e-3/s: 0.11 failures per period, each 50 + 55 s -> wall 121.55 s
         assert expected_goodput(100.0, 10.0, 50.0, 1e-3) == pytest.approx(100.0 / 121.55)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from engine import ScenarioError, scenario_from_dict
-from engine.analytic import evaluate
-from engine.compute import grouped_matmul_rows, kernel_tiled
+from engine.model.analytic import evaluate
+from engine.model.compute import grouped_matmul_rows, kernel_tiled
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gmm" / "gmm_tiles.json"
 

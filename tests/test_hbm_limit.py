@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine import scenario_from_dict
-from engine.analytic import evaluate
-from engine.calibration import load_calibration
-from engine.catalog import load_catalog
+from engine.model.analytic import evaluate
+from engine.pod.catalog import load_catalog
+from engine.scenario.calibration import load_calibration
 from engine.units import GIB_BYTES
 
 #: (chip, GiB XLA lets a program use, GiB the runtime reserves), as the compiler's out-of-memory messages print them

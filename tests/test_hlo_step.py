@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from engine.calibration import Calibration
-from engine.catalog import load_catalog
 from engine.hlo import describe_hlo, parse_hlo
 from engine.hlo.placement import permute_hops, place_groups
 from engine.hlo.step import hlo_step_cost, matmul_precision
-from engine.mesh import Segment1D
+from engine.pod.catalog import load_catalog
+from engine.pod.mesh import Segment1D
+from engine.pod.topology import build_pod
 from engine.scenario import InterconnectSection
-from engine.topology import build_pod
+from engine.scenario.calibration import Calibration
 
 V5P = load_catalog()["tpu-v5p"]
 CAL = Calibration()  # the defaults, so the hand arithmetic below does not move with a refit

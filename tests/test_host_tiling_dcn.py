@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.calibration import Calibration
-from engine.catalog import load_catalog
 from engine.comm import collective_on_pod, dcn_all_reduce_time_s, dcn_time_s
-from engine.topology import build_pod
+from engine.pod.catalog import load_catalog
+from engine.pod.topology import build_pod
+from engine.scenario.calibration import Calibration
 
 CAT = load_catalog()
 
@@ -88,9 +88,9 @@ class TestWeightUpdateSharding:
     def test_each_replica_updates_its_share(self):
         # ResNet-50 with momentum on 4 data-parallel chips: the update reads and writes 12 + 2 x 4 bytes
         # per parameter at the calibrated HBM rate; sharded (Xu et al. 2020), each chip does a quarter.
-        from engine.calibration import load_calibration
-        from engine.models import model_cost
+        from engine.model.models import model_cost
         from engine.scenario import scenario_from_dict
+        from engine.scenario.calibration import load_calibration
         from engine.simulate import simulate
 
         def step_s(shard: bool) -> float:

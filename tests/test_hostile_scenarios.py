@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.names import MAX_NAME_CHARS, derived_name, name_problem, printable
 from engine.scenario import MAX_POD_CHIPS, MAX_SUMMARY_CHIP_STEPS, MAX_TOML_DEPTH
+from engine.scenario.names import MAX_NAME_CHARS, derived_name, name_problem, printable
 from tests.hostile import ROOT, run_cli
 
 BASE = (ROOT / "data" / "scenarios" / "resnet50-v3-32.toml").read_text()

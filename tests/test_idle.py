@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from engine import load_calibration, load_scenario, simulate
-from engine.compute import step_compute
-from engine.idle import plan_idle
-from engine.models import model_cost
-from engine.step import Segment, SimContext
-from engine.topology import build_pod
+from engine.idle.plan import plan_idle
+from engine.model.compute import step_compute
+from engine.model.models import model_cost
+from engine.model.step import Segment, SimContext
+from engine.pod.topology import build_pod
 from tests.conftest import SCENARIOS
 
 

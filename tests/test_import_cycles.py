@@ -85,6 +85,8 @@ def test_graph_sees_real_imports():
     assert g.has_edge("profiler.store", "engine.trace")
     assert g.has_edge("profiler.store", "engine")  # the package __init__ runs first
     assert g.has_edge("engine.simulate", "engine.comm")
+    assert g.has_edge("engine.model.analytic", "engine.memory.hbm")  # a module of one room on another's
+    assert g.has_edge("engine.scenario.scenario", "engine.pod")  # ... which first runs that room's __init__
 
 
 def test_no_cycle_among_engine_modules():

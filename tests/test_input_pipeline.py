@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import ScenarioError, load_scenario, simulate
-from engine.input_pipeline import InputSection, batch_production_s, run_input_queue
+from engine.idle.input_pipeline import InputSection, batch_production_s, run_input_queue
 from tests.conftest import SCENARIOS
 
 KERAS = SCENARIOS / "keras-mlp-v5e-8.toml"

@@ -10,12 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import ScenarioError, TopologyError, build_pod, load_catalog, load_scenario, simulate
-from engine.calibration import Calibration
+from engine.scenario.calibration import Calibration
 from engine.comm import collective_time, ring_schedule
 from engine.comm import collective_on_pod, overlap_exposed_s
 from engine.comm import Fabric
 from engine.scenario import LinkRef
-from engine.topology import Slice, is_supported_shape
+from engine.pod.topology import Slice, is_supported_shape
 from tests.conftest import TORUS_MLP_TOML
 
 CAT = load_catalog()

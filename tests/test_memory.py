@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import scenario_from_dict, simulate
-from engine.catalog import load_catalog
-from engine.memory import CATEGORIES, bytes_per_param, hbm_plan, transformer_layer_activation_bytes
-from engine.models import model_cost
+from engine.memory.hbm import CATEGORIES, bytes_per_param, hbm_plan, transformer_layer_activation_bytes
+from engine.model.models import model_cost
+from engine.pod.catalog import load_catalog
 from engine.scenario import MlpModel, TransformerModel
 
 GIB = 2**30
@@ -216,7 +216,7 @@ def test_gpt3_175b_adam_fits_on_enough_chips():
 def test_convolutions_save_their_input_feature_map_not_the_im2col_matrix():
     """ResNet-50 without remat: at the peak every conv's input map (and half the elementwise traffic) is held."""
     from engine import scenario_from_dict, simulate
-    from engine.models import model_cost
+    from engine.model.models import model_cost
 
     s = scenario_from_dict(
         {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.models import model_cost
+from engine.model.models import model_cost
 from engine.scenario import MlpModel, ResNet50Model, TransformerModel
 
 

@@ -9,11 +9,11 @@ import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
 from engine.comm import mesh_all_to_all_s
-from engine.compute import step_compute
-from engine.catalog import load_catalog
-from engine.mesh import MeshAxis, Segment1D, axis_index_of_chips, resolve_mesh
-from engine.models import layer_units, model_cost
-from engine.moe import plan_routing
+from engine.model.compute import step_compute
+from engine.pod.catalog import load_catalog
+from engine.pod.mesh import MeshAxis, Segment1D, axis_index_of_chips, resolve_mesh
+from engine.model.models import layer_units, model_cost
+from engine.model.moe import plan_routing
 from engine.scenario import TransformerModel
 
 TINY = dict(kind="transformer", layers=1, d_model=8, heads=1, d_ff=16, vocab=10, seq_len=2, experts=4, experts_per_token=2,
@@ -50,7 +50,7 @@ class TestMoeLayerCost:
         assert [n for n, r in zip(dense.ops.names, dense.ops.is_routing) if r] == ["layer.dispatch", "layer.combine"]
         assert not (dense.ops.is_attention & dense.ops.is_routing).any() and dense.ops.is_attention.sum() == 2
         chip = load_catalog()["tpu-v5p"]
-        from engine.calibration import Calibration
+        from engine.scenario.calibration import Calibration
 
         a, b = (step_compute(c, chip, Calibration(), 8, "bf16", "none", flash=True) for c in (dense, grouped))
         assert a.model_flops == b.model_flops and a.hardware_flops == pytest.approx(b.hardware_flops + 3 * 8 * 2 * flops["layer.dispatch"])
@@ -150,7 +150,7 @@ class TestRouting:
     def test_dropless_buffers_hold_k_copies_per_token(self):
         """Per token, a dropless MoE layer's activations are those of capacity factor 1 (k slots), and
         capacity factor 2 adds exactly k more copies of the dispatch/combine and expert-MLP terms."""
-        from engine.memory import transformer_layer_activation_bytes
+        from engine.memory.hbm import transformer_layer_activation_bytes
 
         def layer_bytes(cf):
             s = scenario_from_dict(_moe_scenario(model={"capacity_factor": cf}))
@@ -172,7 +172,7 @@ class TestRouting:
         dense = simulate(scenario_from_dict(_moe_scenario(model={"capacity_factor": 1.25, "moe_dispatch": "dense"}, sim={"jitter_frac": 0.0})))
         ev = dense.trace.events.to_pandas()
         assert ev[ev.kind == "sync_wait"].dur_ns.sum() == 0  # every group computes the same
-        from engine.analytic import evaluate
+        from engine.model.analytic import evaluate
 
         assert evaluate(dense.scenario).step_time_s > evaluate(grouped.scenario).step_time_s
         assert dense.facts.extra["moe_busiest_group_factor"] == pytest.approx(1.25)
@@ -293,7 +293,7 @@ def test_the_700b_moe_capacity_figure_is_a_check_of_what_capacity_costs():
 def test_the_700b_moe_run_fits_and_its_four_pod_figure_is_a_dcn_check():
     """It ran on 32 GiB chips with bf16 weights and SGD: it fits. Its 4-pod MFU over its 1-pod MFU is a weak-scaling
     check over DCN, with the per-chip batch and mesh held and the all-reduce overlapped as the configuration's flags say."""
-    from engine.analytic import evaluate
+    from engine.model.analytic import evaluate
     from profiler.reference import load_reference, map_entries
     from profiler.validation import build_scenarios
 
@@ -310,7 +310,7 @@ def test_the_700b_moe_run_fits_and_its_four_pod_figure_is_a_dcn_check():
 def test_the_published_deepseek_run_fits_in_hbm():
     """The run was logged using 44.6 of 95.7 GB after init with an XLA estimate of 100.4 GB in all: it
     ran, so it fits. Dropless dispatch buffers hold each token's 6 routed copies, not 64."""
-    from engine.analytic import evaluate
+    from engine.model.analytic import evaluate
     from profiler.reference import load_reference, map_entries
     from profiler.validation import build_scenarios
 
@@ -323,7 +323,7 @@ def test_the_published_deepseek_run_fits_in_hbm():
 def test_mesh_axes_are_declared_once_and_scenarios_accept_exactly_them():
     import typing
 
-    from engine.mesh import LAYOUT_ORDER, MESH_AXES
+    from engine.pod.mesh import LAYOUT_ORDER, MESH_AXES
     from engine.scenario import MeshAxisName
 
     assert set(LAYOUT_ORDER) == set(MESH_AXES)

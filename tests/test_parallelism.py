@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import ScenarioError, TopologyError, scenario_from_dict, simulate
-from engine.catalog import load_catalog
+from engine.pod.catalog import load_catalog
 from engine.comm import ring_phase
-from engine.compute import step_compute
-from engine.models import layer_units, model_cost
+from engine.model.compute import step_compute
+from engine.model.models import layer_units, model_cost
 from engine.comm import mesh_collective_s, plan_step_comm
-from engine.mesh import resolve_mesh
+from engine.pod.mesh import resolve_mesh
 from engine.scenario import TransformerModel
 
 W = 100e9  # one link, bytes/s
@@ -168,7 +168,7 @@ class TestPlanCollectives:
         assert (tp["bytes"] == 2 * 2 * 128 * 1024 * 2.0).all()
         assert plan.forward_s == pytest.approx(tp[tp.phase == "forward"]["time_ns"].sum() / 1e9, abs=len(tp) * 1e-9)
         # full remat re-runs the forward inside the backward pass with the attention block's all-reduce,
-        # not the MLP's: its down-projection is not recomputed (engine/compute.py passes_per_op)
+        # not the MLP's: its down-projection is not recomputed (engine/model/compute.py passes_per_op)
         _, full = _plan(mesh, 1e3, 2e3, remat="full", collective_matmul=False)
         assert full.backward_s == pytest.approx(1.5 * plan.backward_s, rel=1e-12)
         assert full.forward_s == plan.forward_s

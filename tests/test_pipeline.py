@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
-from engine.pipeline import bubble_fraction, in_flight_microbatches
+from engine.model.pipeline import bubble_fraction, in_flight_microbatches
 from engine.trace import EVENT_KINDS
 
 

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import ScenarioError, SimulationError, load_scenario, scenario_from_dict, simulate
-from engine.analytic import evaluate, slowest_factor, steady_state_scenario
-from engine.calibration import load_calibration
 from engine.errors import PlanError
-from engine.memory import bytes_per_param
-from engine.models import model_cost
-from engine.planner import is_scenario_key, load_plan, plan_from_dict, scenario_to_toml
-from engine.search import REASONS, mesh_factorisations, search
+from engine.memory.hbm import bytes_per_param
+from engine.model.analytic import evaluate, slowest_factor, steady_state_scenario
+from engine.model.models import model_cost
+from engine.planning.planner import is_scenario_key, load_plan, plan_from_dict, scenario_to_toml
+from engine.planning.search import REASONS, mesh_factorisations, search
+from engine.scenario.calibration import load_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_BUNDLED = sorted((ROOT / "data" / "scenarios").glob("**/*.toml"))
@@ -303,7 +303,7 @@ def test_mesh_that_does_not_divide_the_slice_is_counted_with_a_fixed_mesh(tmp_pa
 
 
 def test_context_and_expert_are_searched_with_their_rules(tmp_path):
-    from engine.search import search_axes
+    from engine.planning.search import search_axes
 
     base = {"name": "tiny-moe", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
             "model": {"kind": "transformer", "layers": 2, "d_model": 256, "heads": 2, "d_ff": 512, "vocab": 1000, "seq_len": 6,
@@ -333,8 +333,8 @@ class TestTimeToTrainObjectives:
     }
 
     def _best(self, objective: str, **limits):
-        from engine.planner import plan_from_dict
-        from engine.search import search
+        from engine.planning.planner import plan_from_dict
+        from engine.planning.search import search
 
         search_table = {"objective": objective, "mesh": "fixed", "pod.topology": ["4x4x4", "8x8x8"],
                         "training.global_batch": [8192, 131072], **limits}  # fmt: skip
@@ -380,7 +380,7 @@ class TestTimeToTrainObjectives:
     )
     def test_bad_limits_are_plan_errors(self, base_edit, search, key):
         from engine.errors import PlanError
-        from engine.planner import plan_from_dict
+        from engine.planning.planner import plan_from_dict
 
         base = {k: v for k, v in {**self.BASE, **base_edit}.items() if v is not None}
         with pytest.raises(PlanError) as e:

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.calibration import Calibration
-from engine.catalog import load_catalog
-from engine.compute import passes_per_op, step_compute
-from engine.models import model_cost
+from engine.model.compute import passes_per_op, step_compute
+from engine.model.models import model_cost
+from engine.pod.catalog import load_catalog
 from engine.scenario import TransformerModel
+from engine.scenario.calibration import Calibration
 
 FIXTURE = Path(__file__).parent / "fixtures" / "remat" / "remat_flops.json"
 DATA = json.loads(FIXTURE.read_text())

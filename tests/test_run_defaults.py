@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.assumptions import run_assumptions
-from engine.compute import passes_per_op
-from engine.models import model_cost
+from engine.model.assumptions import run_assumptions
+from engine.model.compute import passes_per_op
+from engine.model.models import model_cost
 from engine.scenario import scenario_from_dict
 from engine.simulate import simulate
 

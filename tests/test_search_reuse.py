@@ -2,7 +2,7 @@
 
 The search swaps only a candidate's ``[parallelism]`` table into an already valid scenario
 (:func:`engine.scenario.with_parallelism`) and shares one memo of compute and gradient-sync
-costs over all its evaluations (:func:`engine.analytic.evaluate`'s ``memo``). Both must be
+costs over all its evaluations (:func:`engine.model.analytic.evaluate`'s ``memo``). Both must be
 indistinguishable from validating the whole file and evaluating each scenario on its own.
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from engine import ScenarioError, load_scenario, scenario_from_dict
-from engine.analytic import evaluate
-from engine.calibration import load_calibration
-from engine.models import model_cost
+from engine.model.analytic import evaluate
+from engine.model.models import model_cost
+from engine.pod.topology import build_pod
 from engine.scenario import with_parallelism
-from engine.topology import build_pod
+from engine.scenario.calibration import load_calibration
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "data" / "scenarios"

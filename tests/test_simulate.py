@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import load_scenario, simulate
-from engine.step import Segment, assemble
+from engine.model.step import Segment, assemble
 
 
 def _by_chip_step(events):
@@ -140,7 +140,7 @@ def test_bundled_scenarios_simulate_sanely(path):
 
 def test_block_events_of_a_chip_subset_are_those_chips_rows_of_the_whole_block():
     """The layout's chip selection (``emitting``) keeps exactly the chosen chips' rows, starts included."""
-    from engine.step import _block_events, _lay_out_block
+    from engine.model.step import _block_events, _lay_out_block
 
     rng = np.random.default_rng(3)
     steps, chips = 5, 9

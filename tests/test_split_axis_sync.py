@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from engine import build_pod, load_catalog
 from engine.comm import mesh_collective_s, mesh_gradient_sync
-from engine.mesh import resolve_mesh
+from engine.pod.mesh import resolve_mesh
 from engine.scenario import DegradedLink, InterconnectSection, LinkRef
 from tests.conftest import TORUS_MLP_TOML, simulate_toml
 
@@ -156,7 +156,7 @@ NEIGHBOURS = [((0, 0, z), (0, 0, (z + 1) % 8)) for z in range(8)] + [((0, y, 1),
 def test_a_fault_never_speeds_the_split_sync(link, frac, fail, uni, tensor):
     """On a 4x4x8 slice (tensor splits z), a degraded or failed link never makes the sync faster."""
     pod = build_pod(load_catalog()["tpu-v4"], (4, 4, 8), 1)
-    from engine.calibration import load_calibration
+    from engine.scenario.calibration import load_calibration
 
     cal = load_calibration()
     mesh = resolve_mesh(pod.slice.shape, pod.slice.wrap, {"data": 128 // tensor, "fsdp": 1, "tensor": tensor})

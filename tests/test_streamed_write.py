@@ -7,7 +7,7 @@ import threading
 import duckdb
 import pytest
 
-import engine.step as step
+import engine.model.step as step
 import profiler.chunked_write as chunked_write
 import profiler.streamed_write as streamed_write
 from engine import ProfilerError, SimulationError, load_scenario, scenario_from_dict, simulate
@@ -137,7 +137,7 @@ def test_the_engine_runs_at_most_one_chunk_ahead_of_the_writer(tmp_path, monkeyp
 
 
 def test_a_scenario_the_engine_refuses_writes_nothing(tmp_path, small_scenario_path):
-    # validates field by field, but its step overflows the nanosecond clock (engine/step.py assemble)
+    # validates field by field, but its step overflows the nanosecond clock (engine/model/step.py assemble)
     huge = load_scenario(small_scenario_path, {"model.layer_sizes": [10**12, 10**12]})
     db = Database(tmp_path / "runs.duckdb")
     with pytest.raises(SimulationError):

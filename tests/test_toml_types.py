@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from engine import ScenarioError, load_scenario, scenario_from_dict
-from engine.catalog import load_catalog
+from engine.pod.catalog import load_catalog
 from engine.scenario import Scenario
 from tests.conftest import SMALL_TOML
 
@@ -165,7 +165,7 @@ def test_no_bool_or_string_loads_as_a_number(leaf, value):
 @pytest.mark.parametrize("name, value", [("ici_links_per_chip", True), ("torus_dims", True), ("host_shape", [True, 2])])
 def test_catalog_rejects_booleans_for_counts(tmp_path, name, value):
     from tests.test_bad_input import _toml_value
-    from engine.catalog import DEFAULT_CATALOG_PATH
+    from engine.pod.catalog import DEFAULT_CATALOG_PATH
 
     raw = tomllib.loads(DEFAULT_CATALOG_PATH.read_text())
     raw["tpu-v4"][name] = value

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine import TopologyError, build_pod, load_catalog
 from engine.comm import all_reduce_time_s, dcn_all_reduce_time_s, ring_phase
-from engine.topology import wraparound_for
+from engine.pod.topology import wraparound_for
 
 CAT = load_catalog()
 

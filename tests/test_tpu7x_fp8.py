@@ -7,7 +7,7 @@ import json
 import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
-from engine.catalog import DATA_DIR, load_catalog
+from engine.pod.catalog import DATA_DIR, load_catalog
 from engine.units import GB_BYTES, GIB_BYTES, TERA
 
 
@@ -53,7 +53,7 @@ def test_fp8_on_a_chip_without_it_names_the_key_and_the_chips_that_have_it():
 def test_every_precision_a_scenario_accepts_has_a_stated_recipe():
     import typing
 
-    from engine.assumptions import PRECISION_RECIPES
+    from engine.model.assumptions import PRECISION_RECIPES
     from engine.scenario import TrainingSection
 
     accepted = set(typing.get_args(TrainingSection.model_fields["precision"].annotation))

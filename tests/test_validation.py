@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.calibration import Calibration, load_calibration
 from engine.errors import ReferenceFileError
+from engine.scenario.calibration import Calibration, load_calibration
 from profiler import calibrate, reference, validation
 from profiler.cli import EXIT_BAD_INPUT, EXIT_OK
 from profiler.reference import Case
@@ -124,7 +124,7 @@ class TestMapping:
     def test_2023_maxtext_runs_are_the_models_their_readme_names(self, case_id, billions):
         """The v4 scripts override emb, heads, mlp and layers; the rest is the 2023 base.yml (head_dim 256, a
         two-matrix MLP, tied embeddings, vocab 32,768), which makes the 22B and 52B models of the README."""
-        from engine.models import model_cost
+        from engine.model.models import model_cost
         from engine.scenario import TransformerModel
 
         cases, _ = reference.map_entries(reference.load_reference())
@@ -361,7 +361,7 @@ def test_mixture_of_experts_cases_are_predicted_but_never_fitted():
 
 def test_calibration_file_states_each_fitted_parameter_prior_and_bounds(tmp_path):
     """The written calibration carries, per fitted parameter, its prior and bounds in the file's unit and why."""
-    from engine.calibration import Calibration, load_calibration
+    from engine.scenario.calibration import Calibration, load_calibration
     from profiler.calibrate import _TOML_KEYS, FITTED, write_calibration_toml
 
     cal = load_calibration()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import load_scenario, simulate
-from engine.models import model_cost
+from engine.model.models import model_cost
 from profiler.api import BUNDLED_SCENARIOS_DIR
 
 VARIABLE = BUNDLED_SCENARIOS_DIR / "llm-350m-v5p-variable-seq.toml"

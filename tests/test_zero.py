@@ -11,9 +11,9 @@ import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
 from engine.comm import mesh_collective_s, plan_step_comm
-from engine.memory import bytes_per_param, hbm_plan, optimizer_state_bytes_per_param
-from engine.mesh import resolve_mesh
-from engine.models import model_cost
+from engine.memory.hbm import bytes_per_param, hbm_plan, optimizer_state_bytes_per_param
+from engine.model.models import model_cost
+from engine.pod.mesh import resolve_mesh
 from engine.scenario import MlpModel
 
 W = 100e9

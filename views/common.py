@@ -280,7 +280,7 @@ def _dotted(base: dict[str, Any], key: str) -> Any:
 
 def scenario_choices(section: type, key: str) -> tuple[list[Any], Any]:
     """A scenario key's valid values (its ``Literal``, in declaration order) and its default, as
-    engine/scenario.py declares them, so a form offers exactly what the engine accepts."""
+    engine/scenario/ declares them, so a form offers exactly what the engine accepts."""
     field = section.model_fields[key]
     return list(typing.get_args(field.annotation)), field.default
 

@@ -60,7 +60,7 @@ def _time_to_train(summary: dict) -> None:
 
 
 def _assumptions_text(summary: dict) -> str | None:
-    """How the run assumed the job runs (summary keys from engine/assumptions.py); None for imported runs."""
+    """How the run assumed the job runs (summary keys from engine/model/assumptions.py); None for imported runs."""
     if "remat_policy" not in summary:
         return None
     parts = []

@@ -1,7 +1,7 @@
 """Plan: which slice, mesh and remat should this job use? Search them, see the Pareto front, simulate a point.
 
 The base is a stored run's scenario or a bundled scenario; the search is the planner's
-(:mod:`engine.search`, analytic, the same cost functions as a full run). A chosen point is
+(:mod:`engine.planning.search`, analytic, the same cost functions as a full run). A chosen point is
 simulated fully, stored, and opened on Overview or Compare.
 """
 
@@ -14,7 +14,12 @@ import streamlit as st
 
 from engine import PodscopeError, load_catalog, load_scenario, scenario_from_dict
 from engine.errors import PlanError
-from engine.planner import OBJECTIVES
+from engine.planning.planner import OBJECTIVES
+from engine.pod.topology import is_supported_shape
+from engine.scenario import TrainingSection
+from profiler import api, queries
+from profiler.plan import plan_frame, plan_from_dict, run_plan
+from views import common, figures
 
 #: what each planner objective means, for the form (the plan file names them by their ids)
 OBJECTIVE_LABELS = {
@@ -26,12 +31,6 @@ OBJECTIVE_LABELS = {
     "time_to_train": "Shortest time to train",
     "cost_to_train": "Fewest chip-hours to train",
 }
-from engine.scenario import TrainingSection
-from engine.topology import is_supported_shape
-from profiler import api, queries
-from profiler.plan import plan_frame, plan_from_dict, run_plan
-from views import common, figures
-
 #: slice shapes offered per torus dimension (those the chip supports and holds are shown)
 _SHAPES = {
     3: ["2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16", "16x16x16"],

@@ -7,7 +7,7 @@ identical), except on a line where an all-to-all loads the middle link most.
 
 Faults: a degraded link keeps a fraction of its bandwidth; a failed link carries
 nothing, and the ring traffic it would have carried is routed around it along the
-shortest detour in the slice graph (networkx, on :meth:`engine.topology.Slice.graph`
+shortest detour in the slice graph (networkx, on :meth:`engine.pod.topology.Slice.graph`
 minus the failed links). A stage then lasts ``max(bytes on link / link bandwidth)``
 over all links, which is how a detour or a slow link slows the whole collective.
 :func:`collective_on_pod` prices one collective on a pod's fabrics this way (the
@@ -23,10 +23,10 @@ from functools import cached_property, lru_cache
 import numpy as np
 import pyarrow as pa
 
-from ..calibration import Calibration
 from ..errors import TopologyError
-from ..mesh import Segment1D
-from ..topology import AXIS_NAMES, Pod, Slice
+from ..pod.mesh import Segment1D
+from ..pod.topology import AXIS_NAMES, Pod, Slice
+from ..scenario.calibration import Calibration
 from ..trace import TABLES
 from .collectives import CollectiveResult, RingSchedule, collective_time, ring_schedule
 
@@ -143,7 +143,7 @@ class Fabric:
         """
         if not self.failed:
             return []
-        import networkx as nx  # only failed links need routing (engine.topology imports it as lazily)
+        import networkx as nx  # only failed links need routing (engine.pod.topology imports it as lazily)
 
         g = self.slice.graph()
         g.remove_edges_from(self.failed)

@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from ..calibration import Calibration
-from ..mesh import Segment1D
+from ..pod.mesh import Segment1D
+from ..pod.topology import Pod
 from ..scenario import InterconnectSection
-from ..topology import Pod
+from ..scenario.calibration import Calibration
 from ..trace import TABLES
 from .collectives import CollectiveResult
 from .fabric import Fabric, collective_on_pod, dcn_link_table, mesh_ring_phases, slice_fabrics
@@ -202,7 +202,7 @@ def mesh_gradient_sync(
     backward_s
         Backward-pass duration (s), for overlap.
     segments
-        The data mesh axis' :class:`~engine.mesh.Segment1D` parts, inner first.
+        The data mesh axis' :class:`~engine.pod.mesh.Segment1D` parts, inner first.
     estimate_s
         The mesh model's time of this all-reduce, DCN included (s).
     data_size

@@ -1,4 +1,4 @@
-"""Per-step collectives of each parallelism strategy over the device mesh (:mod:`engine.mesh`).
+"""Per-step collectives of each parallelism strategy over the device mesh (:mod:`engine.pod.mesh`).
 
 Per-step collectives by strategy (one representative chip, steady state):
 
@@ -16,7 +16,7 @@ Per-step collectives by strategy (one representative chip, steady state):
   with a parallel attention/MLP block) over
   ``tensor`` (under full remat the recomputed forward repeats the attention block's; the
   MLP's down-projection, and a parallel block's whole output, is not recomputed:
-  engine/compute.py ``passes_per_op``). They sit on the critical path (the next matmul needs
+  engine/model/compute.py ``passes_per_op``). They sit on the critical path (the next matmul needs
   the result). XLA decomposes them with the matmuls next to them into a loop of
   collective-permutes, each overlapped with a partial matmul (collective matmul, Wang et
   al. 2023); TPU's compiler does this by default (MaxText's XLA flag library turns it off
@@ -42,11 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..calibration import Calibration
-from ..mesh import Mesh, MeshAxis
-from ..models import ModelCost, layer_units
+from ..model.models import ModelCost, layer_units
+from ..pod.mesh import Mesh, MeshAxis
+from ..pod.topology import Pod
 from ..scenario import InterconnectSection
-from ..topology import Pod
+from ..scenario.calibration import Calibration
 from ..trace import TABLES
 from ..units import BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_ELEMENT, seconds_to_ns
 from .collectives import dcn_all_reduce_time_s, ring_phase
@@ -309,7 +309,7 @@ def plan_step_comm(
     # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
     # per pass, 1 with a parallel block); for other models one per GEMM output.
     per_layer = cost.tp_all_reduces_per_layer
-    # a full-remat recompute reruns only the all-reduces after GEMMs it reruns (engine/models.py)
+    # a full-remat recompute reruns only the all-reduces after GEMMs it reruns (engine/model/models.py)
     recomputed = per_layer if cost.tp_all_reduces_recomputed_per_layer is None else cost.tp_all_reduces_recomputed_per_layer
     tp_on = (act > 0) & (tensor.size > 1)
     a_bytes = per_chip_batch * act * wire

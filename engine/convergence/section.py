@@ -37,7 +37,7 @@ Samples = Annotated[float, Field(gt=0, le=MAX_SAMPLES)]
 class ConvergenceSection(BaseModel):
     """``[convergence]``: what "trained" means (a task, a critical-batch fit, or a budget) and how often it evaluates."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/sections.py Section
 
     task: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     e_min_samples: Samples | None = None

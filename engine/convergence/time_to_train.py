@@ -6,7 +6,7 @@ A job's time to train is
 
 ``steps`` from the convergence plan, ``step`` the steady-state step time, and ``goodput`` the
 long-run share of wall time that advances training under the scenario's checkpoints and
-failures (:func:`engine.failures.expected_goodput`: checkpoint writes, restarts, restores,
+failures (:func:`engine.idle.failures.expected_goodput`: checkpoint writes, restarts, restores,
 recompiles and re-executed work, first order). Without a ``[failures]`` section goodput is 1.
 An evaluation costs ``eval_s``, or ``eval_samples`` forward passes at one third of a training
 sample's time (forward ~2N FLOPs per token of a training step's ~6N: Kaplan et al. 2020,
@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..failures import FailureSection, checkpoint_write_s, expected_goodput, failure_rate_per_s
+from ..idle.failures import FailureSection, checkpoint_write_s, expected_goodput, failure_rate_per_s
 from .critical_batch import CriticalBatch
 from .section import ConvergenceSection, CostSection
 from .tasks import load_tasks

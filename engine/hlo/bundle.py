@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..catalog import load_catalog
 from ..errors import HloError
+from ..pod.catalog import load_catalog
 from .bundle_format import FORMAT, FORMAT_VERSION, MEMORY_KEYS, MODULE_SUFFIX, OOM_KEYS, OPTIONAL_KEYS, SIDE_SUFFIX, TOP_KEYS
 
 __all__ = ["XlaBundle", "XlaMemory", "XlaOom", "read_bundle", "sidecar_for", "MAX_SIDECAR_BYTES", "TOPOLOGY_CHIPS"]

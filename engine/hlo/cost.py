@@ -24,6 +24,9 @@ so the FLOPs can be checked against ``compiled.cost_analysis()``:
   (output) array, the array before it is scattered, the array exchanged or sent;
 * an opcode this reader does not know (or a custom call) is kept: costed as one
   FLOP per output element on its operand + result bytes, and listed in ``unknown_ops``.
+
+The records it fills are declared in :mod:`~engine.hlo.module_cost`; how many trips a while
+loop runs is read by :mod:`~engine.hlo.loops`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,8 @@ import numpy as np
 
 from ..errors import HloError
 from .groups import parse_replica_groups, parse_source_target_pairs
+from .loops import FLIP, MAX_TRIP_COUNT, constant_int, counter_step, trip_count, tuple_index
+from .module_cost import COLLECTIVE_OPS, CollectiveOp, DotShape, HloModuleCost, HloOp, ScheduleBlock
 from .text import DEFAULT_MAX_HLO_BYTES, DTYPE_BYTES, Computation, HloText, Instruction, Shape, parse_hlo, read_hlo_text
 
 __all__ = [
@@ -46,8 +50,6 @@ __all__ = [
     "load_hlo",
 ]  # fmt: skip
 
-#: the collective opcodes reported, in the order the summary lists them
-COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 _TRANSCENDENTAL = frozenset(
     "exponential exponential-minus-one log log-plus-one logistic power sqrt cbrt rsqrt tanh sine cosine tan atan2 erf".split()
@@ -83,136 +85,14 @@ _DONE = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class DotShape:
-    """One matrix multiply as the MXU sees it: ``batch`` products of ``[m, k] x [k, n]``."""
-
-    batch: int
-    m: int
-    k: int
-    n: int
-    dtype: str  # the left operand's element type
-
-    @property
-    def flops(self) -> float:
-        return 2.0 * self.batch * self.m * self.k * self.n
-
-
-@dataclass(frozen=True)
-class HloOp:
-    """One top-level op (a fusion counts as one) per execution; ``executions`` per module call."""
-
-    name: str
-    opcode: str
-    flops: float
-    transcendentals: float
-    bytes_accessed: float
-    executions: int
-    dots: tuple[DotShape, ...] = ()
-    output_dtype: str = ""
-    estimated_cycles: float | None = None  # XLA:TPU's own estimate for one execution (backend config), cycles
-    collective: bool = False  # the op is (or wraps) a collective: its time is the interconnect's, not the core's
-    asynchronous: bool = False  # an asynchronous copy between memory spaces (copy-start): overlaps compute
-
-
-@dataclass(frozen=True)
-class CollectiveOp:
-    """One collective in the module; ``groups`` is ``[groups, group_size]`` device ids (pairs for permutes)."""
-
-    name: str
-    op: str  # one of COLLECTIVE_OPS
-    bytes: float  # per device, per execution: the whole buffer it takes part in
-    executions: int
-    groups: np.ndarray = field(compare=False, repr=False)
-    asynchronous: bool = False  # a start/done pair (or async-start wrapper): compute scheduled between them overlaps it
-    algorithm: str = ""  # XLA:TPU's collective emitter and strategy, as its backend config names them
-
-    @property
-    def group_size(self) -> int:
-        return 2 if self.op == "collective-permute" else int(self.groups.shape[1])
-
-
-@dataclass(frozen=True)
-class ScheduleBlock:
-    """A computation's schedule in program order, run ``trips`` times per run of its parent.
-
-    Items are ``("op", i)`` (``HloModuleCost.ops[i]``), ``("collective", j)`` (a
-    synchronous ``collectives[j]``), ``("start", j)`` / ``("done", j)`` (an asynchronous
-    one's two ends) and ``("loop", block)`` (a ``while`` body). A scheduled module
-    (``is_scheduled=true``, as every TPU-compiled module is) prints its instructions in
-    the order the compiler will run them, so this order is the schedule.
-    """
-
-    trips: int
-    items: tuple[tuple[str, Any], ...]
-
-
-@dataclass(frozen=True)
-class HloModuleCost:
-    """Per-device totals of one module call (one train step, when the module is the step)."""
-
-    name: str
-    source: str
-    devices: int
-    num_partitions: int
-    replica_count: int
-    flops_per_device: float
-    transcendentals_per_device: float
-    bytes_accessed_per_device: float
-    parameter_bytes_per_device: float
-    output_bytes_per_device: float
-    peak_live_bytes_per_device: float  # parameters + the largest set of buffers live at once
-    ops: tuple[HloOp, ...]
-    collectives: tuple[CollectiveOp, ...]
-    unknown_ops: dict[str, int]  # opcode (or custom-call:target) -> occurrences, costed as elementwise
-    unknown_trip_counts: tuple[str, ...]  # while loops whose body was counted once
-    while_loops: dict[str, int]  # while op -> trip count used
-    float_parameter_dtypes: tuple[str, ...] = ()  # floating element types among the entry parameters
-    schedule: ScheduleBlock | None = field(default=None, compare=False, repr=False)
-    padded_parameter_bytes_per_device: float = 0.0  # the entry parameters in their TPU layouts (tiles padded)
-    padded_output_bytes_per_device: float = 0.0
-    is_scheduled: bool = False  # the module's header says is_scheduled=true
-
-    @property
-    def has_cycle_estimates(self) -> bool:
-        """XLA:TPU wrote its per-op cycle estimates into the module (a TPU-compiled module)."""
-        return any(o.estimated_cycles is not None for o in self.ops)
-
-    def collective_totals(self) -> dict[str, dict[str, float]]:
-        """``{op: {"count": executions, "bytes": per-device bytes summed}}`` for the ops present."""
-        out: dict[str, dict[str, float]] = {}
-        for c in self.collectives:
-            t = out.setdefault(c.op, {"count": 0, "bytes": 0.0})
-            t["count"] += c.executions
-            t["bytes"] += c.bytes * c.executions
-        return {op: out[op] for op in COLLECTIVE_OPS if op in out}
-
-    def largest_ops(self, n: int = 10) -> list[HloOp]:
-        """The ``n`` ops with the most FLOPs per module call (then the most bytes)."""
-        return sorted(self.ops, key=lambda o: (o.flops * o.executions, o.bytes_accessed * o.executions), reverse=True)[:n]
-
-    @property
-    def dot_flops_per_device(self) -> float:
-        return sum(d.flops * o.executions for o in self.ops for d in o.dots)
-
-
 def _dims_attr(attrs: dict[str, str], key: str) -> list[int]:
     v = attrs.get(key, "{}").strip("{} ")
     return [int(x) for x in v.split(",") if x.strip()]
 
 
-#: most trips a while loop may declare or count (a train step's loops run layers or microbatches)
-MAX_TRIP_COUNT = 10_000_000
 
 _CYCLES = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)')
 _EMITTER = re.compile(r'"collective_algorithm_config"\s*:\s*\{[^{}]*?"emitter"\s*:\s*"([^"]*)"(?:\s*,\s*"strategy"\s*:\s*"([^"]*)")?')
-_FLIP = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE", "NE": "NE", "EQ": "EQ"}
-_PASS_THROUGH = frozenset(("copy", "convert", "bitcast", "reshape"))
-
-
-def _trip_count(ins: Instruction) -> int | None:
-    m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)', ins.attrs.get("backend_config", ""))
-    return int(m.group(1)) if m else None
 
 
 def _estimated_cycles(ins: Instruction) -> float | None:
@@ -304,53 +184,6 @@ def _reduce_window_count(in_dims: tuple[int, ...], out_dims: tuple[int, ...], wi
         total *= in_dims[d] if whole_row else float(valid.sum())
         outputs *= 1 if whole_row else out_dims[d]
     return max(total - outputs, 0.0)
-
-
-def _through(names: dict[str, Instruction], name: str) -> Instruction | None:
-    """The instruction ``name`` is, looking through copies, converts and bitcasts."""
-    ins = names.get(name)
-    for _ in range(16):
-        if ins is None or ins.opcode not in _PASS_THROUGH or not ins.operands:
-            return ins
-        ins = names.get(ins.operands[0])
-    return ins
-
-
-def _tuple_index(names: dict[str, Instruction], name: str) -> int | None:
-    """``i`` when ``name`` is element ``i`` of the computation's tuple parameter."""
-    ins = _through(names, name)
-    if ins is None or ins.opcode != "get-tuple-element" or not ins.operands:
-        return None
-    src = names.get(ins.operands[0])
-    if src is None or src.opcode != "parameter":
-        return None
-    m = re.fullmatch(r"\s*(\d+)\s*", ins.attrs.get("index", ""))
-    return int(m.group(1)) if m else None
-
-
-def _constant_int(names: dict[str, Instruction], name: str) -> int | None:
-    ins = _through(names, name)
-    if ins is None or ins.opcode != "constant":
-        return None
-    try:
-        return int(ins.literal.strip())
-    except ValueError:
-        return None
-
-
-def _counter_step(body: Computation, index: int) -> int | None:
-    """What the body adds to tuple element ``index`` each trip (``add(gte(param, index), constant)``)."""
-    names = {i.name: i for i in body.instructions}
-    root = body.root
-    if root.opcode != "tuple" or index >= len(root.operands):
-        return None
-    nxt = _through(names, root.operands[index])
-    if nxt is None or nxt.opcode not in ("add", "subtract") or len(nxt.operands) != 2:
-        return None
-    for a, b in (nxt.operands, nxt.operands[::-1]):
-        if _tuple_index(names, a) == index and (k := _constant_int(names, b)) is not None:
-            return -k if nxt.opcode == "subtract" else k
-    return None
 
 
 class _Costing:
@@ -531,7 +364,7 @@ class _Costing:
     def loop(self, comp: Computation, ins: Instruction, by_name: dict[str, Instruction], executions: int,
              depth: int) -> ScheduleBlock:  # fmt: skip
         """Walk a ``while`` body ``trips`` times over (its trip count from the backend config, else its condition)."""
-        trips = _trip_count(ins)
+        trips = trip_count(ins)
         if trips is None:
             trips = self.condition_trips(ins, by_name)
         if trips is not None and trips > MAX_TRIP_COUNT:
@@ -611,18 +444,18 @@ class _Costing:
             return None
         names = {i.name: i for i in cond.instructions}
         direction = root.attrs.get("direction", "")
-        (ia, ib), (ka, kb) = ([_tuple_index(names, o) for o in root.operands], [_constant_int(names, o) for o in root.operands])
+        (ia, ib), (ka, kb) = ([tuple_index(names, o) for o in root.operands], [constant_int(names, o) for o in root.operands])
         if ia is not None and kb is not None:
             index, limit = ia, kb
         elif ib is not None and ka is not None:
-            index, limit, direction = ib, ka, _FLIP.get(direction, "")
+            index, limit, direction = ib, ka, FLIP.get(direction, "")
         else:
             return None
         init_tuple = by_name.get(ins.operands[0]) if ins.operands else None
         if init_tuple is None or init_tuple.opcode != "tuple" or index >= len(init_tuple.operands):
             return None
-        init = _constant_int(by_name, init_tuple.operands[index])
-        step = _counter_step(self.comp(ins.attrs.get("body", ""), ins), index)
+        init = constant_int(by_name, init_tuple.operands[index])
+        step = counter_step(self.comp(ins.attrs.get("body", ""), ins), index)
         if init is None or not step:
             return None
         span = {"LT": limit - init, "LE": limit - init + 1, "GT": init - limit, "GE": init - limit + 1}.get(direction)

@@ -3,7 +3,7 @@
 Logical device ``d`` of an SPMD module (its partition id; with replicas,
 ``replica * partitions + partition``) runs on chip ``d`` of the pod, chips being
 numbered in torus order: slice-major, then C order over the slice's ``x, y, z``
-coordinates (:attr:`engine.topology.Pod.chip_table`). That is the order
+coordinates (:attr:`engine.pod.topology.Pod.chip_table`). That is the order
 ``jax.devices()`` lists a TPU slice's chips in and the order a mesh built from it
 with ``mesh_utils.create_device_mesh`` keeps contiguous along the torus, so a
 replica group becomes the chips it names, and the torus axes along which those
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ScenarioError
-from ..mesh import Segment1D
-from ..topology import Pod
+from ..pod.mesh import Segment1D
+from ..pod.topology import Pod
 
 __all__ = ["GroupPlacement", "place_groups", "permute_hops"]
 

@@ -1,7 +1,7 @@
 """Simulate a scenario whose model is an XLA HLO module (``[model] kind = "hlo"``).
 
 The module is the whole train step for one device; every device runs it. A step on
-the pod is laid out as the built-in families' steps are (:func:`engine.step.assemble`):
+the pod is laid out as the built-in families' steps are (:func:`engine.model.step.assemble`):
 the module's compute (per op, from XLA:TPU's cycle estimates or Podscope's roofline,
 with the calibrated per-step jitter), then the collective time its schedule leaves
 exposed, which ends in the step's barrier, then the fixed per-step overhead.
@@ -24,10 +24,10 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from ..calibration import Calibration
+from ..scenario.calibration import Calibration
 from ..sampling import plan_sample
-from ..step import Segment, assemble
-from ..topology import build_pod
+from ..model.step import Segment, assemble
+from ..pod.topology import build_pod
 from ..trace import CHIP_KIND_SCHEMA, CHIPS_SCHEMA, EVENTS_SCHEMA, STEP_KIND_SCHEMA, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
 from .bundle import XlaBundle
 from .module_file import HloProgram, cached_program, module_sha256

@@ -2,7 +2,7 @@
 
 **Compute** of each top-level op (a fusion counts as one kernel) has two estimates:
 
-* Podscope's MXU roofline of :mod:`engine.compute` -- ``max(padded matmul FLOPs /
+* Podscope's MXU roofline of :mod:`engine.model.compute` -- ``max(padded matmul FLOPs /
   achievable FLOP/s, HBM bytes / achievable B/s)`` plus the per-op launch overhead --
   with each dot's dimensions rounded up to the chip's systolic array edge and the
   bytes in their TPU layout's tiles. Elementwise FLOPs ride on the HBM term (the
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..calibration import Calibration
 from ..comm import collective_on_pod, dcn_time_s, mesh_collective_s, p2p_time_s
-from ..compute import pad_to_mxu, roofline_terms_s
-from ..mesh import MeshAxis
-from ..topology import Pod
+from ..model.compute import pad_to_mxu, roofline_terms_s
+from ..pod.mesh import MeshAxis
+from ..pod.topology import Pod
+from ..scenario.calibration import Calibration
 from ..trace import TABLES
 from .cost import CollectiveOp, HloModuleCost, ScheduleBlock
 from .placement import GroupPlacement, permute_hops, place_groups
@@ -140,7 +140,7 @@ def _op_times(cost: HloModuleCost, pod: Pod, cal: Calibration, devices_per_chip:
 def _collective_s(c: CollectiveOp, placement: GroupPlacement | None, pod: Pod, cal: Calibration, interconnect) -> float:
     chip = pod.chip
     link = chip.ici_link_bytes_per_s * cal.ici_efficiency
-    chips_per_host = pod.chips_per_host  # the host block as the slice tiles it (engine/topology.py)
+    chips_per_host = pod.chips_per_host  # the host block as the slice tiles it (engine/pod/topology.py)
     host_bw = chip.dcn_bytes_per_s_per_host * cal.dcn_efficiency
     if c.op == "collective-permute":
         hops, across = permute_hops(c.groups, pod)

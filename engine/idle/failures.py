@@ -45,7 +45,7 @@ _HOUR_S = 3600.0
 class FailureSection(BaseModel):
     """``[failures]``: failure rates, checkpoints and restart costs."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/sections.py Section
 
     chip_mtbf_hours: Annotated[float, Field(gt=0)] | None = None
     host_mtbf_hours: Annotated[float, Field(gt=0)] | None = None

@@ -12,9 +12,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from .data_files import DATA_DIR
-from .errors import ScenarioError
-from .units import GB_BYTES, GIB_BYTES, MIB_BYTES, TERA
+from ..data_files import DATA_DIR
+from ..errors import ScenarioError
+from ..units import GB_BYTES, GIB_BYTES, MIB_BYTES, TERA
 
 __all__ = ["ChipSpec", "load_catalog", "DATA_DIR", "DEFAULT_CATALOG_PATH"]
 

@@ -1,6 +1,6 @@
 """The planner's search: enumerate configurations, prune what cannot work, cost the rest analytically.
 
-For each combination of the plan's knob values (:class:`~engine.planner.Plan`), and
+For each combination of the plan's knob values (:class:`~engine.planning.planner.Plan`), and
 with ``mesh = "auto"`` for every factorisation of the slice over the model's mesh
 axes, a candidate is checked from cheapest to dearest, and the first check it fails
 is its reason (counted in :attr:`PlanResult.infeasible`):
@@ -13,7 +13,7 @@ is its reason (counted in :attr:`PlanResult.infeasible`):
    gradients and optimizer state over ``fsdp x tensor``, as the ZeRO stage shards them, the
    routed experts also over ``expert``) exceed the usable HBM;
 4. full scenario validation (the mesh must lie on the torus; every other scenario rule);
-5. the analytic step (:func:`engine.analytic.evaluate`): same cost functions as a full
+5. the analytic step (:func:`engine.model.analytic.evaluate`): same cost functions as a full
    run; a peak above usable HBM is out of memory, named by its largest term.
 
 Mesh axes are data-driven (:func:`search_axes` and :func:`_axis_rules`): every model is
@@ -36,16 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from .analytic import evaluate
-from .calibration import Calibration, load_calibration
-from .convergence import TimeToTrain, plan_convergence, time_to_train
-from .errors import ScenarioError
-from .idle import default_checkpoint_bytes
-from .memory import bytes_per_param, zero_shards
-from .models import ModelCost, model_cost
+from ..convergence import TimeToTrain, plan_convergence, time_to_train
+from ..errors import ScenarioError
+from ..idle.plan import default_checkpoint_bytes
+from ..memory.hbm import bytes_per_param, zero_shards
+from ..model.analytic import evaluate
+from ..model.models import ModelCost, model_cost
+from ..pod.topology import Pod, build_pod
+from ..scenario import Scenario, apply_overrides, parse_topology, scenario_from_dict, with_parallelism
+from ..scenario.calibration import Calibration, load_calibration
 from .planner import OBJECTIVES, Plan
-from .scenario import Scenario, apply_overrides, parse_topology, scenario_from_dict, with_parallelism
-from .topology import Pod, build_pod
 
 __all__ = [
     "SEARCH_AXES",
@@ -262,7 +262,7 @@ class _Costs:
     def __init__(self) -> None:
         self.pods: dict[tuple[str, str, int], Pod] = {}
         self.models: dict[str, ModelCost] = {}
-        self.memo: dict = {}  # engine.analytic.step_costs' memo: keeps the costs above alive, as its ids need
+        self.memo: dict = {}  # engine.model.analytic.step_costs' memo: keeps the costs above alive, as its ids need
 
     def pod(self, s: Scenario) -> Pod:
         key = (s.pod.chip, s.pod.topology, s.pod.slices)
@@ -354,7 +354,7 @@ def _budget_ok(plan: Plan, chips: int) -> bool:
 
 def _model_state_bytes(cost: ModelCost, s: Scenario, fsdp: np.ndarray | int, tensor: np.ndarray | int,
                        expert: np.ndarray | int = 1) -> np.ndarray:  # fmt: skip
-    """Bytes of params, gradients and optimizer state per chip: a lower bound of the peak (engine.memory)."""
+    """Bytes of params, gradients and optimizer state per chip: a lower bound of the peak (engine.memory.hbm)."""
     tr, par = s.training, s.parallelism
     bpp = bytes_per_param(tr.optimizer, tr.precision, tr.optimizer_state, tr.weight_dtype)
     params = cost.params - (cost.sparse_params if par.strategy == "parameter_server" else 0)

@@ -32,22 +32,30 @@ from statistics import NormalDist
 import numpy as np
 import pyarrow as pa
 
+from ..comm import (
+    GradientSync,
+    MeshGradientSync,
+    StepComm,
+    gradient_sync,
+    mesh_gradient_sync,
+    mesh_link_penalties,
+    plan_step_comm,
+)
+from ..errors import SimulationError
+from ..idle.stragglers import straggler_factors
+from ..memory.hbm import MemoryPlan, hbm_plan, optimizer_state_bytes_per_param
+from ..pod.mesh import Mesh, resolve_mesh, whole_torus_axes
+from ..pod.topology import Pod, build_pod
+from ..scenario import ParameterServerSection, Scenario
+from ..scenario.calibration import Calibration, load_calibration
+from ..units import BYTES_PER_ELEMENT, GB_BYTES, WEIGHT_BYTES_PER_ELEMENT
 from .batch_norm import plan_batch_norm_sync
-from .calibration import Calibration, load_calibration
-from .errors import SimulationError
-from .comm import GradientSync, MeshGradientSync, StepComm, gradient_sync, mesh_gradient_sync, mesh_link_penalties, plan_step_comm
 from .compute import ComputeCost, step_compute
 from .context import RingAttention, plan_ring_attention
-from .memory import MemoryPlan, hbm_plan, optimizer_state_bytes_per_param
-from .mesh import Mesh, resolve_mesh, whole_torus_axes
 from .models import ModelCost, model_cost
 from .moe import plan_routing
 from .pipeline import in_flight_microbatches
-from .scenario import ParameterServerSection, Scenario
 from .step import Segment, seeded_rng
-from .stragglers import straggler_factors
-from .topology import Pod, build_pod
-from .units import BYTES_PER_ELEMENT, GB_BYTES, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = ["StepCosts", "step_costs", "scenario_compute", "activation_send_bytes", "Estimate", "evaluate", "slowest_factor",
            "steady_state_scenario"]
@@ -80,9 +88,9 @@ class StepCosts:
     comm_backward_s: float = 0.0
     work: float = 1.0  # microbatches / pipeline stages: the chip's passes through the whole model
     micro_batch: int = 1  # samples per chip per microbatch
-    bubble_s: float = 0.0  # a pipeline stage's fill + drain wait (engine/pipeline.py)
+    bubble_s: float = 0.0  # a pipeline stage's fill + drain wait (engine/model/pipeline.py)
     pipeline_send_s: float = 0.0  # stage-to-stage sends on the critical path
-    ring: RingAttention | None = None  # context parallelism's K/V ring, one pass (engine/context.py)
+    ring: RingAttention | None = None  # context parallelism's K/V ring, one pass (engine/model/context.py)
 
     def segments(self, noise: np.ndarray | float = 1.0, forward_s=None, backward_s=None) -> list[Segment]:
         """The step's device work as segments; ``noise`` multiplies forward and backward compute.
@@ -130,7 +138,7 @@ def step_costs(
     b = scenario.per_chip_batch
     n_mb, stages = tr.microbatches, par.pipeline
     b_mb = b // n_mb  # one microbatch (the whole per-chip batch without accumulation or a pipeline)
-    # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/pipeline.py)
+    # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/model/pipeline.py)
     work = n_mb / stages
 
     if memo is None:
@@ -267,7 +275,7 @@ def step_costs(
 
 
 def scenario_compute(scenario: Scenario, cost: ModelCost, cal: Calibration, micro_batch: float, chip=None) -> ComputeCost:
-    """:func:`~engine.compute.step_compute` of one microbatch of ``scenario``'s model on one chip.
+    """:func:`~engine.model.compute.step_compute` of one microbatch of ``scenario``'s model on one chip.
 
     The mesh (tensor, expert, context), precision, remat and the attention kernel the model
     picks come from the scenario; ``cost`` is its model's (or a reshaped copy's, e.g. another
@@ -400,7 +408,7 @@ def evaluate(
         update_factor = 1.0
     fwd_bwd = c.forward_s + c.backward_s
     if cost.moe_layers:
-        # the busiest expert group's chips set the barrier: the median step's busiest group (engine/moe.py)
+        # the busiest expert group's chips set the barrier: the median step's busiest group (engine/model/moe.py)
         m = scenario.model
         routing = plan_routing(m.experts, m.capacity_factor, scenario.parallelism.expert, scenario.training.steps,
                                seeded_rng(scenario.sim.seed, "routing"), dense=m.moe_dispatch == "dense")  # fmt: skip

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .comm.collectives import all_reduce_time_s
-from .trace import TABLES
-from .units import seconds_to_ns
+from ..comm.collectives import all_reduce_time_s
+from ..trace import TABLES
+from ..units import seconds_to_ns
 
 __all__ = ["BatchNormSync", "STAT_BYTES_PER_CHANNEL", "POOLED_SPAN_IMAGES", "plan_batch_norm_sync"]
 

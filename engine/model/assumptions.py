@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..scenario import ResNet50Model, Scenario, TransformerModel
 from .batch_norm import POOLED_SPAN_IMAGES
-from .scenario import ResNet50Model, Scenario, TransformerModel
 
 __all__ = ["PRECISION_RECIPES", "precision_recipe", "run_assumptions"]
 
-#: what each ``training.precision`` means for the chip's work (engine/compute.py, engine/units.py); the
+#: what each ``training.precision`` means for the chip's work (engine/model/compute.py, engine/units.py); the
 #: model states' dtypes (``training.weight_dtype``, ``training.optimizer_state``) complete the recipe
 PRECISION_RECIPES = {
     "bf16": "bf16 matmuls and activations",
@@ -30,7 +30,7 @@ PRECISION_RECIPES = {
 
 
 def precision_recipe(precision: str, weight_dtype: str = "fp32", optimizer_state: str = "fp32") -> str:
-    """The run's precision recipe: its compute (:data:`PRECISION_RECIPES`) and its model states' dtypes (engine/memory.py)."""
+    """The run's precision recipe: its compute (:data:`PRECISION_RECIPES`) and its model states' dtypes (engine/memory/hbm.py)."""
     if weight_dtype == "bf16":
         weights = "bf16 weights and gradients (no fp32 master copy)"
     else:
@@ -48,7 +48,7 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
     replicas (a ``data`` axis, or slices over the DCN) and the scenario does not say
     whether that overlaps the backward pass, ``parallelism.collective_matmul`` when the run is tensor
     parallel and the scenario does not say, and ``model.batch_norm_group`` when a data-parallel
-    ResNet holds fewer than :data:`~engine.batch_norm.POOLED_SPAN_IMAGES` images per chip and the scenario does not say.
+    ResNet holds fewer than :data:`~engine.model.batch_norm.POOLED_SPAN_IMAGES` images per chip and the scenario does not say.
     """
     model, tr = scenario.model, scenario.training
     assumed: dict[str, str] = {}

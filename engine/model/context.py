@@ -1,7 +1,7 @@
 """Context parallelism: ring attention over the ``context`` mesh axis.
 
 With ``[parallelism] context = N`` each chip holds ``seq_len / N`` of every sequence
-(the activations, and the rows of every GEMM: engine/compute.py, engine/memory.py) and
+(the activations, and the rows of every GEMM: engine/model/compute.py, engine/memory/hbm.py) and
 the weights are replicated over the axis. Attention needs every key and value, so the
 chips of a context group pass their K/V blocks around a ring (Liu et al. 2023, "Ring
 Attention with Blockwise Transformers", arXiv:2310.01889, Algorithm 1; MaxText's context
@@ -26,7 +26,7 @@ groups (``link / stride``), as the mesh model prices every axis.
 
 Two blocks are in flight per chip (the one being computed on and the one arriving):
 ``2 x`` the K/V block in the forward pass, ``2 x`` the K/V/dK/dV blocks in the backward
-pass, temporary HBM (engine/memory.py). K/V and their gradients travel in the activation
+pass, temporary HBM (engine/memory/hbm.py). K/V and their gradients travel in the activation
 precision (bf16 under the int8 / fp8 recipes, whose attention einsums run in bf16).
 
 The weights' gradients are all-reduced over ``context`` as over ``data``
@@ -41,10 +41,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .comm.collectives import p2p_time_s
-from .mesh import MeshAxis
-from .trace import TABLES
-from .units import BYTES_PER_ELEMENT, seconds_to_ns
+from ..comm.collectives import p2p_time_s
+from ..pod.mesh import MeshAxis
+from ..trace import TABLES
+from ..units import BYTES_PER_ELEMENT, seconds_to_ns
 
 __all__ = ["RingAttention", "ring_hop_s", "kv_block_bytes", "plan_ring_attention"]
 
@@ -118,7 +118,7 @@ def plan_ring_attention(
         Samples per chip in the pass.
     attention_forward_s, attention_fwd_bwd_s
         The chip's attention-core compute of the pass, all layers (forward; forward + backward
-        with recomputation), from :func:`engine.compute.step_compute` at ``context = N``.
+        with recomputation), from :func:`engine.model.compute.step_compute` at ``context = N``.
     """
     n, layers = axis.size, model.layers
     block = kv_block_bytes(model, micro_batch, precision, tensor, n)

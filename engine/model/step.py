@@ -23,12 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .calibration import Calibration
-from .errors import SimulationError
-from .models import ModelCost
-from .scenario import Scenario
-from .topology import Pod
-from .trace import (
+from ..errors import SimulationError
+from ..pod.topology import Pod
+from ..scenario import Scenario
+from ..scenario.calibration import Calibration
+from ..trace import (
     CHIP_KIND_SCHEMA,
     EVENT_KINDS,
     EVENTS_SCHEMA,
@@ -38,7 +37,8 @@ from .trace import (
     events_batch,
     kind_array,
 )
-from .units import MAX_RUN_NS, NS_PER_S, longest_ns, seconds_to_ns
+from ..units import MAX_RUN_NS, NS_PER_S, longest_ns, seconds_to_ns
+from .models import ModelCost
 
 __all__ = ["Segment", "StepCursor", "SimContext", "seeded_rng", "Assembled", "assemble", "STEP_BLOCK", "SUMMARY_STEP_BLOCK"]
 

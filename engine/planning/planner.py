@@ -13,7 +13,7 @@ table) and a ``[search]`` table::
 
 Everything is checked at load, every problem collected with its key and reported
 through one :class:`~engine.errors.PlanError` naming the file, before any candidate
-is costed. The search itself is :mod:`engine.search`.
+is costed. The search itself is :mod:`engine.planning.search`.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import PlanError, ScenarioError
-from .mesh import MESH_AXES
-from .models import model_cost
-from .scenario import MAX_SCENARIO_BYTES, Scenario, load_scenario, scenario_from_dict
+from ..errors import PlanError, ScenarioError
+from ..model.models import model_cost
+from ..pod.mesh import MESH_AXES
+from ..scenario import MAX_SCENARIO_BYTES, Scenario, load_scenario, scenario_from_dict
 
 __all__ = ["OBJECTIVES", "MESH_MODES", "Plan", "load_plan", "plan_from_dict", "is_scenario_key", "scenario_to_toml"]
 

@@ -3,7 +3,7 @@
 Inside a slice the chips form a logical mesh ``data x fsdp x tensor x expert x
 pipeline x context`` (GSPMD, Xu et al. 2021; the MaxText/pjit convention; axes of
 size 1 take no torus axis); across slices the job is data parallel over the DCN
-(or a pipeline spans them, engine/pipeline.py). Each mesh axis is laid onto torus axes:
+(or a pipeline spans them, engine/model/pipeline.py). Each mesh axis is laid onto torus axes:
 
 * A scenario may name the mapping (``[parallelism] mapping = {tensor = ["z"],
   fsdp = ["x", "y"]}``); ``"y:2"`` takes a 2-chip part of axis ``y``.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import TopologyError
+from ..errors import TopologyError
 from .topology import AXIS_NAMES
 
 __all__ = ["MESH_AXES", "LAYOUT_ORDER", "axis_index_of_chips", "Segment1D", "MeshAxis", "Mesh", "resolve_mesh", "whole_torus_axes"]
@@ -120,7 +120,7 @@ def resolve_mesh(
     return _resolve_mesh(tuple(int(n) for n in shape), tuple(bool(w) for w in wrap), key_sizes, key_mapping)
 
 
-# A Mesh is immutable and depends only on these arguments, so a search over meshes (engine.search),
+# A Mesh is immutable and depends only on these arguments, so a search over meshes (engine.planning.search),
 # which validates and then costs each candidate, lays each one out once.
 @functools.lru_cache(maxsize=4096)
 def _resolve_mesh(

@@ -57,9 +57,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .models import ModelCost, layer_units
-from .trace import TABLES
-from .units import BYTES_PER_ELEMENT, GIB_BYTES, WEIGHT_BYTES_PER_ELEMENT
+from ..model.models import ModelCost, layer_units
+from ..trace import TABLES
+from ..units import BYTES_PER_ELEMENT, GIB_BYTES, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = [
     "BytesPerParam",
@@ -301,14 +301,14 @@ def hbm_plan(
     fsdp, tensor
         Mesh axis sizes that shard the model states (and, for ``tensor``, activations).
     capacity_bytes, usable_bytes
-        The chip's HBM, bytes, and the part of it a step may use (:meth:`~engine.catalog.ChipSpec.usable_hbm_bytes`).
+        The chip's HBM, bytes, and the part of it a step may use (:meth:`~engine.pod.catalog.ChipSpec.usable_hbm_bytes`).
     sparse_off_chip
         True under the parameter-server strategy: embedding tables live on PS hosts.
     expert
         Expert-parallel degree: the routed experts' model states shard over it too.
     pipeline, in_flight
         Pipeline stages (each chip holds ``1 / pipeline`` of the layers and their states) and the
-        microbatches whose activations the busiest stage holds at once (engine/pipeline.py);
+        microbatches whose activations the busiest stage holds at once (engine/model/pipeline.py);
         ``per_chip_batch`` is then one microbatch.
     grad_accumulator
         Gradient accumulation: the gradients of the whole step live from the first
@@ -323,7 +323,7 @@ def hbm_plan(
     optimizer_state
         ``"fp32"`` or ``"bf16"`` moments (:data:`OPTIMIZER_STATE_BYTES_PER_ELEMENT`).
     ring_buffer_bytes
-        Ring attention's blocks in flight (engine/context.py), temporary bytes during the forward
+        Ring attention's blocks in flight (engine/model/context.py), temporary bytes during the forward
         and the backward pass.
     weight_dtype
         ``"fp32"`` (master weights and gradients, 4 bytes each) or ``"bf16"`` (2 each, no master copy).

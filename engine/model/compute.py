@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .calibration import Calibration
-from .catalog import ChipSpec
+from ..pod.catalog import ChipSpec
+from ..scenario.calibration import Calibration
+from ..units import BYTES_PER_ELEMENT
 from .models import ModelCost
-from .units import BYTES_PER_ELEMENT
-
 
 __all__ = ["ComputeCost", "grouped_matmul_rows", "kernel_tiled", "pad_to_mxu", "roofline_terms_s", "step_compute"]
 
@@ -114,7 +113,7 @@ class ComputeCost:
     expert_forward_s: float = 0.0
     expert_fwd_bwd_s: float = 0.0
     # the attention core's (scores and values GEMMs) share of forward_s and of fwd_bwd_s: what a
-    # ring-attention K/V send hides behind (engine/context.py)
+    # ring-attention K/V send hides behind (engine/model/context.py)
     attention_forward_s: float = 0.0
     attention_fwd_bwd_s: float = 0.0
     # the routed-expert GEMMs' executed work (whole MXU edges, whole grouped-matmul tiles) over their FLOPs
@@ -153,7 +152,7 @@ def step_compute(
     context
         Context-parallel degree: each chip holds ``seq_len / context`` of every sequence, so every
         op's rows (tokens) are divided by it; the attention core's keys and values still span the
-        whole sequence (their blocks arrive over the ring, engine/context.py), so its FLOPs per chip
+        whole sequence (their blocks arrive over the ring, engine/model/context.py), so its FLOPs per chip
         are ``1 / context`` of the sequence's. Attention is counted unmasked (PaLM's convention), so
         the split is even; under a causal mask the striped layout (Brandon et al. 2023, "Striped
         Attention", arXiv:2311.09431) or MaxText's load-balanced zig-zag reordering keeps it so.

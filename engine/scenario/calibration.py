@@ -12,8 +12,8 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 
-from .catalog import DATA_DIR
-from .errors import ScenarioError
+from ..errors import ScenarioError
+from ..pod.catalog import DATA_DIR
 
 __all__ = ["Calibration", "load_calibration", "DEFAULT_CALIBRATION_PATH"]
 

@@ -33,10 +33,10 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from .catalog import DATA_DIR
-from .errors import ScenarioError
-from .trace import TABLES
-from .units import NS_PER_S
+from ..errors import ScenarioError
+from ..pod.catalog import DATA_DIR
+from ..trace import TABLES
+from ..units import NS_PER_S
 
 __all__ = [
     "CompileSection",
@@ -56,7 +56,7 @@ COMPILES = TABLES["extra_compiles"]
 class CompileSection(BaseModel):
     """``[compile]``: is the step jitted, and how do its input shapes vary. Absent: no compiles modelled."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/sections.py Section
 
     jit: bool = True
     shapes: Literal["fixed", "variable_seq_len"] = "fixed"

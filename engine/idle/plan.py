@@ -29,10 +29,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .convergence import plan_convergence
+from ..convergence import plan_convergence
+from ..memory.hbm import optimizer_state_bytes_per_param
+from ..model.analytic import scenario_compute
+from ..model.compute import PASSES_BY_REMAT, ComputeCost
+from ..model.models import model_cost
+from ..model.step import Segment, SimContext, StepCursor
+from ..units import NS_PER_S, WEIGHT_BYTES_PER_ELEMENT
 from .compilation import COMPILES, eager_fwd_bwd_s, load_compile_cost, plan_compiles, step_signatures
-from .analytic import scenario_compute
-from .compute import PASSES_BY_REMAT, ComputeCost
 from .failures import (
     FailurePlan,
     FailureSection,
@@ -44,11 +48,7 @@ from .failures import (
     young_interval_s,
 )
 from .input_pipeline import run_input_queue, step_lengths_s
-from .memory import optimizer_state_bytes_per_param
-from .models import model_cost
-from .step import Segment, SimContext, StepCursor
 from .stragglers import straggler_factors
-from .units import NS_PER_S, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = ["IdlePlan", "plan_idle", "idle_facts", "default_checkpoint_bytes"]
 
@@ -136,11 +136,11 @@ def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePl
     Parameters
     ----------
     ctx
-        The run's :class:`~engine.step.SimContext`.
+        The run's :class:`~engine.model.step.SimContext`.
     comp
         Compute of one chip at the scenario's shape (jitted), as used by ``base``.
     base
-        The step's device work as :class:`~engine.step.Segment` s. Contract:
+        The step's device work as :class:`~engine.model.step.Segment` s. Contract:
         the ``compute`` before the first barrier is the forward/backward pass (it is
         rescaled per step to the step's input shape); every ``compute`` segment is
         multiplied by the chip's straggler factor.
@@ -148,7 +148,7 @@ def plan_idle(ctx: SimContext, comp: ComputeCost, base: list[Segment]) -> IdlePl
     Returns
     -------
     IdlePlan
-        ``segments`` ready for :func:`~engine.step.assemble`.
+        ``segments`` ready for :func:`~engine.model.step.assemble`.
     """
     s = ctx.scenario
     tr = s.training

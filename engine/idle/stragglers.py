@@ -13,7 +13,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ScenarioError
+from ..errors import ScenarioError
 
 __all__ = ["StragglerSection", "straggler_factors"]
 
@@ -21,7 +21,7 @@ __all__ = ["StragglerSection", "straggler_factors"]
 class StragglerSection(BaseModel):
     """``[stragglers]``: chips or hosts slower than the rest."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/sections.py Section
 
     chips: list[Annotated[int, Field(ge=0)]] = []
     hosts: list[Annotated[int, Field(ge=0)]] = []

@@ -71,7 +71,7 @@ IntOrAutotuneFromZero = Annotated[Any, _int_or_autotune(0)]
 class InputSection(BaseModel):
     """``[input]``: one host's tf.data pipeline. Absent: input is never the bottleneck."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario.py _Section
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # as engine/scenario/sections.py Section
 
     num_parallel_calls: IntOrAutotune = "autotune"
     prefetch: IntOrAutotuneFromZero = "autotune"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scenario import MlpModel, ResNet50Model, TransformerModel
+from ..scenario import MlpModel, ResNet50Model, TransformerModel
 
 __all__ = ["GemmOps", "ModelCost", "model_cost", "TRAIN_FLOPS_MULTIPLIER", "LayerUnit", "layer_units"]
 
@@ -58,7 +58,7 @@ class GemmOps:
     # m, are the tokens routed to any of them). None: one weight matrix per repeat.
     w_copies: np.ndarray | None = None
     # True where the op's output only adds into the residual stream, so no backward op reads it: a
-    # full-remat backward pass does not rerun that op (see engine/compute.py passes_per_op). None: none.
+    # full-remat backward pass does not rerun that op (see engine/model/compute.py passes_per_op). None: none.
     residual_out: np.ndarray | None = None
     # True for a mixture of experts' dispatch and combine einsums (``moe_dispatch = "dense"``): activation x
     # activation GEMMs the chip executes that are not the model's FLOPs and not attention. None: none.
@@ -296,7 +296,7 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     DeepSeekMoE, Dai et al. 2024). The routed GEMMs' rows are the ``k`` copies of every token,
     their weights one matrix per expert (``w_copies``). Model FLOPs count the tokens routed,
     ``k`` per token; tokens over capacity, the imbalance across experts and the empty slots of
-    capacity buffers are the step's concern (engine/moe.py), not the model's.
+    capacity buffers are the step's concern (engine/model/moe.py), not the model's.
 
     ``moe_dispatch = "dense"`` adds GShard's dispatch and combine einsums per sequence (Lepikhin et al.
     2020, appendix A.2; MaxText layers/moe.py dense_matmul: ``BSM,BSEC->EBCM`` and

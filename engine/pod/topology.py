@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import TopologyError
 from .catalog import ChipSpec
-from .errors import TopologyError
 
 if TYPE_CHECKING:  # networkx is imported where a graph is built: routing and fault checks need it, costing does not
     import networkx as nx
