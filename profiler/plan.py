@@ -22,7 +22,18 @@ from engine.planning.search import Candidate, PlanResult, search
 from .store import Database
 from .streamed_write import simulate_and_write
 
-__all__ = ["BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate", "plan_frame", "PLAN_COLUMNS"]
+__all__ = ["OBJECTIVE_LABELS", "BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate", "plan_frame", "PLAN_COLUMNS"]
+
+#: what each planner objective means, for people (the plan file names them by their ids)
+OBJECTIVE_LABELS = {
+    "tokens_per_s": "Tokens/s, whole job",
+    "tokens_per_s_per_chip": "Tokens/s per chip",
+    "samples_per_s": "Samples/s, whole job",
+    "samples_per_s_per_chip": "Samples/s per chip",
+    "step_time_s": "Shortest step",
+    "time_to_train": "Shortest time to train",
+    "cost_to_train": "Fewest chip-hours to train",
+}
 
 #: columns of :func:`plan_frame`
 PLAN_COLUMNS = (

@@ -32,7 +32,7 @@ def test_fresh_database_scaling_shows_a_curve(tmp_path, monkeypatch, capfd):
     at.switch_page("views/scaling.py").run()
     assert not at.exception, [e.value for e in at.exception]
     picked = at.multiselect(key="sc_series_strong").value
-    assert any("batch 8192" in s for s in picked), picked
+    assert any("ResNet-50" in s and "batch 8,192" in s for s in picked), picked
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     step = next(s for s in specs if s["layout"]["title"]["text"] == "Step time")
     curve = max((t for t in step["data"] if t.get("mode") == "lines+markers"), key=lambda t: _n(t["x"]))
@@ -54,9 +54,9 @@ def test_a_finished_sweep_selects_its_series(tmp_path, monkeypatch, small_scenar
     monkeypatch.setenv("PODSCOPE_DB", str(path))
     at = AppTest.from_file(str(ROOT / "views" / "scaling.py"), default_timeout=180).run()
     before = at.multiselect(key="sc_series_strong").value
-    assert any("resnet50" in s for s in before)  # the seeded curve is what opens
+    assert any("ResNet-50" in s for s in before)  # the seeded curve is what opens
     at.selectbox[0].set_value(small_id)
     at.text_input[0].set_value("2x2x1, 2x2x4")
     at.button[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.multiselect(key="sc_series_strong").value == ["mlp on tpu-v4, batch 256"]
+    assert at.multiselect(key="sc_series_strong").value == ["MLP 8.39M on tpu-v4, batch 256"]

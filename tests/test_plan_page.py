@@ -95,7 +95,7 @@ def test_bad_knobs_are_said_on_the_page(page_db):
 
 def test_every_objective_has_a_label_for_the_form():
     from engine.planning.planner import OBJECTIVES
-    from views.plan import OBJECTIVE_LABELS
+    from profiler.plan import OBJECTIVE_LABELS
 
     assert set(OBJECTIVE_LABELS) == set(OBJECTIVES)
     assert not any("_" in label for label in OBJECTIVE_LABELS.values())

@@ -18,19 +18,9 @@ from engine.planning.planner import OBJECTIVES
 from engine.pod.topology import is_supported_shape
 from engine.scenario import TrainingSection
 from profiler import api, queries
-from profiler.plan import plan_frame, plan_from_dict, run_plan
+from profiler.plan import OBJECTIVE_LABELS, plan_frame, plan_from_dict, run_plan
 from views import common, figures
 
-#: what each planner objective means, for the form (the plan file names them by their ids)
-OBJECTIVE_LABELS = {
-    "tokens_per_s": "Tokens/s, whole job",
-    "tokens_per_s_per_chip": "Tokens/s per chip",
-    "samples_per_s": "Samples/s, whole job",
-    "samples_per_s_per_chip": "Samples/s per chip",
-    "step_time_s": "Shortest step",
-    "time_to_train": "Shortest time to train",
-    "cost_to_train": "Fewest chip-hours to train",
-}
 #: slice shapes offered per torus dimension (those the chip supports and holds are shown)
 _SHAPES = {
     3: ["2x2x1", "2x2x2", "2x2x4", "2x4x4", "4x4x4", "4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16", "16x16x16"],
