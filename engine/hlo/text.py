@@ -263,10 +263,10 @@ _DELIMS = re.compile(r"[()\[\]{}\"',\\]")
 _OPEN, _CLOSE = "([{", ")]}"
 
 
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` (a comma) outside (), [], {} and quotes."""
-    parts, depth, start, quote, escaped_at = [], 0, 0, "", -1
-    for m in _DELIMS.finditer(text):
+def _unquoted(text: str, start: int = 0):
+    """The brackets and separators of ``text`` from ``start`` that stand outside quoted strings: (character, index)."""
+    quote, escaped_at = "", -1
+    for m in _DELIMS.finditer(text, start):
         c, i = m.group(), m.start()
         if quote:
             if i == escaped_at:  # the character after a backslash
@@ -275,10 +275,17 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
                 escaped_at = i + 1
             elif c == quote:
                 quote = ""
-            continue
-        if c in "\"'":
+        elif c in "\"'":
             quote = c
-        elif c in _OPEN:
+        elif c != "\\":
+            yield c, i
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` (a comma) outside (), [], {} and quotes."""
+    parts, depth, start = [], 0, 0
+    for c, i in _unquoted(text):
+        if c in _OPEN:
             depth += 1
         elif c in _CLOSE:
             depth -= 1
@@ -289,25 +296,15 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
     return [s.strip() for s in parts if s.strip()]
 
 
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
 def _matching(text: str, start: int) -> int:
     """Index of the bracket closing the one at ``start`` (quotes respected); -1 when unclosed."""
-    pairs = {"(": ")", "[": "]", "{": "}"}
     stack: list[str] = []
-    quote, escaped_at = "", -1
-    for m in _DELIMS.finditer(text, start):
-        c, i = m.group(), m.start()
-        if quote:
-            if i == escaped_at:
-                continue
-            if c == "\\":
-                escaped_at = i + 1
-            elif c == quote:
-                quote = ""
-            continue
-        if c in "\"'":
-            quote = c
-        elif c in pairs:
-            stack.append(pairs[c])
+    for c, i in _unquoted(text, start):
+        if c in _PAIRS:
+            stack.append(_PAIRS[c])
         elif c in _CLOSE:
             if not stack or stack.pop() != c:
                 return -1
