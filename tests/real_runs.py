@@ -120,3 +120,18 @@ def build(path: Path) -> RealDb:
 def run_count(path: Path) -> int:
     with Database(path).read() as con:
         return con.execute("SELECT count(*) FROM runs").fetchone()[0]
+
+
+def open_page(page: str, run_id: int | None = None, other: int | None = None, timeout_s: int = 120):
+    """A page script alone in Streamlit's AppTest, showing ``run_id`` (and ``other`` beside it on Compare),
+    run once and checked for exceptions."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / page), default_timeout=timeout_s)
+    if run_id is not None:
+        at.session_state["select_run_id"] = run_id
+    if other is not None:
+        at.session_state["select_cmp_id"] = other
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at

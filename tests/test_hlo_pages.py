@@ -13,18 +13,13 @@ from streamlit.testing.v1 import AppTest
 
 from profiler import format as fmt
 from profiler import hlo_queries, queries
+from tests.real_runs import open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _page(page: str, run_id: int, other: int | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / page), default_timeout=120)
-    at.session_state["select_run_id"] = run_id
-    if other is not None:
-        at.session_state["select_cmp_id"] = other
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page(page, run_id, other)
 
 
 def _specs(at: AppTest) -> list[dict]:

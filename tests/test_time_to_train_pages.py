@@ -19,6 +19,7 @@ from profiler import queries
 from profiler.store import Database
 from profiler.sweep import run_sweep
 from views.compare_model import time_to_train_parts
+from tests.real_runs import open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEP = ROOT / "data" / "sweeps" / "batch-scaling-v4.toml"
@@ -42,14 +43,7 @@ def sweep_db(tmp_path_factory) -> Path:
 
 def _page(page: str, monkeypatch, path: Path, run_id: int | None = None, other: int | None = None) -> AppTest:
     monkeypatch.setenv("PODSCOPE_DB", str(path))
-    at = AppTest.from_file(str(ROOT / page), default_timeout=120)
-    if run_id is not None:
-        at.session_state["select_run_id"] = run_id
-    if other is not None:
-        at.session_state["select_cmp_id"] = other
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page(page, run_id, other)
 
 
 def _chart(at: AppTest, title: str) -> dict:
