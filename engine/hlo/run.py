@@ -56,12 +56,12 @@ def _xla_facts(b: XlaBundle | None) -> dict:
     }  # fmt: skip
 
 
-def _oom_result(scenario, prog: HloProgram, chip, pod) -> RunResult:
+def _oom_result(scenario, prog: HloProgram, chip, pod, cal: Calibration) -> RunResult:
     """An out-of-memory bundle: no module to run, so the run holds XLA's verdict and no steps."""
     b = prog.bundle
     assert b is not None and b.oom is not None
-    usable = chip.usable_hbm_bytes(0.0) if chip.hbm_program_limit_bytes else float(chip.hbm_bytes)
-    available = b.oom.available_bytes if b.oom.available_bytes is not None else usable
+    # what XLA said the program may use; where its message gives no size, what Podscope takes as usable
+    available = b.oom.available_bytes if b.oom.available_bytes is not None else chip.usable_hbm_bytes(cal.hbm_reserved_frac)
     required = b.oom.required_bytes
     detail = {
         "chip": 0,
@@ -101,7 +101,7 @@ def simulate_hlo(scenario, cal: Calibration, *, on_events: Callable[[pa.RecordBa
     pod = build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     prog = cached_program(scenario.model.path)
     if prog.cost is None:
-        return _oom_result(scenario, prog, chip, pod)
+        return _oom_result(scenario, prog, chip, pod, cal)
     cost, bundle = prog.cost, prog.bundle
     k = prog.devices_per_chip
     step = hlo_step_cost(cost, pod, cal, scenario.interconnect, scenario.model.compute_source, k)

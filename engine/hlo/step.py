@@ -43,7 +43,7 @@ beginning. What the core waits for is the step's exposed collective time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -337,6 +337,4 @@ def _chip_groups(groups: np.ndarray) -> np.ndarray:
 
 def _on_chips(c: CollectiveOp, groups: np.ndarray) -> CollectiveOp:
     """``c`` with its groups over chips (see :func:`_chip_groups`); the bytes stay each device's."""
-    from dataclasses import replace
-
     return replace(c, groups=_chip_groups(groups) if c.op != "collective-permute" else groups)
