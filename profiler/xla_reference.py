@@ -224,9 +224,10 @@ def build_program(scenario: Scenario) -> XlaProgram:
     compute = bf16 if tr.precision == "bf16" else f32
     wdtype = bf16 if tr.weight_dtype == "bf16" else f32
     sdtype = bf16 if tr.optimizer_state == "bf16" else f32
-    d, h, kv, q, s_len = m.d_model, m.heads, m.kv_heads_eff, m.head_dim_eff, m.seq_len
+    h, kv, q, s_len = m.heads, m.kv_heads_eff, m.head_dim_eff, m.seq_len
     group = h // kv
-    if kv % scenario.parallelism.tensor:
+    kv_axis = "tensor" if kv % scenario.parallelism.tensor == 0 else None
+    if kv_axis is None:
         notes.append(f"kv_heads {kv} not divisible by tensor {scenario.parallelism.tensor}: K and V projections replicated over tensor")
     batch = ("data", "fsdp")
 
@@ -281,8 +282,8 @@ def build_program(scenario: Scenario) -> XlaProgram:
 
     def attn_block(y, p):
         qh = name(constrain(jnp.einsum("btd,dhq->bthq", y, p["wq"]), batch, None, "tensor", None), "q")
-        kh = name(constrain(jnp.einsum("btd,dkq->btkq", y, p["wk"]), batch, None, "tensor" if kv % scenario.parallelism.tensor == 0 else None, None), "k")  # noqa: E501
-        vh = name(constrain(jnp.einsum("btd,dkq->btkq", y, p["wv"]), batch, None, "tensor" if kv % scenario.parallelism.tensor == 0 else None, None), "v")  # noqa: E501
+        kh = name(constrain(jnp.einsum("btd,dkq->btkq", y, p["wk"]), batch, None, kv_axis, None), "k")
+        vh = name(constrain(jnp.einsum("btd,dkq->btkq", y, p["wv"]), batch, None, kv_axis, None), "v")
         o = name(attention(qh, kh, vh), "attn_out")
         return jnp.einsum("bthq,hqd->btd", o, p["wo"])
 
