@@ -73,6 +73,9 @@ class XlaProgram:
     devices_per_chip : int
     notes : list of str
         Where the program differs from the scenario (a fallback, a replicated tensor).
+    loss : callable or None
+        ``loss(params, tokens, labels)``, the function the step differentiates (for
+        ``jax.ad_checkpoint.print_saved_residuals``: what each remat policy keeps).
     """
 
     fn: Any
@@ -81,6 +84,7 @@ class XlaProgram:
     mesh_axes: dict[str, int]
     devices_per_chip: int
     notes: list[str] = field(default_factory=list)
+    loss: Any = None
 
     @property
     def describes(self) -> dict[str, Any]:
@@ -334,7 +338,7 @@ def build_program(scenario: Scenario) -> XlaProgram:
     if kernel != m.attention_kernel:
         notes.append(f"attention {m.attention_kernel!r} compiled as 'standard'")
     return XlaProgram(fn=fn, args=(params, state, tokens, tokens, count), target=target, mesh_axes=axes,
-                      devices_per_chip=_DEVICES_PER_CHIP[generation_of(scenario)], notes=notes)  # fmt: skip
+                      devices_per_chip=_DEVICES_PER_CHIP[generation_of(scenario)], notes=notes, loss=loss_fn)  # fmt: skip
 
 
 def _flash_attention(jax, mesh, batch, notes, seq_len, head_dim):
