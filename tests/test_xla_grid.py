@@ -58,3 +58,11 @@ def test_validate_json_carries_the_block(block):
 
     v = run_validation()
     assert json.loads(json.dumps(v.to_json()))["xla"] == json.loads(json.dumps(block))
+
+
+def test_docs_validation_table_is_the_current_block(block):
+    from scripts.docs_blocks import DOCS, read_block
+
+    assert read_block(DOCS / "validation.md", "validation-xla") == xla_grid.xla_table(block), (
+        "docs/validation.md block 'validation-xla' is stale: run `python -m scripts.plot_validation`"
+    )
