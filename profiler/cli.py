@@ -20,7 +20,7 @@ from engine.scenario.names import printable
 from engine.scenario import parse_toml
 from rich.markup import escape as markup_escape
 
-from . import api, cli_output, collective_cli, hlo_cli, plan_cli, queries, tpu_cli
+from . import api, cli_output, collective_cli, hlo_cli, plan_cli, queries, tpu_cli, xla_cli
 from .cli_output import positive_int
 from .store import Database, delete_run
 
@@ -261,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan_cli.add_parser(sub)
     hlo_cli.add_parser(sub)
     tpu_cli.add_parser(sub)
+    xla_cli.add_parser(sub)
     v = sub.add_parser("validate", help="compare predictions with published results (median / p90 / worst %% error)")
     v.add_argument("--reference", help="reference JSON (default: data/reference/published.json)")
     v.add_argument("--calibration", help="calibration TOML (default: data/calibration.toml)")

@@ -92,6 +92,7 @@ class Validation:
     summary: dict[str, dict[str, Any]]
     reference: str
     calibration: str
+    xla: dict[str, Any] = dataclasses.field(default_factory=dict)  # profiler.xla_grid.xla_block
 
     def to_json(self) -> dict[str, Any]:
         """The ``validate --json`` object.
@@ -100,7 +101,8 @@ class Validation:
         leave_one_family_out_error_pct, held_out_range, held_out_in_range, ...}], ``summary`` (``end_to_end``,
         ``end_to_end_never_fitted``, ``checks``, ``all``, ``leave_one_generation_out``, ``leave_one_family_out``, ``step_time_range``,
         ``time_to_train``),
-        ``skipped``.
+        ``skipped``, and ``xla`` (Podscope's HBM peak, verdict and FLOPs against the TPU compiler's
+        over ``data/reference/xla_grid.json``: :func:`profiler.xla_grid.xla_block`).
         """
         return {
             "reference": self.reference,
@@ -108,6 +110,7 @@ class Validation:
             "cases": [asdict(c) for c in self.cases],
             "summary": self.summary,
             "skipped": [asdict(s) for s in self.skipped],
+            "xla": self.xla,
         }
 
 
@@ -200,7 +203,9 @@ def _result(case: Case, predicted: float) -> CaseResult:
     )  # fmt: skip
 
 
-def run_validation(reference: str | Path | None = None, calibration: str | Path | None = None) -> Validation:
+def run_validation(
+    reference: str | Path | None = None, calibration: str | Path | None = None, xla_grid: str | Path | None = None
+) -> Validation:
     """Validate the engine against a reference file.
 
     Parameters
@@ -209,6 +214,8 @@ def run_validation(reference: str | Path | None = None, calibration: str | Path 
         A file in the format of ``data/reference/published.json`` (default: that file).
     calibration
         A calibration TOML (default: ``data/calibration.toml``).
+    xla_grid
+        A TPU compiler grid (default: ``data/reference/xla_grid.json``) for the ``xla`` block.
 
     Raises
     ------
@@ -220,8 +227,11 @@ def run_validation(reference: str | Path | None = None, calibration: str | Path 
     cal = load_calibration(cal_path)
     cases, skipped = expressible(*map_entries(load_reference(ref_path)))
     results = with_held_out(cases, [_result(c, predict(c, cal)) for c in cases], fit_record(ref_path, cal_path))
+    from .xla_grid import xla_block  # the grid is simulated only when a validation is asked for
+
     return Validation(
-        cases=results, skipped=skipped, summary=summary_of(results), reference=str(ref_path), calibration=str(cal_path)
+        cases=results, skipped=skipped, summary=summary_of(results), reference=str(ref_path), calibration=str(cal_path),
+        xla=xla_block(xla_grid, cal),
     )
 
 
@@ -345,6 +355,12 @@ def format_report(v: Validation) -> str:
     for key, label in labels:
         if v.summary[key]["n"]:
             lines.append(_summary_line(label, v.summary[key]))
+    x = v.xla
+    if x.get("compiled"):
+        lines.append(
+            f"{'TPU compiler HBM':<20} n={x['n']:<3} median |err| {x['hbm_median_abs_pct']:5.1f}%   p90 {x['hbm_p90_abs_pct']:5.1f}%   "
+            f"verdicts agree {100 * x['verdict_agreement']:.0f}%, {x['false_fits']} false fits (data/reference/xla_grid.json)"
+        )
     rng = v.summary["step_time_range"]
     if rng["n"]:
         lines.append(

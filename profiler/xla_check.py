@@ -1,0 +1,154 @@
+"""Podscope's HBM peak and FLOPs of a transformer scenario beside the TPU compiler's, for the same program.
+
+:func:`compile_numbers` compiles the scenario's JAX program (:mod:`profiler.xla_reference`) for its
+target with libtpu and keeps XLA's side: memory analysis per device, FLOPs per device with every
+loop trip counted (read from the compiled module by :func:`engine.hlo.load_hlo`), the
+out-of-memory verdict and message, the JAX and libtpu versions and the compile time. That record
+is what ``data/reference/xla_grid.json`` stores per configuration. :func:`podscope_numbers` is the
+engine's side (:func:`engine.analytic.evaluate`, the numbers a summary-mode run reports) and
+:func:`compare` sets the two beside each other, per chip: XLA's per-device bytes and FLOPs times
+libtpu's devices per chip (two TensorCores on v4 and tpu7x).
+
+Nothing here imports jax at module load; :func:`compile_numbers` needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from engine.analytic import evaluate
+from engine.calibration import Calibration
+from engine.hlo import load_hlo
+from engine.scenario import Scenario
+
+from . import xla_reference
+
+__all__ = ["compile_numbers", "podscope_numbers", "compare", "xla_peak_bytes", "format_check"]
+
+
+def xla_peak_bytes(memory: dict[str, int]) -> int:
+    """XLA's HBM per device: arguments + outputs - aliased (donated) + temporaries."""
+    return memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"] + memory["temp_bytes"]
+
+
+def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Compile the scenario's program for its target and return XLA's numbers.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        A transformer scenario :func:`profiler.xla_reference.refusal` accepts.
+    out_dir : path, optional
+        Where the bundle goes (default: a temporary folder, removed afterwards).
+
+    Returns
+    -------
+    dict
+        ``memory`` (bytes per device, or None when out of HBM), ``flops_per_device`` (every loop
+        trip counted; None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop
+        bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
+        ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
+        ``compile_s``.
+
+    Raises
+    ------
+    InputError
+        The scenario is not mapped, or jax[tpu] is missing.
+    """
+    from .tpu_capture import capture
+
+    program = xla_reference.build_program(scenario)
+    with tempfile.TemporaryDirectory(prefix="podscope-xla-") as tmp:
+        folder = Path(out_dir) if out_dir is not None else Path(tmp)
+        result = capture(program.fn, *program.args, target=program.target, name="xla_check", out_dir=folder,
+                         progress=False, describes=program.describes)  # fmt: skip
+        side = json.loads(result.sidecar_path.read_text())
+        flops = load_hlo(result.module_path).flops_per_device if result.module_path is not None else None
+    return {
+        "memory": result.memory,
+        "flops_per_device": flops,
+        "xla_cost_flops_per_device": None if result.cost is None else result.cost.get("flops"),
+        "oom": side["oom"],
+        "devices": side["devices"],
+        "devices_per_chip": program.devices_per_chip,
+        "mesh": program.mesh_axes,
+        "notes": program.notes,
+        "jax_version": side["jax_version"],
+        "libtpu_version": side["libtpu_version"],
+        "compile_s": side["compile_s"],
+    }
+
+
+def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None) -> dict[str, Any]:
+    """The engine's HBM peak per chip (and its breakdown by term), usable HBM, verdict and hardware FLOPs per chip per step."""
+    est = evaluate(scenario, calibration)
+    c = est.costs
+    return {
+        "peak_hbm_bytes": est.peak_hbm_bytes,
+        "breakdown_bytes": dict(c.mem.breakdown_bytes),
+        "peak_phase": c.mem.peak_phase,
+        "usable_hbm_bytes": est.usable_hbm_bytes,
+        "oom": est.oom,
+        "hardware_flops_per_chip": c.comp.hardware_flops * c.work,
+    }
+
+
+def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
+    """Podscope's and XLA's numbers per chip, and Podscope's error against XLA in percent.
+
+    Returns
+    -------
+    dict
+        ``podscope`` and ``xla`` (``peak_hbm_bytes`` per chip, XLA's ``argument/output/alias/temp``
+        per chip, ``oom``, ``flops_per_chip``), ``hbm_diff_pct`` and ``flops_diff_pct`` (None where
+        XLA refused the program), ``verdicts_agree``.
+    """
+    k = xla["devices_per_chip"]
+    mem = xla["memory"]
+    xla_side: dict[str, Any] = {"oom": xla["oom"] is not None, "oom_message": (xla["oom"] or {}).get("message")}
+    if mem is not None:
+        xla_side |= {f"{key}": mem[key] * k for key in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")}
+        xla_side["peak_hbm_bytes"] = xla_peak_bytes(mem) * k
+    else:
+        xla_side["peak_hbm_bytes"] = None
+    xla_side["flops_per_chip"] = None if xla["flops_per_device"] is None else xla["flops_per_device"] * k
+    hbm_pct = None if xla_side["peak_hbm_bytes"] is None else 100.0 * (pod["peak_hbm_bytes"] / xla_side["peak_hbm_bytes"] - 1.0)
+    flops = xla_side["flops_per_chip"]
+    flops_pct = None if not flops else 100.0 * (pod["hardware_flops_per_chip"] / flops - 1.0)
+    return {
+        "podscope": {**pod, "flops_per_chip": pod["hardware_flops_per_chip"]},
+        "xla": xla_side,
+        "hbm_diff_pct": hbm_pct,
+        "flops_diff_pct": flops_pct,
+        "verdicts_agree": bool(pod["oom"]) == xla_side["oom"],
+    }
+
+
+def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
+    """The ``xla-check`` text: Podscope's peak and its terms beside XLA's, FLOPs, verdicts."""
+    gib = 2**30
+    p, x = cmp["podscope"], cmp["xla"]
+    per = f"x {xla['devices_per_chip']} devices per chip" if xla["devices_per_chip"] > 1 else "1 device per chip"
+    lines = [f"{name}: mesh {xla['mesh']} over {xla['devices']} devices ({per}), compiled in {xla['compile_s']:.1f} s"]
+    terms = ", ".join(f"{k} {v / gib:.3f}" for k, v in p["breakdown_bytes"].items())
+    lines.append(f"  Podscope  peak {p['peak_hbm_bytes'] / gib:8.3f} GiB per chip ({p['peak_phase']}): {terms}")
+    if x["peak_hbm_bytes"] is not None:
+        lines.append(
+            f"  XLA       peak {x['peak_hbm_bytes'] / gib:8.3f} GiB per chip: arguments {x['argument_bytes'] / gib:.3f} + outputs "
+            f"{x['output_bytes'] / gib:.3f} - aliased {x['alias_bytes'] / gib:.3f} + temporaries {x['temp_bytes'] / gib:.3f}"
+        )
+        lines.append(f"  difference {cmp['hbm_diff_pct']:+.1f}% (Podscope against XLA)")
+    else:
+        lines.append(f"  XLA       OUT OF MEMORY: {(x['oom_message'] or '').splitlines()[0][:300]}")
+    usable = p["usable_hbm_bytes"] / gib
+    lines.append(f"  verdict   Podscope {'OUT OF MEMORY' if p['oom'] else 'fits'} ({usable:.2f} GiB usable), "
+                 f"XLA {'OUT OF MEMORY' if x['oom'] else 'fits'}: {'agree' if cmp['verdicts_agree'] else 'DISAGREE'}")  # fmt: skip
+    if x["flops_per_chip"]:
+        lines.append(f"  FLOPs     Podscope {p['flops_per_chip']:.4g} per chip per step, XLA {x['flops_per_chip']:.4g} "
+                     f"(every loop trip): {cmp['flops_diff_pct']:+.1f}%")  # fmt: skip
+    for note in xla["notes"]:
+        lines.append(f"  note      {note}")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""Podscope's HBM model and FLOP count against the TPU compiler over a committed grid of transformer scenarios.
+
+``data/reference/xla_grid.json`` (written by ``scripts/fixtures/make_xla_grid.py``) holds, per
+configuration, a scenario dict and what libtpu's compiler said of its JAX program
+(:mod:`profiler.xla_reference`): memory analysis per device, FLOPs per device with every loop trip,
+and its out-of-memory verdict. :func:`xla_block` simulates every scenario with the engine (the
+analytic step a summary-mode run reports) and compares per chip: the HBM peak against XLA's
+arguments + outputs - aliased + temporaries (times libtpu's devices per chip: two TensorCores on v4
+and tpu7x), the fits verdict, and the FLOPs. Validation only: nothing here sets the model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine import scenario_from_dict
+from engine.calibration import Calibration
+from engine.data_files import DATA_DIR
+from engine.errors import ReferenceFileError
+
+from .xla_check import compare, podscope_numbers
+
+__all__ = ["DEFAULT_XLA_GRID_PATH", "load_grid", "grid_rows", "xla_block", "xla_table"]
+
+DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
+
+#: Podscope's HBM terms set against XLA's: the model states it holds as arguments (weights, optimizer
+#: state), and what XLA allocates as temporaries (gradients, saved activations, temporaries)
+_ARGUMENT_TERMS = ("params", "optimizer")
+_TEMP_TERMS = ("grads", "activations", "temporary")
+
+
+def load_grid(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """The grid's configurations (``id``, ``scenario``, ``xla``); an empty list when the file does not exist.
+
+    Raises
+    ------
+    ReferenceFileError
+        The file is not a grid file.
+    """
+    p = Path(path) if path is not None else DEFAULT_XLA_GRID_PATH
+    if not p.exists():
+        return []
+    try:
+        doc = json.loads(p.read_text())
+        configs = doc["configurations"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReferenceFileError(f"{p}: not a TPU compiler grid file ({e})") from None
+    return list(configs)
+
+
+def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = None) -> list[dict[str, Any]]:
+    """One comparison per configuration: id, chip, remat, :func:`profiler.xla_check.compare`'s keys, and
+    the argument-like and temporary-like parts of Podscope's breakdown against XLA's (percent)."""
+    rows = []
+    for rec in configs:
+        scenario = scenario_from_dict(rec["scenario"], source=f"xla grid {rec['id']}")
+        cmp = compare(podscope_numbers(scenario, calibration), rec["xla"])
+        x, b = cmp["xla"], cmp["podscope"]["breakdown_bytes"]
+        terms = {}
+        if x["peak_hbm_bytes"] is not None:
+            args = sum(b[t] for t in _ARGUMENT_TERMS)
+            temp = sum(b[t] for t in _TEMP_TERMS)
+            terms = {
+                "arguments_diff_pct": 100.0 * (args / x["argument_bytes"] - 1.0) if x["argument_bytes"] else None,
+                "temp_diff_pct": 100.0 * (temp / x["temp_bytes"] - 1.0) if x["temp_bytes"] else None,
+                "temp_gap_bytes": temp - x["temp_bytes"],
+            }
+        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "remat": scenario.training.remat, **cmp, **terms})
+    return rows
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(np.abs(values))) if values else None
+
+
+def _signed_median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def xla_block(path: str | Path | None = None, calibration: Calibration | None = None) -> dict[str, Any]:
+    """The ``xla`` block of ``validate --json``.
+
+    Returns
+    -------
+    dict
+        ``n`` (configurations), ``generations`` (configurations per chip), ``compiled`` (those XLA
+        did not refuse), ``hbm_median_abs_pct`` and ``hbm_p90_abs_pct`` (Podscope's peak per chip
+        against XLA's, over the compiled ones), ``hbm_median_pct`` (signed), ``verdict_agreement``
+        (fraction of all configurations whose fits / out-of-memory verdicts agree), ``false_fits``
+        (Podscope says it fits, XLA refuses), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
+        and ``by_remat``: per policy ``n``, ``hbm_median_pct`` and the signed median errors of
+        Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
+        terms (grads + activations + temporary against XLA's temporaries).
+    """
+    rows = grid_rows(load_grid(path), calibration)
+    compiled = [r for r in rows if r["hbm_diff_pct"] is not None]
+    hbm = [r["hbm_diff_pct"] for r in compiled]
+    flops = [r["flops_diff_pct"] for r in compiled if r["flops_diff_pct"] is not None]
+    generations: dict[str, int] = {}
+    for r in rows:
+        generations[r["chip"]] = generations.get(r["chip"], 0) + 1
+    by_remat = {}
+    for policy in sorted({r["remat"] for r in rows}):
+        group = [r for r in compiled if r["remat"] == policy]
+        by_remat[policy] = {
+            "n": len(group),
+            "hbm_median_pct": _signed_median([r["hbm_diff_pct"] for r in group]),
+            "arguments_median_pct": _signed_median([r["arguments_diff_pct"] for r in group if r["arguments_diff_pct"] is not None]),
+            "temp_median_pct": _signed_median([r["temp_diff_pct"] for r in group if r["temp_diff_pct"] is not None]),
+        }
+    return {
+        "n": len(rows),
+        "generations": dict(sorted(generations.items())),
+        "compiled": len(compiled),
+        "hbm_median_abs_pct": _median(hbm),
+        "hbm_p90_abs_pct": float(np.percentile(np.abs(hbm), 90)) if hbm else None,
+        "hbm_median_pct": _signed_median(hbm),
+        "verdict_agreement": sum(r["verdicts_agree"] for r in rows) / len(rows) if rows else None,
+        "false_fits": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]),
+        "false_ooms": sum(1 for r in rows if r["podscope"]["oom"] and not r["xla"]["oom"]),
+        "flops_median_abs_pct": _median(flops),
+        "by_remat": by_remat,
+    }
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{x:+.1f}%" if signed else f"{x:.1f}%"
+
+
+def xla_table(block: dict[str, Any]) -> str:
+    """docs/validation.md's table of the ``xla`` block."""
+    if not block["n"]:
+        return "No TPU compiler grid recorded (`data/reference/xla_grid.json`).\n"
+    gens = ", ".join(f"{chip} {n}" for chip, n in block["generations"].items())
+    lines = [
+        "| measure | value |",
+        "| --- | ---: |",
+        f"| configurations (per chip: {gens}) | {block['n']} |",
+        f"| compiled (XLA did not refuse them) | {block['compiled']} |",
+        f"| HBM peak per chip, median absolute error | {_pct(block['hbm_median_abs_pct'])} |",
+        f"| HBM peak per chip, p90 absolute error | {_pct(block['hbm_p90_abs_pct'])} |",
+        f"| HBM peak per chip, median signed error | {_pct(block['hbm_median_pct'], True)} |",
+        f"| fits / out-of-memory verdicts that agree | {100 * block['verdict_agreement']:.1f}% |",
+        f"| Podscope fits, XLA refuses (false fits) | {block['false_fits']} |",
+        f"| Podscope out of memory, XLA compiles | {block['false_ooms']} |",
+        f"| FLOPs per chip per step, median absolute error | {_pct(block['flops_median_abs_pct'])} |",
+        "",
+        "| remat | compiled | HBM peak, median | params + optimizer vs XLA arguments | grads + activations + temporary vs XLA temporaries |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for policy, g in block["by_remat"].items():
+        lines.append(f"| `{policy}` | {g['n']} | {_pct(g['hbm_median_pct'], True)} | {_pct(g['arguments_median_pct'], True)} "
+                     f"| {_pct(g['temp_median_pct'], True)} |")  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,68 @@
+"""validate --json's ``xla`` block: Podscope against the TPU compiler over data/reference/xla_grid.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiler import xla_grid
+from profiler.xla_check import compare, xla_peak_bytes
+
+KEYS = {"n", "generations", "hbm_median_abs_pct", "hbm_p90_abs_pct", "verdict_agreement", "false_fits", "flops_median_abs_pct"}
+
+
+@pytest.fixture(scope="module")
+def block():
+    return xla_grid.xla_block()
+
+
+def test_the_block_covers_every_configuration_of_the_committed_grid(block):
+    configs = xla_grid.load_grid()
+    assert configs, "data/reference/xla_grid.json is missing: run scripts/fixtures/make_xla_grid.py"
+    assert KEYS <= set(block)
+    assert block["n"] == len(configs) == sum(block["generations"].values())
+    assert block["compiled"] == sum(1 for c in configs if c["xla"]["memory"] is not None)
+    assert 0.0 <= block["verdict_agreement"] <= 1.0
+    assert block["false_fits"] + block["false_ooms"] == round(block["n"] * (1 - block["verdict_agreement"]))
+    assert block["hbm_p90_abs_pct"] >= block["hbm_median_abs_pct"] >= 0.0
+
+
+def test_the_grid_records_only_scenarios_and_xlas_numbers():
+    for c in xla_grid.load_grid():
+        assert set(c) == {"id", "scenario", "xla"}
+        assert c["scenario"]["model"]["kind"] == "transformer"
+        x = c["xla"]
+        assert (x["memory"] is None) == (x["oom"] is not None), c["id"]
+        assert x["jax_version"] and x["libtpu_version"] and x["compile_s"] > 0
+
+
+def test_false_fits_count_podscope_fits_where_xla_refuses():
+    pod_fits = {"peak_hbm_bytes": 1.0, "breakdown_bytes": {}, "oom": False, "hardware_flops_per_chip": 1.0}
+    refused = {"devices_per_chip": 1, "memory": None, "oom": {"message": "RESOURCE_EXHAUSTED"}, "flops_per_device": None}
+    c = compare(pod_fits, refused)
+    assert not c["verdicts_agree"] and c["hbm_diff_pct"] is None and c["xla"]["oom"]
+
+
+def test_per_chip_numbers_double_xlas_per_tensorcore_device():
+    mem = {"argument_bytes": 10, "output_bytes": 10, "alias_bytes": 10, "temp_bytes": 30}
+    xla = {"devices_per_chip": 2, "memory": mem, "oom": None, "flops_per_device": 50.0}
+    pod = {"peak_hbm_bytes": 100.0, "breakdown_bytes": {}, "oom": False, "hardware_flops_per_chip": 150.0}
+    c = compare(pod, xla)
+    assert xla_peak_bytes(mem) == 40 and c["xla"]["peak_hbm_bytes"] == 80
+    assert c["hbm_diff_pct"] == pytest.approx(25.0) and c["flops_diff_pct"] == pytest.approx(50.0)
+
+
+def test_validate_json_carries_the_block(block):
+    from profiler.validation import run_validation
+
+    v = run_validation()
+    assert json.loads(json.dumps(v.to_json()))["xla"] == json.loads(json.dumps(block))
+
+
+def test_docs_validation_table_is_the_current_block(block):
+    from scripts.docs_blocks import DOCS, read_block
+
+    assert read_block(DOCS / "validation.md", "validation-xla") == xla_grid.xla_table(block), (
+        "docs/validation.md block 'validation-xla' is stale: run `python -m scripts.plot_validation`"
+    )

@@ -1,0 +1,228 @@
+"""The built-in transformer as a JAX program: the mapping's known answers, the live xla-check, no-JAX installs.
+
+The live tests compile with libtpu on this CPU (``jax[tpu]``, requirements-tpu.txt). Locally
+they skip when JAX or libtpu is missing; in CI (``CI=true``) a missing install is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import load_scenario, scenario_from_dict
+from engine.errors import InputError
+from engine.memory import bytes_per_param
+from engine.models import model_cost
+from profiler import xla_check, xla_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _scenario(model=None, training=None, parallelism=None, chip="tpu-v5p", topology="2x2x1"):
+    raw = {
+        "name": "xla-ref",
+        "pod": {"chip": chip, "topology": topology},
+        "model": {"kind": "transformer", "layers": 2, "d_model": 256, "heads": 4, "d_ff": 1024, "vocab": 4096,
+                  "seq_len": 256, "attention": "standard", **(model or {})},
+        "training": {"global_batch": 8, "steps": 2, **(training or {})},
+        "parallelism": parallelism or {"fsdp": 4},
+        "sim": {"trace": "summary"},
+    }  # fmt: skip
+    return scenario_from_dict(raw)
+
+
+def _norm_biases(s) -> int:
+    """Norm parameters Podscope counts that the program does not have: Podscope counts two LayerNorms
+    (scale and bias) per layer and a final one; the program has scale-only RMSNorms, one per layer
+    with a parallel block."""
+    m = s.model
+    podscope = (4 * m.layers + 2) * m.d_model
+    program = (m.layers * (1 if m.parallel_block else 2) + 1) * m.d_model
+    return podscope - program
+
+
+# --- known answers (no JAX) -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        {},
+        {"mlp": "swiglu"},
+        {"tied_embeddings": True},
+        {"heads": 8, "kv_heads": 2, "head_dim": 64},
+        {"parallel_block": True, "mlp": "relu"},
+    ],
+)
+def test_program_parameters_are_podscopes_less_the_norm_biases(model):
+    s = _scenario(model)
+    assert xla_reference.program_params(s) == model_cost(s.model).params - _norm_biases(s)
+
+
+def test_program_parameters_of_a_hand_counted_model():
+    # 2 layers x (qkv 256*3*256 + out 256*256 + mlp 2*256*1024 + 2 norms 256) + embed, unembed 2*4096*256 + final norm 256
+    s = _scenario()
+    per_layer = 256 * 768 + 256 * 256 + 2 * 256 * 1024 + 2 * 256
+    assert xla_reference.program_params(s) == 2 * per_layer + 2 * 4096 * 256 + 256
+
+
+@pytest.mark.parametrize(
+    "parallelism, chip, axes",
+    [
+        ({"fsdp": 4}, "tpu-v5p", {"data": 1, "fsdp": 4, "tensor": 1}),
+        ({"data": 4}, "tpu-v5p", {"data": 4, "fsdp": 1, "tensor": 1}),
+        ({"fsdp": 2, "tensor": 2}, "tpu-v5p", {"data": 1, "fsdp": 2, "tensor": 2}),
+        ({"fsdp": 4}, "tpu-v4", {"data": 1, "fsdp": 8, "tensor": 1}),  # one device per TensorCore
+        ({"data": 2, "tensor": 2}, "tpu7x", {"data": 4, "fsdp": 1, "tensor": 2}),
+    ],
+)
+def test_mesh_puts_the_second_tensorcore_on_the_batch_axis(parallelism, chip, axes):
+    assert xla_reference.mesh_axes(_scenario(parallelism=parallelism, chip=chip)) == axes
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"model": {"experts": 4}}, "mixture-of-experts"),
+        ({"parallelism": {"fsdp": 2, "context": 2}}, "parallelism.context"),
+        ({"training": {"microbatches": 2}}, "gradient accumulation"),
+        ({"parallelism": {"fsdp": 4, "fsdp_shard": "optimizer"}}, "ZeRO-3"),
+    ],
+)
+def test_unmapped_scenarios_are_refused_with_a_reason(change, says):
+    s = _scenario(**change)
+    assert says in xla_reference.refusal(s)
+    with pytest.raises(InputError, match=says):
+        xla_reference.build_program(s)
+
+
+def test_a_non_transformer_is_refused():
+    raw = {"name": "m", "pod": {"chip": "tpu-v5e", "topology": "2x2"}, "model": {"kind": "mlp", "layer_sizes": [8, 8]},
+           "training": {"global_batch": 8, "steps": 2}}  # fmt: skip
+    assert "transformer" in xla_reference.refusal(scenario_from_dict(raw))
+
+
+# --- the program's abstract arguments (JAX, no compile) ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def live():
+    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {', '.join(missing)} is not installed: pip install -r requirements-tpu.txt", pytrace=False)
+        pytest.skip(f"{', '.join(missing)} not installed (pip install -r requirements-tpu.txt)")
+    import jax
+
+    return jax
+
+
+def _nbytes(jax, tree) -> int:
+    return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+@pytest.mark.parametrize(
+    "training",
+    [
+        {"optimizer": "adam"},
+        {"optimizer": "momentum"},
+        {"optimizer": "sgd"},
+        {"optimizer": "adam", "weight_dtype": "bf16"},
+        {"optimizer": "adam", "optimizer_state": "bf16"},
+    ],
+)
+def test_argument_bytes_are_weights_and_optimizer_state_at_their_dtypes(live, training):
+    s = _scenario(training=training)
+    prog = xla_reference.build_program(s)
+    params, state, tokens, labels, count = prog.args
+    n = xla_reference.program_params(s)
+    assert sum(math.prod(x.shape) for x in live.tree.leaves(params)) == n
+    bpp = bytes_per_param(s.training.optimizer, s.training.precision, s.training.optimizer_state, s.training.weight_dtype)
+    assert _nbytes(live, params) == n * bpp.params
+    assert _nbytes(live, state) == n * bpp.optimizer
+    assert tokens.shape == labels.shape == (8, 256)
+
+
+def test_adafactor_state_is_factored_rows_and_columns(live):
+    s = _scenario(training={"optimizer": "adafactor"})
+    state = xla_reference.build_program(s).args[1]
+    assert state["rows"]["layers.w1"].shape == (2, 256) and state["cols"]["layers.w1"].shape == (2, 1024)
+    assert _nbytes(live, state) < xla_reference.program_params(s)  # far under one byte per parameter
+
+
+def test_weights_shard_fsdp_on_d_model_and_tensor_on_heads_and_d_ff(live):
+    prog = xla_reference.build_program(_scenario(parallelism={"fsdp": 2, "tensor": 2}))
+    params = prog.args[0]
+    assert tuple(params["layers.wq"].sharding.spec) == (None, "fsdp", "tensor", None)
+    assert tuple(params["layers.w1"].sharding.spec) == (None, "fsdp", "tensor")
+    assert tuple(params["layers.w2"].sharding.spec) == (None, "tensor", "fsdp")
+
+
+# --- live: compile and compare ----------------------------------------------------------------
+
+
+def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
+    toml = tmp_path / "tiny.toml"
+    toml.write_text(
+        'name = "tiny"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n'
+        '[model]\nkind = "transformer"\nlayers = 2\nd_model = 128\nheads = 2\nd_ff = 512\nvocab = 1024\nseq_len = 128\n'
+        'attention = "standard"\n[training]\nglobal_batch = 8\nsteps = 2\nremat = "full"\n[parallelism]\nfsdp = 4\n'
+    )
+    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", str(toml), "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    x, pod = out["xla"], out["podscope"]
+    assert not x["oom"] and not pod["oom"] and out["verdicts_agree"]
+    assert x["peak_hbm_bytes"] == x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"] + x["temp_bytes"] > 0
+    # the parameters and Adam state (4 + 8 bytes per parameter, sharded over 4 chips) are donated: aliased
+    n = xla_reference.program_params(load_scenario(toml))
+    assert out["xla_compile"]["memory"]["alias_bytes"] >= 12 * n / 4
+    assert x["flops_per_chip"] > 0 and out["flops_diff_pct"] is not None
+    assert out["hbm_diff_pct"] == pytest.approx(100 * (pod["peak_hbm_bytes"] / x["peak_hbm_bytes"] - 1))
+    text = xla_check.format_check("tiny", out, out["xla_compile"])
+    assert "XLA       peak" in text and "temporaries" in text and "agree" in text
+
+
+def test_xla_check_refuses_a_non_transformer_with_exit_2():
+    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", "resnet50-v4-128"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert p.returncode == 2 and "transformer" in p.stderr
+
+
+# --- without JAX --------------------------------------------------------------------------------
+
+_BLOCK_JAX = """
+import sys
+class _NoJax:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("jax", "jaxlib", "libtpu"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NoJax())
+"""
+
+
+def test_without_jax_the_module_imports_and_building_says_what_to_install():
+    code = _BLOCK_JAX + """
+from engine import load_scenario
+from engine.errors import InputError
+from profiler import xla_reference, xla_check
+from profiler.cli import main
+assert not any(m.split(".")[0] == "jax" for m in sys.modules)
+try:
+    xla_reference.build_program(load_scenario("data/scenarios/llm-1b-v5p-64.toml", {"parallelism.data": 1, "parallelism.fsdp": 64}))
+except InputError as e:
+    print("InputError:", e)
+sys.exit(main(["xla-check", "llm-1b-v5p-64", "--set", "parallelism.data=1", "--set", "parallelism.fsdp=64"]))
+"""
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "InputError:" in p.stdout and "pip install -r requirements-tpu.txt" in p.stdout
+    assert "requirements-tpu.txt" in p.stderr
