@@ -17,7 +17,6 @@ from typing import Any
 
 from engine.errors import InputError, PlanError, PodscopeError, ReferenceFileError, ScenarioError, TraceImportError
 from engine.scenario.names import printable
-from engine.scenario import parse_toml
 from rich.markup import escape as markup_escape
 
 from . import api, cli_output, collective_cli, hlo_cli, plan_cli, queries, tpu_cli, xla_cli
@@ -34,24 +33,6 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
-
-
-def _parse_set(items: Sequence[str]) -> dict[str, Any]:
-    """``--set training.global_batch=1024``: values parse as TOML literals, else strings."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ScenarioError("--set", [(item, "expected KEY=VALUE, e.g. training.global_batch=1024")])
-        try:
-            out[key.strip()] = parse_toml(f"v = {value}", f"--set {key.strip()}")["v"]
-        except ScenarioError as e:
-            if e.problems[0][1].startswith("malformed TOML"):
-                out[key.strip()] = value  # not a TOML literal: a plain string
-            else:
-                raise
-
-    return out
 
 
 def _fmt_summary(s: dict[str, Any]) -> str:
@@ -89,7 +70,7 @@ def _database(args: argparse.Namespace) -> Database:
 def _cmd_run(args: argparse.Namespace) -> int:
     db = _database(args)
     with cli_output.status(f"Simulating {args.scenario} ..."):
-        summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=_parse_set(args.set))
+        summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=cli_output.parse_set(args.set))
     print(json.dumps(summary) if args.json else _fmt_summary(summary))
     return EXIT_OOM if summary.get("oom") else EXIT_OK
 

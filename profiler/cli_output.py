@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,10 +19,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from engine.errors import ScenarioError
+from engine.scenario import parse_toml
+
 from . import advice_words
 from . import format as fmt
 
-__all__ = ["summary_text", "runs_table", "validation_text", "status", "stderr_console", "print_table", "positive_int"]
+__all__ = ["summary_text", "runs_table", "validation_text", "status", "stderr_console", "print_table", "positive_int", "parse_set"]
 
 
 def stderr_console() -> Console:
@@ -168,3 +171,21 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``--set training.global_batch=1024``: values parse as TOML literals, else strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ScenarioError("--set", [(item, "expected KEY=VALUE, e.g. training.global_batch=1024")])
+        try:
+            out[key.strip()] = parse_toml(f"v = {value}", f"--set {key.strip()}")["v"]
+        except ScenarioError as e:
+            if e.problems[0][1].startswith("malformed TOML"):
+                out[key.strip()] = value  # not a TOML literal: a plain string
+            else:
+                raise
+
+    return out

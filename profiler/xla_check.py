@@ -5,7 +5,7 @@ target with libtpu and keeps XLA's side: memory analysis per device, FLOPs per d
 loop trip counted (read from the compiled module by :func:`engine.hlo.load_hlo`), the
 out-of-memory verdict and message, the JAX and libtpu versions and the compile time. That record
 is what ``data/reference/xla_grid.json`` stores per configuration. :func:`podscope_numbers` is the
-engine's side (:func:`engine.analytic.evaluate`, the numbers a summary-mode run reports) and
+engine's side (:func:`engine.model.analytic.evaluate`, the numbers a summary-mode run reports) and
 :func:`compare` sets the two beside each other, per chip: XLA's per-device bytes and FLOPs times
 libtpu's devices per chip (two TensorCores on v4 and tpu7x).
 
@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from engine.analytic import evaluate
-from engine.calibration import Calibration
+from engine.model.analytic import evaluate
+from engine.scenario.calibration import Calibration
 from engine.hlo import load_hlo
 from engine.scenario import Scenario
 

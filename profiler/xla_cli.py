@@ -34,9 +34,9 @@ def add_parser(sub: Any) -> None:
 
 def _cmd_xla_check(args: argparse.Namespace) -> int:
     from . import api, xla_check, xla_reference
-    from .cli import _parse_set
+    from .cli_output import parse_set
 
-    scenario = load_scenario(api.scenario_path(args.scenario), _parse_set(args.set))
+    scenario = load_scenario(api.scenario_path(args.scenario), parse_set(args.set))
     why = xla_reference.refusal(scenario)
     if why:
         raise InputError(f"{args.scenario}: {why}")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from engine import scenario_from_dict
-from engine.calibration import Calibration
+from engine.scenario.calibration import Calibration
 from engine.data_files import DATA_DIR
 from engine.errors import ReferenceFileError
 

@@ -47,7 +47,7 @@ _GENERATION = {"tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v
 #: libtpu's compile-only devices per chip: one per TensorCore on v4 and tpu7x, one per chip elsewhere
 _DEVICES_PER_CHIP = {"v4": 2, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
 _HINT = "pip install -r requirements-tpu.txt (or pip install 'podscope[tpu]')"
-#: tensors Podscope's ``selective`` remat keeps per layer (engine/memory.py); the rest is recomputed
+#: tensors Podscope's ``selective`` remat keeps per layer (engine/memory/hbm.py); the rest is recomputed
 _SELECTIVE_NAMES = ("norm1_out", "q", "k", "v", "attn_out", "mid", "norm2_out", "mlp_pre", "mlp_gate", "mlp_act")
 _RMS_EPS = 1e-6
 _ADAM = dict(b1=0.9, b2=0.95, eps=1e-8)

@@ -18,8 +18,8 @@ import pytest
 
 from engine import load_scenario, scenario_from_dict
 from engine.errors import InputError
-from engine.memory import bytes_per_param
-from engine.models import model_cost
+from engine.memory.hbm import bytes_per_param
+from engine.model.models import model_cost
 from profiler import xla_check, xla_reference
 
 ROOT = Path(__file__).resolve().parent.parent
