@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 import textwrap
 import tomllib
@@ -133,3 +135,17 @@ def writable_db(real_db, tmp_path, monkeypatch) -> real_runs.RealDb:
     copy = real_db.copy(tmp_path / "runs.duckdb")
     monkeypatch.setenv("PODSCOPE_DB", str(copy.path))
     return copy
+
+
+@pytest.fixture(scope="module")
+def live():
+    """JAX with libtpu, for the tests that compile on this CPU: skipped where it is not installed, a
+    failure under ``CI=true`` (.ci/run installs requirements-tpu.txt)."""
+    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {', '.join(missing)} is not installed: pip install -r requirements-tpu.txt", pytrace=False)
+        pytest.skip(f"{', '.join(missing)} not installed (pip install -r requirements-tpu.txt)")
+    import jax
+
+    return jax

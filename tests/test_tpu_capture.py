@@ -7,9 +7,7 @@ they skip when JAX or libtpu is missing; in CI (``CI=true``) a missing install i
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -170,18 +168,6 @@ sys.exit(main(["compile", "tests/fixtures/tpu/example_step.py:make_step", "--tar
 
 
 # --- live: libtpu compiles on this CPU ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def live():
-    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but {', '.join(missing)} is not installed: pip install -r requirements-tpu.txt", pytrace=False)
-        pytest.skip(f"{', '.join(missing)} not installed (pip install -r requirements-tpu.txt)")
-    import jax
-
-    return jax
 
 
 def _tiny_step(jax, target, width=256):

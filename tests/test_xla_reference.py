@@ -6,10 +6,8 @@ they skip when JAX or libtpu is missing; in CI (``CI=true``) a missing install i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -110,18 +108,6 @@ def test_a_non_transformer_is_refused():
 
 
 # --- the program's abstract arguments (JAX, no compile) ---------------------------------------
-
-
-@pytest.fixture(scope="module")
-def live():
-    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but {', '.join(missing)} is not installed: pip install -r requirements-tpu.txt", pytrace=False)
-        pytest.skip(f"{', '.join(missing)} not installed (pip install -r requirements-tpu.txt)")
-    import jax
-
-    return jax
 
 
 def _nbytes(jax, tree) -> int:
