@@ -128,7 +128,8 @@ def test_a_failed_write_leaves_neither_the_file_nor_a_temporary(tmp_path, monkey
 
 # --- without JAX --------------------------------------------------------------------------------
 
-_BLOCK_JAX = """
+#: prepended to a child's code: JAX, jaxlib and libtpu cannot be imported there (a machine without jax[tpu])
+BLOCK_JAX = """
 import sys
 class _NoJax:
     def find_spec(self, name, path=None, target=None):
@@ -139,7 +140,7 @@ sys.meta_path.insert(0, _NoJax())
 
 
 def _without_jax(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _BLOCK_JAX + code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", BLOCK_JAX + code], cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
 def test_without_jax_the_module_imports_and_capture_says_what_to_install(tmp_path):

@@ -19,6 +19,7 @@ from engine.errors import InputError
 from engine.memory.hbm import bytes_per_param
 from engine.model.models import model_cost
 from profiler import xla_check, xla_reference
+from tests.test_tpu_capture import BLOCK_JAX
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,18 +186,10 @@ def test_xla_check_refuses_a_non_transformer_with_exit_2():
 
 # --- without JAX --------------------------------------------------------------------------------
 
-_BLOCK_JAX = """
-import sys
-class _NoJax:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("jax", "jaxlib", "libtpu"):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-sys.meta_path.insert(0, _NoJax())
-"""
 
 
 def test_without_jax_the_module_imports_and_building_says_what_to_install():
-    code = _BLOCK_JAX + """
+    code = BLOCK_JAX + """
 from engine import load_scenario
 from engine.errors import InputError
 from profiler import xla_reference, xla_check
