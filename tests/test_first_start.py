@@ -40,6 +40,16 @@ def test_fresh_database_scaling_shows_a_curve(tmp_path, monkeypatch, capfd):
     assert step["layout"]["yaxis"]["rangemode"] == "tozero"
     oom = [w.value for w in at.warning if "do not fit in HBM" in w.value]
     assert oom and "4, 8-chip" in oom[0]
+    # every series the page offers on the fresh database is one job: one model, recipe and mesh on one chip
+    from profiler import queries
+    from profiler.store import Database
+    from views.scaling_model import scaling_table
+
+    with Database(tmp_path / "fresh.duckdb").read() as con:
+        runs = queries.scaling_runs(con)
+    for mode in ("strong", "weak"):
+        jobs = scaling_table(runs, mode).groupby("series")[["model_json", "recipe_json", "mesh_json", "chip"]].nunique()
+        assert (jobs == 1).all().all(), jobs[(jobs > 1).any(axis=1)]
 
 
 def test_a_finished_sweep_selects_its_series(tmp_path, monkeypatch, small_scenario):
