@@ -24,13 +24,16 @@ from engine.errors import ReferenceFileError
 
 from .xla_check import compare, podscope_numbers
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "load_grid", "grid_rows", "xla_block", "xla_table"]
+__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "load_grid", "grid_rows", "xla_block", "xla_table"]
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
 
 #: Podscope's HBM terms set against XLA's: the model states it holds as arguments (weights, optimizer
 #: state), and what XLA allocates as temporaries (gradients, saved activations, temporaries)
 _ARGUMENT_TERMS = ("params", "optimizer")
+#: programs whose XLA peak reaches this per chip are reported apart: below it, buffers XLA keeps in
+#: on-chip memory and its fusion choices on tiny tensors weigh as much as what the model counts
+LARGE_PROGRAM_BYTES = 2**30
 _TEMP_TERMS = ("grads", "activations", "temporary")
 
 
@@ -59,7 +62,7 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
     rows = []
     for rec in configs:
         scenario = scenario_from_dict(rec["scenario"], source=f"xla grid {rec['id']}")
-        cmp = compare(podscope_numbers(scenario, calibration), rec["xla"])
+        cmp = compare(podscope_numbers(scenario, calibration, rec["xla"]["devices_per_chip"]), rec["xla"])
         x, b = cmp["xla"], cmp["podscope"]["breakdown_bytes"]
         terms = {}
         if x["peak_hbm_bytes"] is not None:
@@ -91,7 +94,9 @@ def xla_block(path: str | Path | None = None, calibration: Calibration | None = 
         ``n`` (configurations), ``generations`` (configurations per chip), ``compiled`` (those XLA
         did not refuse), ``hbm_median_abs_pct`` and ``hbm_p90_abs_pct`` (Podscope's peak per chip
         against XLA's, over the compiled ones), ``hbm_median_pct`` (signed), ``verdict_agreement``
-        (fraction of all configurations whose fits / out-of-memory verdicts agree), ``false_fits``
+        (fraction of all configurations whose fits / out-of-memory verdicts agree), ``large_n``,
+        ``hbm_large_median_abs_pct`` and ``hbm_large_p90_abs_pct`` (the same over programs whose XLA
+        peak is at least :data:`LARGE_PROGRAM_BYTES` per chip), ``false_fits``
         (Podscope says it fits, XLA refuses), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
         and ``by_remat``: per policy ``n``, ``hbm_median_pct`` and the signed median errors of
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
@@ -100,6 +105,7 @@ def xla_block(path: str | Path | None = None, calibration: Calibration | None = 
     rows = grid_rows(load_grid(path), calibration)
     compiled = [r for r in rows if r["hbm_diff_pct"] is not None]
     hbm = [r["hbm_diff_pct"] for r in compiled]
+    large = [r["hbm_diff_pct"] for r in compiled if r["xla"]["peak_hbm_bytes"] >= LARGE_PROGRAM_BYTES]
     flops = [r["flops_diff_pct"] for r in compiled if r["flops_diff_pct"] is not None]
     generations: dict[str, int] = {}
     for r in rows:
@@ -120,6 +126,9 @@ def xla_block(path: str | Path | None = None, calibration: Calibration | None = 
         "hbm_median_abs_pct": _median(hbm),
         "hbm_p90_abs_pct": float(np.percentile(np.abs(hbm), 90)) if hbm else None,
         "hbm_median_pct": _signed_median(hbm),
+        "large_n": len(large),
+        "hbm_large_median_abs_pct": _median(large),
+        "hbm_large_p90_abs_pct": float(np.percentile(np.abs(large), 90)) if large else None,
         "verdict_agreement": sum(r["verdicts_agree"] for r in rows) / len(rows) if rows else None,
         "false_fits": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]),
         "false_ooms": sum(1 for r in rows if r["podscope"]["oom"] and not r["xla"]["oom"]),
@@ -147,6 +156,9 @@ def xla_table(block: dict[str, Any]) -> str:
         f"| HBM peak per chip, median absolute error | {_pct(block['hbm_median_abs_pct'])} |",
         f"| HBM peak per chip, p90 absolute error | {_pct(block['hbm_p90_abs_pct'])} |",
         f"| HBM peak per chip, median signed error | {_pct(block['hbm_median_pct'], True)} |",
+        f"| programs of 1 GiB per chip or more (XLA's peak) | {block['large_n']} |",
+        f"| their HBM peak, median absolute error | {_pct(block['hbm_large_median_abs_pct'])} |",
+        f"| their HBM peak, p90 absolute error | {_pct(block['hbm_large_p90_abs_pct'])} |",
         f"| fits / out-of-memory verdicts that agree | {100 * block['verdict_agreement']:.1f}% |",
         f"| Podscope fits, XLA refuses (false fits) | {block['false_fits']} |",
         f"| Podscope out of memory, XLA compiles | {block['false_ooms']} |",

@@ -37,47 +37,55 @@ class TestBytesPerParam:
 
 
 class TestTransformerActivations:
-    """Korthikanti et al. 2022 sec. 4.1 without dropout: s b h (32 + 2 a s / h) bytes per layer in bf16."""
+    """What JAX's autodiff saves of the reference layer (engine/memory/hbm.py layer_residual_bytes_per_token),
+    worked by hand for d 64, 4 heads of 16, d_ff 256, seq 32, batch 2 (64 tokens), bf16."""
 
     s, b, h, a = 32, 2, 64, 4
+    tokens = 64
 
-    def test_no_remat_matches_korthikanti_without_dropout(self):
+    def test_no_remat_keeps_fp32_norms_scores_and_six_mlp_tensors(self):
         got = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
-        # by hand: per token 4d + 3d + d + 4d + 4d + a s = 1024 + 128 = 1152 elements x 2 bytes x 64 tokens
-        assert got == 147456
-        assert got == self.s * self.b * self.h * (32 + 2 * self.a * self.s / self.h)
+        norms = 2 * ((8 + 2) * 64 + 8)  # two RMSNorms: fp32 input and normalised value, bf16 output, 2 fp32 scalars
+        attn = 2 * (2 * 64 + 2 * 64) + (4 + 2) * 4 * 32 + 8 * 4  # q (reshaped), k, v, out; fp32 scores + probs; max, sum
+        mlp = 6 * 256 * 2  # GELU's six d_ff-wide tensors
+        assert (norms, attn, mlp) == (1296, 1312, 3072)
+        assert got == self.tokens * (norms + attn + mlp)
 
     def test_selective_drops_the_attention_core(self):
+        # layer input, two norm outputs, the residual between blocks (4 d), q, k, v, out (4 d), MLP pre + act (8 d)
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "selective") == self.s * self.b * self.h * 32
 
     def test_full_keeps_the_layer_input(self):
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "full") == 2 * self.s * self.b * self.h
 
-    def test_flash_never_stores_probabilities(self):
-        assert transformer_layer_activation_bytes(_gpt(attention="flash"), self.b, "bf16", "none") == self.s * self.b * self.h * 32
+    def test_flash_never_stores_scores(self):
+        none = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
+        flash = transformer_layer_activation_bytes(_gpt(attention="flash"), self.b, "bf16", "none")
+        # standard: 2 (2 h q + 2 kv q) + 6 h s + 8 h; flash: 5 x 2 h q + 8 h (its operands as laid out, and the output twice)
+        assert none - flash == self.tokens * ((512 + 6 * 4 * 32) - 5 * 2 * 64)
 
     def test_minimal_saves_weight_matmul_outputs(self):
         # q, k, v (3d) + out-proj output (d) + MLP in (4d) + MLP out (d) = 9d per token
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "minimal") == 9 * self.h * 2 * self.s * self.b
 
     def test_relu_keeps_its_output_and_a_one_byte_mask(self):
-        # JAX differentiates relu through select(x > 0, ...): the backward keeps bool x > 0, not the bf16 x
+        # JAX differentiates relu through select(x > 0, ...): the backward keeps bool x > 0 and the bf16 output
         gelu = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
         relu = transformer_layer_activation_bytes(_gpt(mlp="relu"), self.b, "bf16", "none")
-        assert gelu - relu == 4 * self.h * (2 - 1) * self.s * self.b  # d_ff = 4 d elements, 2 bytes -> 1 byte
+        assert gelu - relu == self.tokens * (6 * 256 * 2 - (256 * 2 + 256))
         relu32 = transformer_layer_activation_bytes(_gpt(mlp="relu"), self.b, "fp32", "none")
         gelu32 = transformer_layer_activation_bytes(_gpt(), self.b, "fp32", "none")
-        assert gelu32 - relu32 == 4 * self.h * (4 - 1) * self.s * self.b
+        assert gelu32 - relu32 == self.tokens * (6 * 256 * 4 - (256 * 4 + 256))
         for remat in ("full", "minimal"):  # these keep no activation output
             assert transformer_layer_activation_bytes(_gpt(mlp="relu"), self.b, "bf16", remat) == (
                 transformer_layer_activation_bytes(_gpt(), self.b, "bf16", remat)
             )
 
-    def test_a_parallel_block_saves_one_layer_norm_and_one_shared_input(self):
+    def test_a_parallel_block_saves_one_norm(self):
         seq = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
         par = transformer_layer_activation_bytes(_gpt(parallel_block=True), self.b, "bf16", "none")
-        assert seq - par == 2 * self.h * 2 * self.s * self.b  # 2 d per token, bf16
-        for remat in ("full", "minimal"):  # what these save has no LayerNorm in it
+        assert seq - par == self.tokens * ((8 + 2) * 64 + 8)
+        for remat in ("full", "minimal"):  # what these save has no norm in it
             assert transformer_layer_activation_bytes(_gpt(parallel_block=True), self.b, "bf16", remat) == (
                 transformer_layer_activation_bytes(_gpt(), self.b, "bf16", remat)
             )
@@ -85,7 +93,9 @@ class TestTransformerActivations:
     def test_tensor_parallel_and_fp32(self):
         one = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none", tensor=4) == one / 4
-        assert transformer_layer_activation_bytes(_gpt(), self.b, "fp32", "none") == 2 * one
+        # fp32: the norms' fp32 values stay 4 bytes, everything else doubles
+        fp32 = 2 * ((8 + 4) * 64 + 8) + 4 * (2 * 64 + 2 * 64) + (4 + 4) * 4 * 32 + 8 * 4 + 6 * 256 * 4
+        assert transformer_layer_activation_bytes(_gpt(), self.b, "fp32", "none") == self.tokens * fp32
         assert transformer_layer_activation_bytes(_gpt(), self.b, "int8", "none") == one  # AQT keeps bf16 activations
 
     @settings(max_examples=50, deadline=None)
@@ -154,17 +164,27 @@ class TestPlan:
         assert _plan(cost, model, tensor=2).peak_bytes < peaks[0]
 
     @pytest.mark.parametrize("parallel_block", [False, True])
-    def test_full_remat_counts_a_recomputed_layers_input_once(self, parallel_block):
-        # At the last layer's backward: every layer's checkpointed input plus that layer's recomputed
-        # intermediates, whose first LayerNorm reads the checkpointed input rather than a copy of it.
+    def test_full_remat_holds_every_input_and_one_recomputed_layer(self, parallel_block):
+        # In the scanned backward: every layer's checkpointed input (stacked, freed when the loop ends) plus
+        # the recomputed layer's materialised tensors (Korthikanti's count), less the input it reads.
+        from engine.memory.hbm import materialized_layer_elements
+
         model = _gpt(layers=4, seq_len=64, attention="standard", parallel_block=parallel_block)
         cost = model_cost(model)
         df = _plan(cost, model, remat="full").timeline.to_pandas()
         last_layer = df.query("phase == 'backward' and category == 'activations'")["bytes"].iloc[1]
         b = 4  # _plan's per-chip batch
-        none = transformer_layer_activation_bytes(model, b, "bf16", "none")
         full = transformer_layer_activation_bytes(model, b, "bf16", "full")
-        assert last_layer == pytest.approx(model.layers * full + none - full)
+        final_norm = b * 64 * 2 * 64 * 2  # the final norm's bf16 input and output
+        recomputed = b * 64 * materialized_layer_elements(model) * 2 - full
+        assert last_layer == pytest.approx(model.layers * full + final_norm + recomputed)
+
+    def test_scanned_backward_holds_the_whole_gradient_from_its_first_layer(self):
+        model = _gpt(layers=4)
+        cost = model_cost(model)
+        df = _plan(cost, model).timeline.to_pandas()
+        grads = df.query("phase == 'backward' and category == 'grads'")["bytes"].to_numpy()
+        assert (grads == cost.params * 4.0).all()  # the loop's carry: every layer's fp32 gradient
 
     def test_mlp_generic_activations(self):
         model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 1024])
@@ -238,17 +258,19 @@ def test_convolutions_save_their_input_feature_map_not_the_im2col_matrix():
 def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     """GSPMD gathers one weight at a time: the forward's temporaries are the two largest weights.
 
-    d_model 64, d_ff 256, 4 heads of 16, vocab 100, gelu: per layer the weights are QKV 64x192,
-    out 64x64, MLP in 64x256 and MLP out 256x64; the (un)embedding 100x64. The two largest are
+    d_model 64, d_ff 256, 4 heads of 16, vocab 100, gelu: per layer the weights are Q, K, V 64x64
+    each, out 64x64, MLP in 64x256 and MLP out 256x64; the (un)embedding 100x64. The two largest are
     the MLP matrices, 2 x 16,384 params, gathered in bf16 (2 B): 65,536 bytes, whatever the layer
-    count (two whole layers would be 2 x 45,056 params, plus LayerNorms).
+    count (two whole layers would be 2 x 49,152 params). Beside them, the bf16 copy of every
+    weight's shard (the scanned stack's cast): 309,376 params / 2 x 2 B.
     """
     model = _gpt(layers=6)
     cost = model_cost(model)
+    assert cost.params == 309_376
     plan = _plan(cost, model, fsdp=2)
     df = plan.timeline.to_pandas()
     fwd = df[(df.phase == "forward") & (df.category == "temporary")]["bytes"]
-    assert (fwd == 2 * 64 * 256 * 2).all()
+    assert (fwd == 2 * 64 * 256 * 2 + 309_376).all()
     # backward: plus one layer's two largest weight gradients, unsharded, in the wire dtype (bf16)
     bwd = df[(df.phase == "backward") & (df.category == "temporary")]["bytes"].to_numpy()
-    assert bwd.max() == 2 * 64 * 256 * 2 + 2 * 64 * 256 * 2
+    assert bwd.max() == 2 * 64 * 256 * 2 + 2 * 64 * 256 * 2 + 309_376

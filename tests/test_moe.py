@@ -158,7 +158,7 @@ class TestRouting:
 
         assert layer_bytes(0.0) == layer_bytes(1.0)
         d, k, ff_e = 1024, 2, 2048
-        per_copy = 2 * d + 2 * ff_e + ff_e  # dispatched + combined token, SwiGLU's two inputs and its output
+        per_copy = 2 * d + 6 * ff_e  # dispatched + combined token, SwiGLU's six d_ff-wide tensors
         assert layer_bytes(2.0) - layer_bytes(1.0) == pytest.approx(4 * 512 * k * per_copy * 2)  # 4 x 512 tokens, 2 B
 
     def test_dense_dispatch_computes_every_buffer_and_nobody_waits(self):

@@ -44,6 +44,12 @@ def test_false_fits_count_podscope_fits_where_xla_refuses():
     assert not c["verdicts_agree"] and c["hbm_diff_pct"] is None and c["xla"]["oom"]
 
 
+def test_xlas_own_peak_is_the_reference_where_it_reports_one():
+    mem = {"argument_bytes": 10, "output_bytes": 10, "alias_bytes": 10, "temp_bytes": 30, "peak_bytes": 75}
+    assert xla_peak_bytes(mem) == 75
+    assert xla_peak_bytes({**mem, "peak_bytes": None}) == 40
+
+
 def test_per_chip_numbers_double_xlas_per_tensorcore_device():
     mem = {"argument_bytes": 10, "output_bytes": 10, "alias_bytes": 10, "temp_bytes": 30}
     xla = {"devices_per_chip": 2, "memory": mem, "oom": None, "flops_per_device": 50.0}

@@ -10,31 +10,26 @@ Stern 2018). Adam therefore costs 16 bytes per parameter, ZeRO's "16 Psi".
 FSDP and tensor parallelism shard all three by ``fsdp x tensor``; a
 parameter-server strategy keeps the embedding tables off the chips.
 
-Activations saved for the backward pass of a transformer layer, per token, in
-elements (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
-Transformer Models", sec. 4.1, without dropout, which TPU LLM recipes do not
-use): two LayerNorm inputs and outputs (4d), Q, K, V ((h + 2 kv) q), the
-output projection's input (h q), the MLP's activation input (d_ff, 2 d_ff for
-SwiGLU) and output (d_ff), and the softmax probabilities (h s; never stored
-with flash attention). For a GPT shape in bf16 this is Korthikanti's
-``sbh (34 + 5as/h)`` less the dropout terms: ``sbh (32 + 2as/h)`` bytes. Tensor
-parallelism divides every term by ``t``: GSPMD shards the embedding dimension of
-the LayerNorm activations too (MaxText's ``activation_embed -> tensor`` rule),
-which is Megatron with sequence parallelism (``34/t``, paper sec. 4.2.2). Remat
-policies: ``selective`` recomputes the attention core (drops the ``h s`` term,
-paper sec. 4.2.3); ``minimal`` saves only the outputs of the weight matmuls
-(Q, K, V, the output projection, both MLP matmuls), as JAX's
-``checkpoint_dots_with_no_batch_dims`` policy that MaxText's ``minimal`` remat
-uses; ``full`` keeps only each layer's input (``2sbh`` per layer) and recomputes
-one layer at a time in the backward pass. Other
-models save each GEMM's input, attention-style activation operands and half
-their elementwise traffic; ``full`` keeps one boundary per block, while
-``selective`` and ``minimal`` (attention-specific) save the same as ``none``.
+Activations saved for the backward pass of a transformer layer are what JAX's reverse-mode
+autodiff saves of the layer :mod:`profiler.xla_reference` writes (MaxText's way: RMSNorm in fp32,
+bf16 matmuls, one ``jax.checkpoint`` per layer for the remat policy), counted per token by
+:func:`layer_residual_bytes_per_token` and checked against ``jax.ad_checkpoint``'s listing. The
+layers run under ``jax.lax.scan``, and XLA keeps the scan's residuals as they are: stacked over the
+layers and live until the backward loop ends, beside the backward loop's carry, the gradient of the
+whole layer stack, and one stacked copy of the weights cast to the compute dtype. Tensor
+parallelism divides every activation term by ``t`` (GSPMD shards the embedding dimension too,
+MaxText's ``activation_embed -> tensor`` rule). The layer being recomputed under remat materialises
+what Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+sec. 4.1, without dropout) count: outside the stacked residuals XLA fuses the elementwise chains.
+Other models save each GEMM's input, attention-style activation operands and half their
+elementwise traffic; ``full`` keeps one boundary per block, while ``selective`` and ``minimal``
+(attention-specific) save the same as ``none``; their layers are unrolled, so activations are freed
+and gradients grow through the backward pass.
 
 Temporaries: the bf16 (or gathered, under FSDP) copies of two weight tensors
 (the one in use and the one prefetched: GSPMD gathers weight by weight, not layer
 by layer), a layer's two largest weight gradients unsharded before their
-reduce-scatters, and the fp32 logits of the loss.
+reduce-scatters, and the logits in the compute dtype.
 
 Headroom: a job may use what XLA's compiler lets one program use on the chip (its
 compile-time HBM limit, the capacity less what the runtime reserves: 30.75 of 32 GiB on
@@ -44,7 +39,8 @@ A job whose peak exceeds it is out of memory.
 
 The step is laid out as a timeline (start, forward through each layer, loss,
 backward through each layer in reverse, optimizer update): activations grow in
-the forward pass and are released in the backward pass while gradients grow.
+the forward pass; a scanned transformer holds them and its whole gradient through
+the backward loop, an unrolled model releases them while its gradients grow.
 The peak is the largest point, and its breakdown is what is reported.
 """
 
@@ -65,6 +61,7 @@ __all__ = [
     "BytesPerParam",
     "bytes_per_param",
     "transformer_layer_activation_bytes",
+    "layer_residual_bytes_per_token",
     "MemoryPlan",
     "hbm_plan",
     "oom_detail",
@@ -129,47 +126,114 @@ def zero_shards(fsdp_shard: str) -> tuple[bool, bool]:
 def transformer_layer_activation_bytes(
     model, per_chip_batch: int, precision: str, remat: str, tensor: int = 1, context: int = 1
 ) -> float:
-    """Bytes one transformer layer keeps for its backward pass on one chip (Korthikanti et al. 2022).
+    """Bytes one transformer layer keeps for its backward pass on one chip: JAX's residuals of the layer.
 
-    ``model`` is a :class:`~engine.scenario.TransformerModel`. Under ``full`` remat
-    this is the layer's input only; the recomputed layer is a separate term. ``context``
-    splits the sequence: the chip keeps ``seq_len / context`` tokens of each sample (the
-    softmax probabilities of its queries still span every key, ``h s`` per token).
+    ``model`` is a :class:`~engine.scenario.TransformerModel` and the layer is the one
+    :mod:`profiler.xla_reference` writes (MaxText's way). What reverse-mode autodiff saves of it is
+    what ``jax.ad_checkpoint.print_saved_residuals`` lists, and under ``jax.lax.scan`` XLA keeps
+    those residuals as they are, stacked over the layers (:func:`layer_residual_bytes_per_token`).
+    Under ``full`` remat this is the layer's input only; the recomputed layer is a separate term.
+    ``context`` splits the sequence: the chip keeps ``seq_len / context`` tokens of each sample (the
+    attention scores of its queries still span every key, ``h s`` per token).
+    """
+    tokens = float(per_chip_batch) * model.seq_len / context
+    per_token = layer_residual_bytes_per_token(model, precision, remat)
+    if getattr(model, "moe_layers", 0) and remat != "full":
+        elem = BYTES_PER_ELEMENT[precision]
+        per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat, elem) * elem
+    return tokens * per_token / tensor
+
+
+#: fp32 scalars per token an RMSNorm keeps: the mean of squares and its reciprocal square root
+_NORM_SCALAR_BYTES = 8.0
+#: fp32 scalars per token and head the softmax (or the flash kernel) keeps: the row max and the row sum
+_SOFTMAX_ROW_BYTES_PER_HEAD = 8.0
+
+
+def layer_residual_bytes_per_token(model, precision: str, remat: str) -> float:
+    """Bytes per token one transformer layer saves for its backward pass, by remat policy.
+
+    What JAX's reverse-mode autodiff saves of the layer as :mod:`profiler.xla_reference` writes it
+    (``jax.ad_checkpoint.print_saved_residuals``; ``tests/test_xla_reference.py`` checks this
+    function against it), with ``e`` the bytes of an activation (2 in bf16):
+
+    - ``none``: each RMSNorm computes in fp32 (as MaxText's ``RMSNorm``): its fp32 input, its fp32
+      normalised value, its cast output and two fp32 scalars, ``(8 + e) d + 8``. Standard attention:
+      the reshaped query and the key, value and attention output (``e (2 h q + 2 kv q)``), the masked
+      scores in fp32 and the probabilities (``(4 + e) h s``), the softmax's row max and sum
+      (``8 h``). The Pallas flash kernel keeps its query, key and value (repeated to every head) and
+      output as it lays them out, the output again as the output projection's input, and its row
+      statistics: ``5 e h q + 8 h``, no ``s`` term. The MLP: GELU (tanh form, ``jax.nn.gelu``'s
+      default) and SwiGLU keep six ``d_ff``-wide tensors (the projections' outputs and the
+      activation's intermediates), ReLU its output and a one-byte mask (JAX's ``relu`` derivative is
+      ``select(x > 0, g, 0)``).
+    - ``minimal`` (``checkpoint_dots_with_no_batch_dims``): the outputs of the weight matmuls, Q, K,
+      V, the MLP's first projection(s) and the two ``d``-wide projections, ``e ((h + 2 kv) q + ff_in + 2 d)``.
+    - ``selective``: the names it saves (:data:`profiler.xla_reference._SELECTIVE_NAMES`) and the
+      layer's input: four ``d``-wide tensors (two with a parallel block), Q, K, V, the attention
+      output, the MLP's pre-activation(s) and activation.
+    - ``full``: the layer's input, ``e d``.
+
+    The layer's weights, cast to the compute dtype, are saved too: :func:`hbm_plan` counts them
+    once for every layer (XLA hoists the cast of the stacked weights out of the loop under remat).
+    """
+    d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
+    kv = model.kv_heads_eff
+    f = model.d_ff
+    e = BYTES_PER_ELEMENT[precision]
+    swiglu = model.mlp == "swiglu"
+    parallel = getattr(model, "parallel_block", False)
+    if remat == "full":
+        return e * d
+    if remat == "minimal":
+        return e * ((h + 2 * kv) * q + f * (2 if swiglu else 1) + 2 * d)
+    if remat == "selective":
+        return e * ((2 if parallel else 4) * d + 2 * h * q + 2 * kv * q + f * (3 if swiglu else 2))
+    norms = 1 if parallel else 2
+    norm = (8.0 + e) * d + _NORM_SCALAR_BYTES
+    if model.attention_kernel == "flash":
+        attn = 5.0 * e * h * q + _SOFTMAX_ROW_BYTES_PER_HEAD * h
+    else:
+        attn = e * (2 * h * q + 2 * kv * q) + (4.0 + e) * h * s + _SOFTMAX_ROW_BYTES_PER_HEAD * h
+    return norms * norm + attn + mlp_saved_elements(model.mlp, f, e) * e
+
+
+def materialized_layer_elements(model) -> float:
+    """Elements per token a transformer layer materialises for its backward pass when XLA compiles it
+    whole (not as stacked residuals): Korthikanti et al. 2022, sec. 4.1, without dropout.
+
+    The two norms' inputs and outputs (``4 d``; ``2 d`` with a parallel block's one norm), Q, K, V
+    (``(h + 2 kv) q``), the output projection's input (``h q``), the MLP's projection output(s) and
+    activation, and the softmax probabilities (``h s``; never with the flash kernel).
     """
     d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
     kv = model.kv_heads_eff
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
-    elem = BYTES_PER_ELEMENT[precision]
-    tokens = float(per_chip_batch) * s / context
-    if remat == "full":
-        per_token = d
-    elif remat == "minimal":
-        per_token = (h + 2 * kv) * q + d + ff_in + d  # weight-matmul outputs only
-    else:
-        # LayerNorms (input and output of each), QKV, out-proj, MLP. A parallel block has one LayerNorm,
-        # whose output both the QKV and the MLP's first GEMM read: 2 d instead of 4 d.
-        norms = 2.0 if getattr(model, "parallel_block", False) else 4.0
-        per_token = norms * d + (h + 2 * kv) * q + h * q + mlp_saved_elements(model.mlp, model.d_ff, elem)
-        if remat != "selective" and model.attention_kernel != "flash":
-            per_token += h * s  # softmax probabilities
-    if getattr(model, "moe_layers", 0) and remat != "full":
-        per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat, elem)
-    return tokens * per_token / tensor * elem
+    norms = 2.0 if getattr(model, "parallel_block", False) else 4.0
+    out = norms * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff
+    if model.attention_kernel != "flash":
+        out += h * s
+    return out
+
+
+#: d_ff-wide activations a GELU (tanh form) or SwiGLU MLP saves with no remat: ``print_saved_residuals``
+#: of the reference layer lists six (the projections' outputs and the activation's intermediates)
+_GATED_MLP_SAVED = 6
 
 
 def mlp_saved_elements(mlp: str, d_ff: int, elem_bytes: float) -> float:
     """Elements per token an MLP of width ``d_ff`` keeps for its backward pass (no remat), in units of ``elem_bytes``.
 
-    GELU and SwiGLU keep the first projection's output (``d_ff``, twice for SwiGLU's gate and up
-    projections) and the activation's output, which the down-projection's weight gradient reads.
-    ReLU keeps its output and a one-byte mask: JAX defines ``relu``'s derivative as
-    ``select(x > 0, g, 0)`` (``jax/_src/nn/functions.py``), so the backward reads ``x > 0``, a
-    boolean, instead of ``x`` (``jax.ad_checkpoint.print_saved_residuals`` lists a bf16 output and
-    a bool residual for ``relu(x @ w1) @ w2``).
+    GELU (``jax.nn.gelu``'s tanh form) and SwiGLU keep six ``d_ff``-wide tensors: the
+    projections' outputs and the intermediates of the activation, which JAX's autodiff saves
+    rather than recomputes. ReLU keeps its output and a one-byte mask: JAX defines ``relu``'s
+    derivative as ``select(x > 0, g, 0)`` (``jax/_src/nn/functions.py``), so the backward reads
+    ``x > 0``, a boolean, instead of ``x`` (``jax.ad_checkpoint.print_saved_residuals`` lists a
+    bf16 output and a bool residual for ``relu(x @ w1) @ w2``).
     """
     if mlp == "relu":
         return d_ff + d_ff * 1.0 / elem_bytes
-    return d_ff * (2 if mlp == "swiglu" else 1) + d_ff
+    return _GATED_MLP_SAVED * d_ff
 
 
 def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
@@ -226,13 +290,19 @@ def _unit_activations(
     if cost.kind == "transformer":
         layer = transformer_layer_activation_bytes(model, b, precision, remat, tensor, context)
         saved[1:-1] = layer
-        if remat == "full":
-            # The layer being recomputed holds its intermediates beside its checkpointed input, which
-            # ``saved`` already counts (the "none" count includes it as the first LayerNorm's input).
-            recompute[1:-1] = transformer_layer_activation_bytes(model, b, precision, "none", tensor, context) - layer
+        if remat != "none":
+            # The layer being recomputed materialises what its backward reads beside what the policy
+            # saved: its matmuls' inputs and outputs and the softmax. Outside the scan's stacked residuals
+            # XLA fuses the elementwise chains (the fp32 norm, the activation's intermediates) into their
+            # consumers, so this is the count of Korthikanti et al. 2022 (sec. 4.1, no dropout).
+            tokens = float(b) * model.seq_len / context
+            recompute[1:-1] = max(0.0, tokens * materialized_layer_elements(model) * elem / tensor - layer)
         tokens = float(b) * model.seq_len / context
-        saved[-1] = tokens * 2 * model.d_model * elem  # final LayerNorm input and output
-        loss = tokens * model.vocab / tensor * LOGIT_BYTES
+        # the final norm's input and output: outside the scan XLA fuses its fp32 arithmetic into them
+        saved[-1] = tokens * 2 * model.d_model * elem / tensor
+        # the logits in the compute dtype: XLA fuses the fp32 log-softmax and its gradient into the
+        # unembedding's matmuls instead of materialising them
+        loss = tokens * model.vocab / tensor * elem
         return saved, recompute, loss
     ops = cost.ops
     # The weight gradient needs each GEMM's input as stored: a convolution's input feature map, not the
@@ -250,20 +320,34 @@ def _unit_activations(
     return saved, recompute, 0.0
 
 
-def _unit_weight_tensors(cost: ModelCost, units, p_unit: np.ndarray, expert: int = 1) -> list[np.ndarray]:
+def _unit_weight_tensors(cost: ModelCost, units, p_unit: np.ndarray, expert: int = 1, model=None) -> list[np.ndarray]:
     """Parameters of each weight tensor of each unit (the granularity XLA gathers and reduce-scatters).
 
-    Transformer layers hold one tensor per weight GEMM row (QKV, output, MLP in, MLP out; a SwiGLU
-    gate and up projection count as one row, which errs on the large side); the embedding and
-    unembedding are one tensor each. Other models' units are single GEMMs already.
+    Transformer layers hold their weights as MaxText and :mod:`profiler.xla_reference` store them:
+    Q, K and V as three tensors, the output projection, and each MLP projection on its own (SwiGLU's
+    gate and up projections are two tensors, ``wi_0`` and ``wi_1`` in MaxText); a routed expert's
+    weight is one stacked tensor of this chip's experts; the embedding and unembedding are one
+    tensor each. Other models' units are single GEMMs already.
     """
     if cost.kind != "transformer":
         return [np.array([p]) for p in p_unit]
     ops = cost.ops
     in_layer = np.array([name.startswith("layer.") for name in ops.names]) & ~ops.w_is_activation
-    # a routed-expert GEMM's weight is one stacked tensor of this chip's experts
-    layer_tensors = (ops.k * ops.n * np.where(ops.is_expert, ops.copies / expert, 1.0))[in_layer]
-    return [np.array([p_unit[0]]), *[layer_tensors for _ in range(len(units) - 2)], np.array([p_unit[-1]])]
+    sizes = ops.k * ops.n * np.where(ops.is_expert, ops.copies / expert, 1.0)
+    gated = model is not None and model.mlp == "swiglu"
+    layer_tensors: list[float] = []
+    for i in np.flatnonzero(in_layer):
+        name = ops.names[i]
+        if name == "layer.qkv" and model is not None:
+            q_cols = model.heads * model.head_dim_eff
+            kv_cols = model.kv_heads_eff * model.head_dim_eff
+            layer_tensors += [float(ops.k[i]) * c for c in (q_cols, kv_cols, kv_cols)]
+        elif gated and name in ("layer.mlp_in", "layer.expert_in", "layer.shared_in"):
+            layer_tensors += [float(sizes[i]) / 2.0] * 2
+        else:
+            layer_tensors.append(float(sizes[i]))
+    layer = np.asarray(layer_tensors)
+    return [np.array([p_unit[0]]), *[layer for _ in range(len(units) - 2)], np.array([p_unit[-1]])]
 
 
 def hbm_plan(
@@ -289,6 +373,7 @@ def hbm_plan(
     optimizer_state: str = "fp32",
     ring_buffer_bytes: tuple[float, float] = (0.0, 0.0),
     weight_dtype: str = "fp32",
+    devices_per_chip: int = 1,
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -327,6 +412,10 @@ def hbm_plan(
         and the backward pass.
     weight_dtype
         ``"fp32"`` (master weights and gradients, 4 bytes each) or ``"bf16"`` (2 each, no master copy).
+    devices_per_chip
+        JAX devices on one chip (:attr:`~engine.pod.catalog.ChipSpec.devices_per_chip`): the batch
+        axis spans them, so each holds its own copy of what ``fsdp`` does not shard, and its own
+        gathered weights and unsharded gradients.
 
     Returns
     -------
@@ -354,10 +443,21 @@ def hbm_plan(
     # GSPMD gathers (or casts) weights one tensor at a time: each dot's weight operand gets its own
     # all-gather, and XLA's scheduler prefetches the next while the current one computes. So two
     # weight tensors are in compute form at once (in use + prefetched): gathered under FSDP, else cast.
-    tensors = _unit_weight_tensors(cost, units, p_unit, expert)
+    tensors = _unit_weight_tensors(cost, units, p_unit, expert, model)
     gathered = fsdp > 1 and weights_sharded
     copy_bytes = bpp.compute_copy if bpp.compute_copy else (bpp.params if gathered else 0.0)
-    weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes
+    weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes * devices_per_chip
+    # A transformer's layers run under jax.lax.scan (MaxText's default ``scan_layers``): the weights cast to
+    # the compute dtype are one stacked residual (saved by the forward loop, or hoisted out of the backward
+    # loop under remat), the stacked residuals live until the backward loop ends, and the backward loop's
+    # carry is the whole gradient of the layer stack from its first iteration.
+    scanned = cost.kind == "transformer"
+    stored = p_chip if weights_sharded else p_tensor
+    compute_copies = float(stored.sum()) * bpp.compute_copy if scanned else 0.0
+    if fsdp == 1 and devices_per_chip > 1:  # replicated over the batch axis: one copy per device
+        params_b, opt_b = params_b * devices_per_chip, opt_b * devices_per_chip
+        grads_unit = grads_unit * devices_per_chip
+        compute_copies *= devices_per_chip
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
     scattered = fsdp > 1 and grads_sharded
@@ -366,7 +466,7 @@ def hbm_plan(
         if id(t) not in two_largest:
             two_largest[id(t)] = float(np.sort(t)[-2:].sum())
     grad_tmp = (
-        np.array([two_largest[id(t)] for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision]
+        np.array([two_largest[id(t)] for t in tensors]) / tensor * BYTES_PER_ELEMENT[precision] * devices_per_chip
         if scattered
         else np.zeros(n)
     )
@@ -385,11 +485,17 @@ def hbm_plan(
     arr[0, [1, 3, 4]] = 0.0
     arr[1 : n + 1, 1] = 0.0
     arr[1 : n + 1, 3] = cum
-    arr[1 : n + 1, 4] = weights_tmp + ring_fwd_b
-    arr[n + 1, [1, 3, 4]] = (0.0, float(cum[-1]), weights_tmp + loss_b)
-    arr[n + 2 : 2 * n + 2, 1] = grads_after
-    arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
-    arr[n + 2 : 2 * n + 2, 4] = weights_tmp + grad_tmp[::-1] + ring_bwd_b
+    arr[1 : n + 1, 4] = weights_tmp + compute_copies + ring_fwd_b
+    arr[n + 1, [1, 3, 4]] = (0.0, float(cum[-1]), weights_tmp + compute_copies + loss_b)
+    if scanned:
+        arr[n + 2 : 2 * n + 2, 1] = grads_done
+        held = np.full(n, float(cum[-1]))
+        held[0] = float(saved[0])  # the embedding's backward runs after the loop has freed the stacks
+        arr[n + 2 : 2 * n + 2, 3] = (held + recompute)[::-1]
+    else:
+        arr[n + 2 : 2 * n + 2, 1] = grads_after
+        arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
+    arr[n + 2 : 2 * n + 2, 4] = weights_tmp + compute_copies + grad_tmp[::-1] + ring_bwd_b
     arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
     if grad_accumulator:  # the gradient accumulator is present from the first microbatch to the update
         arr[1:-1, 1] = grads_done

@@ -45,6 +45,7 @@ from ..errors import SimulationError
 from ..idle.stragglers import straggler_factors
 from ..memory.hbm import MemoryPlan, hbm_plan, optimizer_state_bytes_per_param
 from ..pod.mesh import Mesh, resolve_mesh, whole_torus_axes
+from ..pod.catalog import ChipSpec
 from ..pod.topology import Pod, build_pod
 from ..scenario import ParameterServerSection, Scenario
 from ..scenario.calibration import Calibration, load_calibration
@@ -120,6 +121,7 @@ def step_costs(
     cost: ModelCost | None = None,
     tables: bool = True,
     memo: dict | None = None,
+    chip: ChipSpec | None = None,
 ) -> StepCosts:
     """The deterministic per-step costs of ``scenario`` under ``cal``.
 
@@ -129,8 +131,9 @@ def step_costs(
     ``cal`` and the ``cost`` objects, holds the compute of each distinct microbatch shape, so
     many meshes of one model (the planner's search) compute each shape once, and the
     gradient all-reduce on whole torus axes is priced once per operand (``pod`` by identity too).
+    ``chip`` replaces the catalog's spec of ``scenario.pod.chip`` (a what-if of one of its figures).
     """
-    chip = scenario.chip_spec()
+    chip = chip or scenario.chip_spec()
     pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     cost = cost or model_cost(scenario.model)
     tr = scenario.training
@@ -248,6 +251,7 @@ def step_costs(
             in_flight=in_flight_microbatches(stages, n_mb, par.pipeline_schedule, par.virtual_stages),
             context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state, weight_dtype=tr.weight_dtype,
             ring_buffer_bytes=ring.buffer_bytes if ring is not None else (0.0, 0.0),
+            devices_per_chip=chip.devices_per_chip,
         )  # fmt: skip
         args.update(changes)
         return hbm_plan(cost, scenario.model, **args)
@@ -383,21 +387,22 @@ def evaluate(
     pod: Pod | None = None,
     cost: ModelCost | None = None,
     memo: dict | None = None,
+    chip: ChipSpec | None = None,
 ) -> Estimate:
     """The steady-state step time and peak HBM of ``scenario``, without simulating a trace.
 
     Uses :func:`step_costs` (what :func:`~engine.simulate.simulate` uses) and the
     barrier rule on the slowest chip class (module docstring). ``[input]``,
     ``[compile]`` and ``[failures]`` are ignored: the result is the step a full run
-    of :func:`steady_state_scenario` reports. ``memo`` is passed to :func:`step_costs`.
+    of :func:`steady_state_scenario` reports. ``memo`` and ``chip`` are passed to :func:`step_costs`.
     """
     cal = calibration or load_calibration()
     if scenario.model.kind == "hlo":
         raise SimulationError("the analytic step covers the built-in model families; an HLO program is costed by a full run")
-    chip = scenario.chip_spec()
+    chip = chip or scenario.chip_spec()
     pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     cost = cost or model_cost(scenario.model)
-    c = step_costs(scenario, cal, pod=pod, cost=cost, tables=False, memo=memo)
+    c = step_costs(scenario, cal, pod=pod, cost=cost, tables=False, memo=memo, chip=chip)
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     if scenario.stragglers is not None:
         factors = straggler_factors(scenario.stragglers, pod.chip_table["host"], seeded_rng(scenario.sim.seed, "stragglers"))

@@ -44,8 +44,9 @@ _REQUIRED = {
 #: keys a chip table may omit, with their default: on-chip memory beside the cores that holds
 #: whole tensors between ops (TPU v4's CMEM), 0 where the generation has none or none is documented;
 #: the fp8 matmul rate, 0 where the chip has none; the HBM XLA lets one program use, 0 where no
-#: compiler log of it is on record
-_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0, "clock_ghz": 0.0}
+#: compiler log of it is on record; the TensorCores JAX sees as separate devices on one chip (1 where
+#: the cores run as one "megacore" device, or the chip has one core)
+_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0, "clock_ghz": 0.0, "devices_per_chip": 1}
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class ChipSpec:
     peak_fp8_flops_per_s: float = 0.0  # 0: no fp8 matmul rate (fp8 training is refused)
     hbm_program_limit_bytes: float = 0.0  # XLA's compile-time HBM limit for one program; 0: not on record
     clock_hz: float = 0.0  # TensorCore clock: XLA:TPU's estimated cycles over it are seconds; 0: not on record
+    devices_per_chip: int = 1  # JAX devices per chip: each holds its own copy of state replicated over the batch
 
     @property
     def has_fp8(self) -> bool:
@@ -154,6 +156,7 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         peak_fp8_flops_per_s=float(raw.get("peak_fp8_tflops", _OPTIONAL["peak_fp8_tflops"])) * TERA,
         hbm_program_limit_bytes=float(limit) * GIB_BYTES,
         clock_hz=float(raw.get("clock_ghz", _OPTIONAL["clock_ghz"])) * 1e9,
+        devices_per_chip=int(raw.get("devices_per_chip", _OPTIONAL["devices_per_chip"])),
     )
 
 
