@@ -353,8 +353,6 @@ def _map_formula(e: Entry) -> Case | Skipped | None:
     )  # fmt: skip
 
 _SKIP_HINTS = (
-    (lambda e: "TPU7x" in str(e["inputs"].get("chip", "")) or "Ironwood" in str(e["inputs"].get("chip", "")),
-     "a TPU7x (Ironwood) microbenchmark counted per device (two per chip): its device-to-chip mapping is ambiguous"),
     (lambda e: "type not stated" in str(e["inputs"].get("chip", "")), "the source does not say which chip ran it"),
     (lambda e: "rows" in e["inputs"] and any("V100" in str(r) or "A100" in str(r) for r in e["inputs"]["rows"]),
      "mostly GPU systems; the TPU rows lack model dims and batch"),
@@ -365,6 +363,52 @@ _SKIP_HINTS = (
      "initialisation (compile + checkpoint + pipeline setup) time; Podscope does not predict a job's initialisation time"),
     (lambda e: set(e["inputs"]) <= {"system", "benchmarks", "models"}, "abstract-level figure without a configuration"),
 )  # fmt: skip
+
+#: the accelerator-microbenchmarks' chip name -> catalog key
+_MICROBENCH_CHIPS = {"TPU7x (Ironwood)": "tpu7x"}
+
+
+def _map_microbench(e: Entry) -> tuple[Case, ...] | Case | None:
+    """Google's accelerator-microbenchmarks on TPU7x as checks of the link and HBM efficiencies.
+
+    TPU7x presents each TensorCore as a JAX device (``devices_per_chip = 2`` in data/chips.toml,
+    JAX's ``ChipVersion`` table: no megacore), and the benchmark runs its replica groups side by
+    side ("parallel" groups): the all-gather's 4-rank rings are as many per chip as it has devices,
+    so each ring has ``1 / devices_per_chip`` of a link. Its time is the benchmark's transferred
+    bytes over its achieved bandwidth, per row. The HBM copy runs on one device: the chip's
+    bandwidth over its devices, reading and writing the tensor.
+    """
+    inp, exp = e["inputs"], e["expected"]
+    chip = _MICROBENCH_CHIPS.get(str(inp.get("chip", "")))
+    if chip is None:
+        return None
+    from engine.pod.catalog import load_catalog
+
+    spec = load_catalog()[chip]
+    if "rows" in exp and inp.get("dtype") == "f32" and "participants_rank" in inp:
+        rank = int(inp["participants_rank"])
+        cases = []
+        for row in exp["rows"]:
+            shard = float(row["elements_per_device"]) * 4
+            cases.append(Case(
+                id=f"{e['id']}_{row['topology']}_{row['elements_per_device']}", from_entry=e["id"], kind=e["kind"],
+                family="accelerator-microbenchmarks", chip=chip, model="collective",
+                metric=f"all-gather time (us), {row['elements_per_device']:,} f32 per device on {row['topology']}",
+                unit="us", published=float(row["derived_time_us"]), how="collective",
+                formula={"op": "all_gather", "bytes": shard * rank, "n": rank, "efficiency": True,
+                         "link_bytes_per_s": spec.ici_link_bytes_per_s / spec.devices_per_chip},
+                note=f"engine ring over {rank} devices, {spec.devices_per_chip} rings sharing each link, calibrated link efficiency",
+            ))  # fmt: skip
+        return tuple(cases)
+    if "tensor_bytes" in inp and "time_ms_8GiB" in exp:
+        return Case(
+            id=e["id"], kind=e["kind"], family="accelerator-microbenchmarks", chip=chip, model="HBM copy",
+            metric="HBM copy time (us), 8 GiB on one device", unit="us", published=float(exp["time_ms_8GiB"]) * 1e3,
+            how="hbm_copy", formula={"bytes": 2.0 * float(inp["tensor_bytes"]), "bytes_per_s": spec.hbm_bytes_per_s / spec.devices_per_chip},
+            note="read and write at the device's share of the chip's HBM bandwidth, calibrated HBM efficiency",
+        )  # fmt: skip
+    return None
+
 
 def _skip_reason(e: Entry) -> str:
     for test, reason in _SKIP_HINTS:
@@ -385,7 +429,7 @@ def map_entries(entries: list[Entry]) -> tuple[list[Case], list[Skipped]]:
         if e["kind"] not in PREDICTED_KINDS:
             skipped.append(Skipped(e["id"], e["kind"], "chip spec: an input to data/chips.toml, not a prediction"))
             continue
-        out = map_maxtext_multislice(e, entries) or map_maxtext(e) or _map_mlperf(e) or _map_palm(e, entries) or _map_formula(e)
+        out = map_maxtext_multislice(e, entries) or map_maxtext(e) or _map_mlperf(e) or _map_palm(e, entries) or _map_formula(e) or _map_microbench(e)
         ttt = _map_time_to_train(e, out)
         if isinstance(ttt, Case):
             cases.append(ttt)

@@ -31,7 +31,9 @@ class Case:
       source-convention TFLOP per chip per step, divided by the predicted step time);
     * ``"step_time"``: the predicted step time itself, in seconds;
     * ``"weak_scaling"``: ``scale x step_s[0] / step_s[1]`` for two scenarios (throughput ratio);
-    * ``"collective"``: an engine collective cost (``formula``) at the entry's constants, in us;
+    * ``"collective"``: an engine collective cost (``formula``) at the entry's constants, in us (at the
+      calibrated link efficiency where ``formula["efficiency"]``: a measurement, not book arithmetic);
+    * ``"hbm_copy"``: a copy's bytes over the HBM bandwidth at the calibrated efficiency, in us;
     * ``"flops_per_token"``: Podscope's training FLOPs per token of ``scenarios[0]`` times
       ``work_per_step`` (tokens/s / peak FLOP/s of the job): an MFU by Podscope's FLOP count;
     * ``"time_to_train"``: the run's time to train in seconds (its ``[convergence]`` plan priced at

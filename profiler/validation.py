@@ -156,11 +156,14 @@ def predict(case: Case, cal: Calibration) -> float:
     """Podscope's prediction of a case's metric, in the case's unit."""
     if case.how == "collective":
         f = case.formula
+        link = f["link_bytes_per_s"] * (cal.ici_efficiency if f.get("efficiency") else 1.0)
         if f["op"] == "all_gather":
-            t = ring_phase(f["bytes"], f["n"], True, f["link_bytes_per_s"], cal.ici_hop_latency_s)
+            t = ring_phase(f["bytes"], f["n"], True, link, cal.ici_hop_latency_s)
         else:
-            t, _ = all_reduce_time_s(f["bytes"], [f["n"]], [True], f["link_bytes_per_s"], cal.ici_hop_latency_s)
-        return t * _US_PER_S
+            t, _ = all_reduce_time_s(f["bytes"], [f["n"]], [True], link, cal.ici_hop_latency_s)
+        return (t + (cal.collective_fixed_s if f.get("efficiency") else 0.0)) * _US_PER_S
+    if case.how == "hbm_copy":
+        return case.formula["bytes"] / (case.formula["bytes_per_s"] * cal.hbm_efficiency) * _US_PER_S
     scenarios = build_scenarios(case)
     if case.how == "flops_per_token":
         cost = model_cost(scenarios[0].model)

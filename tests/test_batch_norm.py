@@ -25,7 +25,7 @@ def _resnet(group: int = 1, batch: int = 2048, topology: str = "8x8x4", **traini
 class TestAllReducesByHand:
     def test_one_layer_on_a_line_of_two(self):
         # 2 chips on a line: reduce-scatter + all-gather, one hop each, each moving half of 2 C fp32 one way
-        bn = plan_batch_norm_sync([256], ("conv",), 2, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, op_overhead_s=OP_S)
+        bn = plan_batch_norm_sync([256], ("conv",), 2, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, collective_fixed_s=OP_S)
         nbytes = STAT_BYTES_PER_CHANNEL * 256  # 2 fp32 statistics per channel
         one = 2 * (0.5 * nbytes / W + HOP_S) + OP_S
         assert bn.forward_s == pytest.approx(one)
@@ -33,20 +33,20 @@ class TestAllReducesByHand:
         assert bn.bytes_per_pass == nbytes
 
     def test_a_line_of_four_pays_three_hops_per_phase(self):
-        two = plan_batch_norm_sync([64], ("c",), 2, remat="none", link_bytes_per_s=1e30, hop_latency_s=HOP_S, op_overhead_s=0.0)
-        four = plan_batch_norm_sync([64], ("c",), 4, remat="none", link_bytes_per_s=1e30, hop_latency_s=HOP_S, op_overhead_s=0.0)
+        two = plan_batch_norm_sync([64], ("c",), 2, remat="none", link_bytes_per_s=1e30, hop_latency_s=HOP_S, collective_fixed_s=0.0)
+        four = plan_batch_norm_sync([64], ("c",), 4, remat="none", link_bytes_per_s=1e30, hop_latency_s=HOP_S, collective_fixed_s=0.0)
         assert two.forward_s == pytest.approx(2 * HOP_S)
         assert four.forward_s == pytest.approx(2 * 3 * HOP_S)
 
     def test_every_layer_adds_and_full_remat_repeats_the_forward(self):
         ch = [64, 128, 256]
         bn = plan_batch_norm_sync(
-            ch, ("a", "b", "c"), 2, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, op_overhead_s=OP_S
+            ch, ("a", "b", "c"), 2, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, collective_fixed_s=OP_S
         )
         full = plan_batch_norm_sync(
-            ch, ("a", "b", "c"), 2, remat="full", link_bytes_per_s=W, hop_latency_s=HOP_S, op_overhead_s=OP_S
+            ch, ("a", "b", "c"), 2, remat="full", link_bytes_per_s=W, hop_latency_s=HOP_S, collective_fixed_s=OP_S
         )
-        singles = [plan_batch_norm_sync([c], ("x",), 2, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, op_overhead_s=OP_S)
+        singles = [plan_batch_norm_sync([c], ("x",), 2, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, collective_fixed_s=OP_S)
                    for c in ch]  # fmt: skip
         assert bn.forward_s == pytest.approx(sum(s.forward_s for s in singles))
         assert full.forward_s == pytest.approx(bn.forward_s)
@@ -57,7 +57,7 @@ class TestAllReducesByHand:
 
     def test_a_group_of_one_pools_nothing(self):
         bn = plan_batch_norm_sync(
-            [64, 128], ("a", "b"), 1, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, op_overhead_s=OP_S
+            [64, 128], ("a", "b"), 1, remat="none", link_bytes_per_s=W, hop_latency_s=HOP_S, collective_fixed_s=OP_S
         )
         assert bn.exposed_s == 0.0 and bn.per_layer.num_rows == 0
 
@@ -78,7 +78,7 @@ class TestInTheStep:
         chip = two.chip_spec()
         bn = plan_batch_norm_sync(cost.ops.n[idx], tuple(cost.ops.names[i] for i in idx), 2, remat="none",
                                   link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
-                                  hop_latency_s=cal.ici_hop_latency_s, op_overhead_s=cal.op_overhead_s)  # fmt: skip
+                                  hop_latency_s=cal.ici_hop_latency_s, collective_fixed_s=cal.collective_fixed_s)  # fmt: skip
         assert c2.comm_forward_s - c1.comm_forward_s == pytest.approx(bn.forward_s)
         assert c2.comm_backward_s - c1.comm_backward_s == pytest.approx(bn.backward_s)
         assert evaluate(two, cal).step_time_s - evaluate(one, cal).step_time_s == pytest.approx(bn.exposed_s, rel=1e-9)

@@ -209,7 +209,7 @@ def step_costs(
         idx = list(cost.batch_norm_ops)
         bn = plan_batch_norm_sync(cost.ops.n[idx], tuple(cost.ops.names[i] for i in idx), bn_group, remat=tr.remat,
                                   link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
-                                  hop_latency_s=cal.ici_hop_latency_s, op_overhead_s=cal.op_overhead_s, tables=tables)  # fmt: skip
+                                  hop_latency_s=cal.ici_hop_latency_s, collective_fixed_s=cal.collective_fixed_s, tables=tables)  # fmt: skip
         comm = replace(comm, forward_s=comm.forward_s + bn.forward_s, backward_s=comm.backward_s + bn.backward_s,
                        total_comm_s=comm.total_comm_s + bn.exposed_s,
                        per_layer=pa.concat_tables([comm.per_layer, bn.per_layer]) if tables else comm.per_layer)  # fmt: skip

@@ -74,15 +74,18 @@ def plan_batch_norm_sync(
     remat: str,
     link_bytes_per_s: float,
     hop_latency_s: float,
-    op_overhead_s: float,
+    collective_fixed_s: float,
     tables: bool = True,
 ) -> BatchNormSync:
-    """The all-reduces of batch-norm layers with ``channels`` pooled over ``group`` chips (module docstring)."""
+    """The all-reduces of batch-norm layers with ``channels`` pooled over ``group`` chips (module docstring).
+
+    Each is latency-bound: its ring's hops plus a collective's fixed cost (``collective_fixed_s``).
+    """
     channels = np.asarray(channels, dtype=np.float64)
     nbytes = STAT_BYTES_PER_CHANNEL * channels
     if group <= 1 or channels.size == 0:
         return BatchNormSync(1, int(channels.size), 0.0, 0.0, 0.0, LAYER_COLLECTIVES.empty())
-    one = np.array([all_reduce_time_s(b, [group], [False], link_bytes_per_s, hop_latency_s)[0] for b in nbytes]) + op_overhead_s
+    one = np.array([all_reduce_time_s(b, [group], [False], link_bytes_per_s, hop_latency_s)[0] for b in nbytes]) + collective_fixed_s
     passes_fwd = 2 if remat == "full" else 1
     forward_s = float(one.sum())
     table = LAYER_COLLECTIVES.empty()

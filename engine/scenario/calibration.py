@@ -32,6 +32,9 @@ class Calibration:
     ici_hop_latency_s: float = 1e-6
     dcn_efficiency: float = 0.8
     dcn_latency_s: float = 2e-5
+    # fixed cost of one collective beyond its ring's hops (the barrier XLA:TPU sets before each
+    # collective, its setup): what small all-gathers take beyond the ring model
+    collective_fixed_s: float = 1e-5
     # HBM a job cannot use on a chip whose XLA compile-time limit is not in the catalog (runtime
     # reservations, fragmentation; an assumption): ChipSpec.usable_hbm_bytes
     hbm_reserved_frac: float = 0.05
@@ -47,6 +50,7 @@ _KEYS = {
     ("interconnect", "ici_hop_latency_us"): ("ici_hop_latency_s", _US),
     ("interconnect", "dcn_efficiency"): ("dcn_efficiency", 1.0),
     ("interconnect", "dcn_latency_us"): ("dcn_latency_s", _US),
+    ("interconnect", "collective_fixed_us"): ("collective_fixed_s", _US),
     ("memory", "hbm_reserved_frac"): ("hbm_reserved_frac", 1.0),
 }
 
