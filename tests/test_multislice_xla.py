@@ -1,0 +1,70 @@
+"""How XLA:TPU splits a cross-slice gradient all-reduce, read from its AOT module, against Podscope's
+hierarchical model (engine/comm/gradient_sync.py; docs/model.md, "Across slices")."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+CHIPS_PER_SLICE, SLICES, D = 4, 2, 4096
+
+
+@pytest.fixture(scope="module")
+def module_text(live):
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from profiler.tpu_capture import tpu_target
+
+    jnp = live.numpy
+    target = tpu_target("v5p:2x2x1", slices=SLICES)
+    mesh = target.mesh({"data": CHIPS_PER_SLICE * SLICES})
+
+    def step(w, x):
+        g = live.grad(lambda w, x: jnp.mean(jnp.tanh(x @ w) ** 2))(w, x)
+        return w - 0.1 * g
+
+    w = live.ShapeDtypeStruct((D, D), jnp.float32, sharding=NamedSharding(mesh, P()))
+    x = live.ShapeDtypeStruct((64, D), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
+    return live.jit(step).lower(w, x).compile().as_text()
+
+
+def _instructions(text: str, opcode: str) -> list[str]:
+    return [line for line in text.splitlines() if re.search(rf"= [^=]*\b{re.escape(opcode)}\(", line)]
+
+
+def _bytes(shape: str) -> int:
+    dtype, dims = re.match(r"(\w+)\[([\d,]*)\]", shape).groups()
+    return math.prod(int(d) for d in dims.split(",") if d) * {"f32": 4, "bf16": 2}[dtype]
+
+
+def test_xla_reduces_in_the_slice_all_reduces_each_shard_through_the_hosts_and_gathers_back(module_text):
+    # inside the slice: replica groups of the slice's 4 devices, never the 8 of the job
+    inside = _instructions(module_text, "all-reduce") + _instructions(module_text, "all-gather")
+    assert inside and all("replica_groups={{0,1,2,3}}" in line for line in inside)
+    # across slices: one host transfer each way, an all-reduce run by the megascale runtime on the hosts
+    sends = [line for line in _instructions(module_text, "send") if "is_host_transfer=true" in line]
+    assert len(sends) == 1
+    (send,) = sends
+    assert '_xla_megascale_transfer_type="ALL_REDUCE"' in send and '_xla_megascale_reduce_operation="SUM"' in send
+    shard = _bytes(re.search(r"= \((\w+\[[\d,]*\])", send).group(1))
+    # what each chip sends over the DCN is its 1 / chips_per_slice shard of the gradient
+    assert shard == D * D * 4 // CHIPS_PER_SLICE
+
+
+def test_podscopes_cross_slice_all_reduce_moves_the_same_shard():
+    from engine import scenario_from_dict
+    from engine.model.analytic import step_costs
+    from engine.scenario.calibration import load_calibration
+
+    raw = {"name": "two-slices", "pod": {"chip": "tpu-v5p", "topology": "2x2x1", "slices": SLICES},
+           "model": {"kind": "mlp", "layer_sizes": [D, D]}, "training": {"global_batch": 64, "steps": 2, "precision": "fp32"},
+           "parallelism": {"data": CHIPS_PER_SLICE}}  # fmt: skip
+    c = step_costs(scenario_from_dict(raw), load_calibration(), tables=False)
+    rings = c.sync.result.rings
+    # the gradient (fp32 on the wire, the weight's D x D and the bias's D) reduce-scattered over the slice's
+    # 4 chips: each all-reduces a quarter of it over the DCN, as XLA's host transfer does
+    assert rings.participants == CHIPS_PER_SLICE
+    assert rings.bytes_total / rings.participants == pytest.approx(D * D * 4 / CHIPS_PER_SLICE, rel=1e-3)
