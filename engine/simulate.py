@@ -11,6 +11,7 @@ factors or tables; this module only wires them together.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +25,7 @@ from .hlo.run import simulate_hlo
 from .idle.plan import idle_facts, plan_idle
 from .model.analytic import StepCosts
 from .pod.mesh import Mesh, axis_index_of_chips
-from .memory.hbm import MemoryPlan, oom_detail, optimizer_state_bytes_per_param
+from .memory.hbm import MemoryPlan, XlaMemory, oom_detail, optimizer_state_bytes_per_param
 from .model.models import ModelCost, model_cost
 from .model.moe import RoutingPlan, plan_routing
 from .model.pipeline import PipelinePlan, plan_pipeline
@@ -40,7 +41,11 @@ __all__ = ["simulate"]
 
 
 def simulate(
-    scenario: Scenario, calibration: Calibration | None = None, *, on_events: Callable[[pa.RecordBatch], None] | None = None
+    scenario: Scenario,
+    calibration: Calibration | None = None,
+    *,
+    on_events: Callable[[pa.RecordBatch], None] | None = None,
+    xla_memory: XlaMemory | None = None,
 ) -> RunResult:
     """Simulate a scenario and return its trace tables and run facts.
 
@@ -51,6 +56,10 @@ def simulate(
     on_events
         Given, it receives the events block by block as they are laid out (see
         :func:`~engine.model.step.assemble`), and the returned ``trace.events`` is empty.
+    xla_memory
+        The TPU compiler's HBM peak and verdict for the scenario's program (``run --xla``): the
+        run's HBM peak, breakdown (arguments, the rest temporary) and out-of-memory verdict are
+        XLA's (``hbm_source = "xla"``); Podscope's own peak stays in ``hbm_podscope_peak_bytes``.
     """
     cal = calibration or load_calibration()
     if scenario.model.kind == "hlo":  # the user's own program: engine/hlo/run.py
@@ -159,6 +168,8 @@ def simulate(
             **_sharding_facts(scenario, costs),
         },
     )
+    if xla_memory is not None:
+        facts = _with_xla_memory(facts, xla_memory, mem, costs, scenario)
     trace = Trace(
         events=laid.events,
         steps=laid.steps,
@@ -168,6 +179,38 @@ def simulate(
         extra={**extra_tables, **idle.tables},
     )
     return RunResult(scenario=scenario, trace=trace, facts=facts)
+
+
+def _with_xla_memory(facts: RunFacts, xla: XlaMemory, mem: MemoryPlan, costs: StepCosts, s: Scenario) -> RunFacts:
+    """The run's HBM facts as the TPU compiler gave them (:class:`~engine.memory.hbm.XlaMemory`)."""
+    peak = xla.peak_bytes
+    if peak is None and xla.required_bytes is not None:
+        peak = xla.required_bytes * xla.devices_per_chip
+    detail = None
+    if xla.oom:
+        # what would fit, by Podscope's model (XLA says only that this program does not)
+        ideas = oom_detail(mem, costs.replan, costs.micro_batch, s.data_parallel, s.parallelism.fsdp, s.training.remat)["suggestions"]
+        available = xla.available_bytes if xla.available_bytes is not None else mem.usable_bytes / xla.devices_per_chip
+        detail = {
+            "chip": 0,
+            "term": "temporary",
+            "over_bytes": (xla.required_bytes - available) if xla.required_bytes is not None else None,
+            "peak_bytes": xla.required_bytes,  # per device, as XLA's message says
+            "usable_bytes": available,
+            "phase": "compile",
+            "source": "xla",
+            "message": xla.message,
+            "suggestions": ideas if mem.oom else [
+                "Podscope's model says it fits, XLA does not: rematerialise (training.remat), shard the model states "
+                "over more chips (parallelism.fsdp) or lower the per-chip batch, then run with --xla again"],
+        }  # fmt: skip
+    breakdown = None
+    if xla.peak_bytes is not None:
+        breakdown = {"params": xla.argument_bytes, "grads": 0.0, "optimizer": 0.0, "activations": 0.0,
+                     "temporary": max(0.0, xla.peak_bytes - xla.argument_bytes)}  # fmt: skip
+    extra = {**facts.extra, "oom_detail": detail, "hbm_source": "xla", "hbm_podscope_peak_bytes": mem.peak_bytes,
+             "hbm_podscope_oom": mem.oom}  # fmt: skip
+    return replace(facts, peak_hbm_bytes=peak, oom=xla.oom, hbm_breakdown_bytes=breakdown, extra=extra)
 
 
 def _pipeline(s: Scenario, pod: Pod, mesh: Mesh, costs: StepCosts) -> PipelinePlan:

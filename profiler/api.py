@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import Scenario, ScenarioError, SimulationError, load_scenario
+from engine.errors import InputError
 from engine.data_files import DATA_DIR
 
 import pandas as pd
@@ -59,20 +60,39 @@ def run_scenario(scenario: Scenario, db: Database, *, name: str | None = None) -
 
 
 def run_file(
-    path: str | Path, db: Database, *, name: str | None = None, overrides: Mapping[str, Any] | None = None
+    path: str | Path,
+    db: Database,
+    *,
+    name: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    xla: bool = False,
 ) -> dict[str, Any]:
     """Load a scenario file (with optional dotted-key overrides), simulate, store; return the summary.
+
+    ``xla`` compiles the scenario's JAX program for its chip and topology with the TPU compiler first
+    (:func:`profiler.xla_check.compile_numbers`, needs ``podscope[tpu]``) and takes XLA's HBM peak and
+    verdict for the run (``hbm_source = "xla"``).
 
     Raises
     ------
     ScenarioError
         If the file is invalid, or valid but too large to simulate (names the file; nothing is stored).
+    InputError
+        ``xla`` for a scenario with no JAX program (it says why), or without jax[tpu].
     """
     if name is not None:
         check_run_name(name)
     scenario = load_scenario(path, overrides)
+    memory = None
+    if xla:
+        from . import xla_check, xla_reference
+
+        why = xla_reference.refusal(scenario)
+        if why:
+            raise InputError(f"{path}: --xla: {why}")
+        memory = xla_check.xla_memory(xla_check.compile_numbers(scenario))
     try:
-        run_id, _ = simulate_and_write(db, scenario, name=name)
+        run_id, _ = simulate_and_write(db, scenario, name=name, xla_memory=memory)
     except SimulationError as e:
         raise ScenarioError(str(path), [("", str(e))]) from None
     with db.read() as con:

@@ -69,8 +69,10 @@ def _database(args: argparse.Namespace) -> Database:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     db = _database(args)
-    with cli_output.status(f"Simulating {args.scenario} ..."):
-        summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=cli_output.parse_set(args.set))
+    what = "Compiling with the TPU compiler and simulating" if args.xla else "Simulating"
+    with cli_output.status(f"{what} {args.scenario} ..."):
+        summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=cli_output.parse_set(args.set),
+                               xla=args.xla)  # fmt: skip
     print(json.dumps(summary) if args.json else _fmt_summary(summary))
     return EXIT_OOM if summary.get("oom") else EXIT_OK
 
@@ -196,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--name", help="run name (default: the scenario's name)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (repeatable)")
     r.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
+    r.add_argument("--xla", action="store_true", help="a transformer scenario: compile its JAX program with the TPU compiler "
+                   "(needs podscope[tpu]) and take XLA's HBM peak and out-of-memory verdict")  # fmt: skip
     r.set_defaults(func=_cmd_run)
 
     ls = sub.add_parser("runs", help="list stored runs")

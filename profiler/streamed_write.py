@@ -21,6 +21,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from engine import simulate
+from engine.memory.hbm import XlaMemory
 from engine.scenario import Scenario
 from engine.scenario.calibration import Calibration
 from engine.trace import EVENTS_SCHEMA, RunResult
@@ -40,7 +41,7 @@ class _Stopped(Exception):
 class _EventStream:
     """A simulation on a worker thread, its events handed over block by block through a bounded buffer."""
 
-    def __init__(self, scenario: Scenario, calibration: Calibration | None):
+    def __init__(self, scenario: Scenario, calibration: Calibration | None, xla_memory: XlaMemory | None = None):
         self._ready = threading.Condition()
         self._blocks: list[pa.RecordBatch] = []
         self._rows = 0  # rows in _blocks
@@ -50,13 +51,13 @@ class _EventStream:
         self._error: BaseException | None = None
         self.rows = 0  # rows handed to the writer so far
         self._thread = threading.Thread(
-            target=self._run, args=(scenario, calibration), name="podscope-simulate", daemon=True
+            target=self._run, args=(scenario, calibration, xla_memory), name="podscope-simulate", daemon=True
         )
         self._thread.start()
 
-    def _run(self, scenario: Scenario, calibration: Calibration | None) -> None:
+    def _run(self, scenario: Scenario, calibration: Calibration | None, xla_memory: XlaMemory | None) -> None:
         try:
-            result = simulate(scenario, calibration, on_events=self._put)
+            result = simulate(scenario, calibration, on_events=self._put, xla_memory=xla_memory)
         except BaseException as e:  # handed to the writer's thread, which raises it
             with self._ready:
                 self._error, self._done = e, True
@@ -132,11 +133,17 @@ class _EventStream:
 
 
 def simulate_and_write(
-    db: Database, scenario: Scenario, *, name: str | None = None, calibration: Calibration | None = None
+    db: Database,
+    scenario: Scenario,
+    *,
+    name: str | None = None,
+    calibration: Calibration | None = None,
+    xla_memory: XlaMemory | None = None,
 ) -> tuple[int, RunResult]:
     """Simulate a scenario and store it, inserting its events while later steps are laid out.
 
     Stores the same rows as ``write_run(db, simulate(scenario))``, with the same transactions.
+    ``xla_memory`` is passed to :func:`engine.simulate` (the run's HBM as the TPU compiler gave it).
 
     Returns
     -------
@@ -151,7 +158,7 @@ def simulate_and_write(
         the store.
     """
     run_name = run_name_of(scenario, name)
-    stream = _EventStream(scenario, calibration)
+    stream = _EventStream(scenario, calibration, xla_memory)
     try:
         first = stream.take(chunked_write.EVENT_CHUNK_ROWS)
         if not stream.more():  # the whole run fits one transaction: written as write_run writes it

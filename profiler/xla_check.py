@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engine.memory.hbm import XlaMemory
 from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
 from engine.hlo import load_hlo
@@ -27,7 +28,7 @@ from engine.scenario import Scenario
 
 from . import xla_reference
 
-__all__ = ["compile_numbers", "podscope_numbers", "compare", "xla_peak_bytes", "format_check"]
+__all__ = ["compile_numbers", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory", "format_check"]
 
 
 def xla_peak_bytes(memory: dict[str, int]) -> int:
@@ -90,6 +91,18 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         "libtpu_version": side["libtpu_version"],
         "compile_s": side["compile_s"],
     }
+
+
+def xla_memory(xla: dict[str, Any]) -> XlaMemory:
+    """:class:`~engine.memory.hbm.XlaMemory` per chip from :func:`compile_numbers`'s record (``run --xla``)."""
+    k = xla["devices_per_chip"]
+    mem, oom = xla["memory"], xla["oom"]
+    if mem is not None:
+        return XlaMemory(peak_bytes=float(xla_peak_bytes(mem) * k), argument_bytes=float(mem["argument_bytes"] * k), oom=False)
+    required, available = oom.get("required_bytes"), oom.get("available_bytes")
+    return XlaMemory(peak_bytes=None, argument_bytes=0.0, oom=True, message=oom["message"].splitlines()[0][:400],
+                     required_bytes=None if required is None else float(required),
+                     available_bytes=None if available is None else float(available), devices_per_chip=k)  # fmt: skip
 
 
 def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None, devices_per_chip: int | None = None) -> dict[str, Any]:

@@ -244,3 +244,49 @@ sys.exit(main(["xla-check", "llm-1b-v5p-64", "--set", "parallelism.data=1", "--s
     assert p.returncode == 2, p.stderr
     assert "InputError:" in p.stdout and "pip install -r requirements-tpu.txt" in p.stdout
     assert "requirements-tpu.txt" in p.stderr
+
+
+# --- run --xla: the run's HBM as the TPU compiler gives it --------------------------------------
+
+_TINY_RUN = (
+    'name = "tiny"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n'
+    '[model]\nkind = "transformer"\nlayers = 2\nd_model = 128\nheads = 2\nd_ff = 512\nvocab = 1024\nseq_len = 128\n'
+    'attention = "standard"\n[training]\nglobal_batch = 8\nsteps = 2\nremat = "full"\n[parallelism]\nfsdp = 4\n'
+)
+
+
+def _run(tmp_path, *extra):
+    toml = tmp_path / "tiny.toml"
+    toml.write_text(_TINY_RUN)
+    return subprocess.run([sys.executable, "-m", "profiler", "run", str(toml), "--xla", "--json", "--db", str(tmp_path / "p.duckdb"),
+                           "--create", *extra], cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+def test_run_xla_stores_xlas_peak_and_keeps_podscopes_beside_it(live, tmp_path):
+    p = _run(tmp_path)
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["hbm_source"] == "xla" and not s["oom"]
+    assert s["peak_hbm_bytes"] == pytest.approx(sum(s["hbm_breakdown_bytes"].values()))
+    assert s["hbm_podscope_peak_bytes"] > 0 and s["hbm_podscope_peak_bytes"] != s["peak_hbm_bytes"]
+    n = xla_reference.program_params(load_scenario(tmp_path / "tiny.toml"))
+    assert s["hbm_breakdown_bytes"]["params"] >= 12 * n / 4  # weights and Adam state sharded over 4 chips, in tiles
+
+
+def test_run_xla_is_an_out_of_memory_run_with_xlas_message_when_xla_refuses(live, tmp_path):
+    p = _run(tmp_path, "--set", "model.layers=128", "--set", "model.d_model=1024", "--set", "model.d_ff=4096",
+             "--set", "training.remat=none", "--set", "training.global_batch=64", "--set", "model.seq_len=1024")  # fmt: skip
+    assert p.returncode == 3, p.stderr
+    s = json.loads(p.stdout)
+    d = s["oom_detail"]
+    assert s["oom"] and s["hbm_source"] == "xla" and d["source"] == "xla" and "RESOURCE_EXHAUSTED" in d["message"]
+    assert d["peak_bytes"] > d["usable_bytes"] > 15 * 2**30  # per device, as XLA's message says (v5e: 15.75 GiB)
+    assert d["suggestions"]
+
+
+def test_run_xla_refuses_a_family_with_no_jax_program_and_stores_nothing(tmp_path):
+    db = tmp_path / "p.duckdb"
+    p = subprocess.run([sys.executable, "-m", "profiler", "run", "resnet50-v3-32", "--xla", "--db", str(db), "--create"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 2 and "--xla" in p.stderr and "transformer family only" in p.stderr
+    assert not db.exists()
