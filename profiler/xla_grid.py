@@ -24,7 +24,7 @@ from engine.errors import ReferenceFileError
 
 from .xla_check import compare, podscope_numbers
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "load_grid", "grid_rows", "xla_block", "xla_table"]
+__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "grid_frame", "load_grid", "grid_rows", "xla_block", "xla_table"]
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
 
@@ -75,6 +75,25 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
             }
         rows.append({"id": rec["id"], "chip": scenario.pod.chip, "remat": scenario.training.remat, **cmp, **terms})
     return rows
+
+
+def grid_frame(path: str | Path | None = None, calibration: Calibration | None = None):
+    """One row per configuration XLA compiled, for the dashboard: ``id``, ``chip``, ``remat``, ``podscope_gib``
+    and ``xla_gib`` (peak per chip), ``hbm_diff_pct``; a pandas DataFrame (empty without a grid file)."""
+    import pandas as pd
+
+    rows = [r for r in grid_rows(load_grid(path), calibration) if r["hbm_diff_pct"] is not None]
+    return pd.DataFrame(
+        {
+            "id": [r["id"] for r in rows],
+            "chip": [r["chip"] for r in rows],
+            "remat": [r["remat"] for r in rows],
+            "podscope_gib": [r["podscope"]["peak_hbm_bytes"] / 2**30 for r in rows],
+            "xla_gib": [r["xla"]["peak_hbm_bytes"] / 2**30 for r in rows],
+            "hbm_diff_pct": [r["hbm_diff_pct"] for r in rows],
+        },
+        columns=["id", "chip", "remat", "podscope_gib", "xla_gib", "hbm_diff_pct"],
+    )
 
 
 def _median(values: list[float]) -> float | None:

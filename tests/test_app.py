@@ -102,3 +102,11 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     assert {"Inside their 80% range", "Median range width"} <= {m.label for m in at.metric}
     assert any("never saw its chip generation" in c.value for c in at.caption)
     assert any("chip generation held out of the fit" in c.value for c in at.caption)  # the headline is held out
+    # the HBM model against the TPU compiler, from the committed grid (validate --json's xla block)
+    from profiler.xla_grid import xla_block
+
+    block = xla_block()
+    assert any(h.value == "HBM against the TPU compiler" for h in at.subheader)
+    shown_metrics = {m.label: m.value for m in at.metric}
+    assert shown_metrics["Configurations"] == str(block["n"])
+    assert shown_metrics["Fits / out of memory agree"] == f"{100 * block['verdict_agreement']:.1f}%"

@@ -156,6 +156,29 @@ def validation_scatter(df: pd.DataFrame, title: str = "Predicted vs published") 
 _FAMILY_COLORS = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2", "#9D755D"]
 
 
+def xla_hbm_scatter(df: pd.DataFrame, title: str = "HBM peak per chip: Podscope against the TPU compiler") -> go.Figure:
+    """Podscope's HBM peak against XLA's (GiB per chip, log axes), one colour per remat policy, with y = x
+    (columns: id, chip, remat, podscope_gib, xla_gib, hbm_diff_pct)."""
+    fig = go.Figure()
+    if df.empty:
+        return layout(fig, title)
+    lo = float(min(df["podscope_gib"].min(), df["xla_gib"].min())) * 0.8
+    hi = float(max(df["podscope_gib"].max(), df["xla_gib"].max())) * 1.25
+    fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color=palette.IDEAL, dash="dash"), name="equal",
+                    hoverinfo="skip")  # fmt: skip
+    for i, (remat, part) in enumerate(df.groupby("remat")):
+        fig.add_scatter(
+            x=part["xla_gib"], y=part["podscope_gib"], mode="markers", name=f"remat {remat}",
+            marker=dict(size=8, color=_FAMILY_COLORS[i % len(_FAMILY_COLORS)]),
+            customdata=part[["id", "hbm_diff_pct"]].to_numpy(),
+            hovertemplate="%{customdata[0]}<br>XLA %{x:.3g} GiB, Podscope %{y:.3g} GiB<br>%{customdata[1]:+.1f}%<extra></extra>",
+        )  # fmt: skip
+    fig.update_xaxes(type="log", title_text="XLA's peak (GiB per chip)")
+    fig.update_yaxes(type="log", title_text="Podscope's peak (GiB per chip)")
+    fig.update_layout(legend_orientation="h")
+    return layout(fig, title, height=460)
+
+
 def _kind_order(kinds) -> list[str]:
     known = [k for k in palette.KIND_COLORS if k in set(kinds)]
     return known + sorted(set(kinds) - set(known))

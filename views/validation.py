@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from profiler import validation
+from profiler import validation, xla_grid
 from views import figures
 
 
@@ -107,6 +107,31 @@ def _time_to_train(df: pd.DataFrame) -> None:
         "error_pct": st.column_config.NumberColumn("Error", format="%+.1f%%")})  # fmt: skip
 
 
+@st.cache_data(show_spinner="Setting Podscope's HBM beside the TPU compiler's...")
+def _xla():
+    return xla_grid.xla_block(), xla_grid.grid_frame()
+
+
+def _against_the_compiler() -> None:
+    """The HBM model against libtpu's compiler over the committed grid (``validate --json``'s ``xla`` block)."""
+    block, frame = _xla()
+    if not block["n"]:
+        return
+    st.subheader("HBM against the TPU compiler")
+    cols = st.columns(4)
+    cols[0].metric("Configurations", f"{block['n']}", help=", ".join(f"{c} {n}" for c, n in block["generations"].items()))
+    cols[1].metric("Median |error|, HBM peak", _pct(block["hbm_median_abs_pct"]),
+                   help=f"90th percentile {_pct(block['hbm_p90_abs_pct'])}, over the {block['compiled']} programs XLA compiled")
+    cols[2].metric("Programs of 1 GiB and more", _pct(block["hbm_large_median_abs_pct"]),
+                   help=f"median |error| over {block['large_n']} programs; 90th percentile {_pct(block['hbm_large_p90_abs_pct'])}")
+    cols[3].metric("Fits / out of memory agree", f"{100 * block['verdict_agreement']:.1f}%",
+                   help=f"{block['false_fits']} where Podscope says it fits and XLA refuses")  # fmt: skip
+    st.caption("Each configuration's JAX program (profiler/xla_reference.py) compiled by libtpu for its chip and "
+               "slice on a CPU (data/reference/xla_grid.json, scripts/fixtures/make_xla_grid.py); XLA's peak is its "
+               f"memory analysis's. FLOPs per chip agree within {_pct(block['flops_median_abs_pct'])} (median).")  # fmt: skip
+    st.plotly_chart(figures.xla_hbm_scatter(frame), width="stretch")
+
+
 def main() -> None:
     st.title("Validation")
     st.caption(
@@ -150,6 +175,7 @@ def main() -> None:
     table = steps[list(config)].sort_values("error_pct", key=abs, ascending=False)
     st.dataframe(table, hide_index=True, width="stretch", column_config=config)
     _time_to_train(view)
+    _against_the_compiler()
 
 
 main()
