@@ -21,11 +21,12 @@ from .model.assumptions import run_assumptions
 from .scenario.calibration import Calibration, load_calibration
 from .comm import overlap_table
 from .model.compute import ComputeCost
-from .hlo.run import simulate_hlo
+from .hlo.bundle import XlaHbm
+from .hlo.run import simulate_hlo, xla_oom_detail
 from .idle.plan import idle_facts, plan_idle
 from .model.analytic import StepCosts
 from .pod.mesh import Mesh, axis_index_of_chips
-from .memory.hbm import MemoryPlan, XlaMemory, oom_detail, optimizer_state_bytes_per_param
+from .memory.hbm import MemoryPlan, oom_detail, optimizer_state_bytes_per_param
 from .model.models import ModelCost, model_cost
 from .model.moe import RoutingPlan, plan_routing
 from .model.pipeline import PipelinePlan, plan_pipeline
@@ -45,7 +46,7 @@ def simulate(
     calibration: Calibration | None = None,
     *,
     on_events: Callable[[pa.RecordBatch], None] | None = None,
-    xla_memory: XlaMemory | None = None,
+    xla_memory: XlaHbm | None = None,
 ) -> RunResult:
     """Simulate a scenario and return its trace tables and run facts.
 
@@ -181,36 +182,23 @@ def simulate(
     return RunResult(scenario=scenario, trace=trace, facts=facts)
 
 
-def _with_xla_memory(facts: RunFacts, xla: XlaMemory, mem: MemoryPlan, costs: StepCosts, s: Scenario) -> RunFacts:
-    """The run's HBM facts as the TPU compiler gave them (:class:`~engine.memory.hbm.XlaMemory`)."""
-    peak = xla.peak_bytes
-    if peak is None and xla.required_bytes is not None:
-        peak = xla.required_bytes * xla.devices_per_chip
-    detail = None
-    if xla.oom:
+def _with_xla_memory(facts: RunFacts, xla: XlaHbm, mem: MemoryPlan, costs: StepCosts, s: Scenario) -> RunFacts:
+    """The run's HBM facts as the TPU compiler gave them (:class:`~engine.hlo.bundle.XlaHbm`)."""
+    detail = breakdown = None
+    if xla.oom is not None:
         # what would fit, by Podscope's model (XLA says only that this program does not)
         ideas = oom_detail(mem, costs.replan, costs.micro_batch, s.data_parallel, s.parallelism.fsdp, s.training.remat)["suggestions"]
-        available = xla.available_bytes if xla.available_bytes is not None else mem.usable_bytes / xla.devices_per_chip
-        detail = {
-            "chip": 0,
-            "term": "temporary",
-            "over_bytes": (xla.required_bytes - available) if xla.required_bytes is not None else None,
-            "peak_bytes": xla.required_bytes,  # per device, as XLA's message says
-            "usable_bytes": available,
-            "phase": "compile",
-            "source": "xla",
-            "message": xla.message,
-            "suggestions": ideas if mem.oom else [
-                "Podscope's model says it fits, XLA does not: rematerialise (training.remat), shard the model states "
-                "over more chips (parallelism.fsdp) or lower the per-chip batch, then run with --xla again"],
-        }  # fmt: skip
-    breakdown = None
-    if xla.peak_bytes is not None:
-        breakdown = {"params": xla.argument_bytes, "grads": 0.0, "optimizer": 0.0, "activations": 0.0,
-                     "temporary": max(0.0, xla.peak_bytes - xla.argument_bytes)}  # fmt: skip
+        detail = xla_oom_detail(xla.oom, mem.usable_bytes / xla.devices_per_chip, ideas if mem.oom else [
+            "Podscope's model says it fits, XLA does not: rematerialise (training.remat), shard the model states "
+            "over more chips (parallelism.fsdp) or lower the per-chip batch, then run with --xla again"])  # fmt: skip
+    if xla.memory is not None:
+        args = xla.memory.argument_bytes * xla.devices_per_chip
+        breakdown = {"params": args, "grads": 0.0, "optimizer": 0.0, "activations": 0.0,
+                     "temporary": max(0.0, xla.peak_bytes_per_chip - args)}  # fmt: skip
     extra = {**facts.extra, "oom_detail": detail, "hbm_source": "xla", "hbm_podscope_peak_bytes": mem.peak_bytes,
              "hbm_podscope_oom": mem.oom}  # fmt: skip
-    return replace(facts, peak_hbm_bytes=peak, oom=xla.oom, hbm_breakdown_bytes=breakdown, extra=extra)
+    return replace(facts, peak_hbm_bytes=xla.peak_bytes_per_chip, oom=xla.oom is not None, hbm_breakdown_bytes=breakdown,
+                   extra=extra)  # fmt: skip
 
 
 def _pipeline(s: Scenario, pod: Pod, mesh: Mesh, costs: StepCosts) -> PipelinePlan:

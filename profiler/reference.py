@@ -32,7 +32,7 @@ from typing import Any
 
 from engine.errors import ReferenceFileError
 from engine.model.batch_norm import POOLED_SPAN_IMAGES
-from engine.pod.catalog import DATA_DIR
+from engine.pod.catalog import DATA_DIR, load_catalog
 
 from .maxtext_cases import (
     MAXTEXT_V5P_ATTENTION,
@@ -382,8 +382,6 @@ def _map_microbench(e: Entry) -> tuple[Case, ...] | Case | None:
     chip = _MICROBENCH_CHIPS.get(str(inp.get("chip", "")))
     if chip is None:
         return None
-    from engine.pod.catalog import load_catalog
-
     spec = load_catalog()[chip]
     if "rows" in exp and inp.get("dtype") == "f32" and "participants_rank" in inp:
         rank = int(inp["participants_rank"])

@@ -21,7 +21,7 @@ from dataclasses import replace
 import pyarrow as pa
 
 from engine import simulate
-from engine.memory.hbm import XlaMemory
+from engine.hlo.bundle import XlaHbm
 from engine.scenario import Scenario
 from engine.scenario.calibration import Calibration
 from engine.trace import EVENTS_SCHEMA, RunResult
@@ -41,7 +41,7 @@ class _Stopped(Exception):
 class _EventStream:
     """A simulation on a worker thread, its events handed over block by block through a bounded buffer."""
 
-    def __init__(self, scenario: Scenario, calibration: Calibration | None, xla_memory: XlaMemory | None = None):
+    def __init__(self, scenario: Scenario, calibration: Calibration | None, xla_memory: XlaHbm | None = None):
         self._ready = threading.Condition()
         self._blocks: list[pa.RecordBatch] = []
         self._rows = 0  # rows in _blocks
@@ -55,7 +55,7 @@ class _EventStream:
         )
         self._thread.start()
 
-    def _run(self, scenario: Scenario, calibration: Calibration | None, xla_memory: XlaMemory | None) -> None:
+    def _run(self, scenario: Scenario, calibration: Calibration | None, xla_memory: XlaHbm | None) -> None:
         try:
             result = simulate(scenario, calibration, on_events=self._put, xla_memory=xla_memory)
         except BaseException as e:  # handed to the writer's thread, which raises it
@@ -138,7 +138,7 @@ def simulate_and_write(
     *,
     name: str | None = None,
     calibration: Calibration | None = None,
-    xla_memory: XlaMemory | None = None,
+    xla_memory: XlaHbm | None = None,
 ) -> tuple[int, RunResult]:
     """Simulate a scenario and store it, inserting its events while later steps are laid out.
 

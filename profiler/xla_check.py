@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from engine.memory.hbm import XlaMemory
+from engine.hlo.bundle import XlaHbm, XlaMemory, XlaOom
 from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
 from engine.hlo import load_hlo
@@ -31,18 +31,14 @@ from . import xla_reference
 __all__ = ["compile_numbers", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory", "format_check"]
 
 
-def xla_peak_bytes(memory: dict[str, int]) -> int:
-    """XLA's HBM peak per device: its memory analysis's ``peak_memory_in_bytes``, the most bytes its buffer
-    assignment holds live at once (arguments included).
+def _memory(record: dict[str, Any]) -> XlaMemory:
+    """A record's memory analysis (per device) as the bundle reader holds it."""
+    return XlaMemory(**{"generated_code_bytes": 0.0, "peak_bytes": None, **record})
 
-    Where a record has no peak, arguments + outputs - aliased (donated) + temporaries. The two agree
-    on large programs; on small ones XLA's ``temp_size_in_bytes`` leaves out buffers its peak counts
-    (a 130.7 MiB peak beside 37.3 MiB of arguments and temporaries, v6e, 8 layers of width 256).
-    """
-    peak = memory.get("peak_bytes")
-    if peak:
-        return int(peak)
-    return memory["argument_bytes"] + memory["output_bytes"] - memory["alias_bytes"] + memory["temp_bytes"]
+
+def xla_peak_bytes(memory: dict[str, int]) -> int:
+    """XLA's HBM peak per device (:attr:`engine.hlo.bundle.XlaMemory.peak_live_bytes`) of a record's memory analysis."""
+    return int(_memory(memory).peak_live_bytes)
 
 
 def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> dict[str, Any]:
@@ -93,16 +89,14 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
     }
 
 
-def xla_memory(xla: dict[str, Any]) -> XlaMemory:
-    """:class:`~engine.memory.hbm.XlaMemory` per chip from :func:`compile_numbers`'s record (``run --xla``)."""
-    k = xla["devices_per_chip"]
+def xla_memory(xla: dict[str, Any]) -> XlaHbm:
+    """:class:`~engine.hlo.bundle.XlaHbm` from :func:`compile_numbers`'s record (``run --xla``)."""
     mem, oom = xla["memory"], xla["oom"]
-    if mem is not None:
-        return XlaMemory(peak_bytes=float(xla_peak_bytes(mem) * k), argument_bytes=float(mem["argument_bytes"] * k), oom=False)
-    required, available = oom.get("required_bytes"), oom.get("available_bytes")
-    return XlaMemory(peak_bytes=None, argument_bytes=0.0, oom=True, message=oom["message"].splitlines()[0][:400],
-                     required_bytes=None if required is None else float(required),
-                     available_bytes=None if available is None else float(available), devices_per_chip=k)  # fmt: skip
+    return XlaHbm(
+        memory=None if mem is None else _memory(mem),
+        oom=None if oom is None else XlaOom(oom["message"].splitlines()[0][:400], oom.get("required_bytes"), oom.get("available_bytes")),
+        devices_per_chip=xla["devices_per_chip"],
+    )
 
 
 def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None, devices_per_chip: int | None = None) -> dict[str, Any]:

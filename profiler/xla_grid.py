@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from engine import scenario_from_dict
 from engine.scenario.calibration import Calibration
@@ -24,7 +25,7 @@ from engine.errors import ReferenceFileError
 
 from .xla_check import compare, podscope_numbers
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "grid_frame", "load_grid", "grid_rows", "xla_block", "xla_table"]
+__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "block_of", "grid_frame", "load_grid", "grid_rows", "xla_block", "xla_table"]
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
 
@@ -77,12 +78,10 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
     return rows
 
 
-def grid_frame(path: str | Path | None = None, calibration: Calibration | None = None):
-    """One row per configuration XLA compiled, for the dashboard: ``id``, ``chip``, ``remat``, ``podscope_gib``
-    and ``xla_gib`` (peak per chip), ``hbm_diff_pct``; a pandas DataFrame (empty without a grid file)."""
-    import pandas as pd
-
-    rows = [r for r in grid_rows(load_grid(path), calibration) if r["hbm_diff_pct"] is not None]
+def grid_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """:func:`grid_rows` of the configurations XLA compiled, for the dashboard: ``id``, ``chip``, ``remat``,
+    ``podscope_gib`` and ``xla_gib`` (peak per chip), ``hbm_diff_pct``."""
+    rows = [r for r in rows if r["hbm_diff_pct"] is not None]
     return pd.DataFrame(
         {
             "id": [r["id"] for r in rows],
@@ -105,7 +104,12 @@ def _signed_median(values: list[float]) -> float | None:
 
 
 def xla_block(path: str | Path | None = None, calibration: Calibration | None = None) -> dict[str, Any]:
-    """The ``xla`` block of ``validate --json``.
+    """The ``xla`` block of ``validate --json``: :func:`block_of` the grid's :func:`grid_rows`."""
+    return block_of(grid_rows(load_grid(path), calibration))
+
+
+def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``xla`` block of ``validate --json`` from :func:`grid_rows`.
 
     Returns
     -------
@@ -121,7 +125,6 @@ def xla_block(path: str | Path | None = None, calibration: Calibration | None = 
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
         terms (grads + activations + temporary against XLA's temporaries).
     """
-    rows = grid_rows(load_grid(path), calibration)
     compiled = [r for r in rows if r["hbm_diff_pct"] is not None]
     hbm = [r["hbm_diff_pct"] for r in compiled]
     large = [r["hbm_diff_pct"] for r in compiled if r["xla"]["peak_hbm_bytes"] >= LARGE_PROGRAM_BYTES]

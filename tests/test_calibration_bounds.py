@@ -80,6 +80,24 @@ def test_op_overhead_range_is_four_of_the_compilers_costliest_smallest_fusion():
     assert b.lo == 0.0 and b.hi == pytest.approx(4 * max(smallest), rel=0.01)
 
 
+def test_the_compiler_emits_about_four_fusions_per_engine_op_and_pass():
+    """The op-overhead range counts four fusions per engine op: the compiler's own count brackets it."""
+    from engine.model.compute import passes_per_op
+    from engine.model.models import model_cost
+    from engine.scenario import TransformerModel
+
+    dims = {"transformer_fsdp_unrolled_v5p8": dict(layers=4, d_model=1024, heads=8, d_ff=4096, vocab=8192, seq_len=1024),
+            "transformer_dp_v5e4": dict(layers=2, d_model=256, heads=4, d_ff=1024, vocab=2048, seq_len=128)}  # fmt: skip
+    per_op = []
+    for name, d in dims.items():  # scripts/fixtures/make_tpu_bundles.py's loop-free steps
+        prog = cached_program(TPU / f"{name}.xla.json")
+        fusions = sum(o.executions for o in prog.cost.ops if o.estimated_cycles is not None and not o.collective)
+        ops = model_cost(TransformerModel(kind="transformer", attention="standard", **d)).ops
+        per_op.append(fusions / float((ops.launches * passes_per_op(ops, "none")).sum()))
+    assert min(per_op) < 4 < max(per_op)
+    assert 2.5 < min(per_op) and max(per_op) < 6.5
+
+
 def test_the_calibration_file_sits_inside_every_range_and_names_its_measurement():
     import tomllib
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import tomllib
-import types
 import typing
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from engine import ScenarioError, load_scenario, scenario_from_dict
+from engine.planning.planner import _unwrap  # the concrete types inside Optional / Union / Annotated
 from engine.pod.catalog import load_catalog
 from engine.scenario import Scenario
 from tests.conftest import SMALL_TOML
@@ -36,16 +36,6 @@ LIST_ITEMS = {
     ("interconnect", "degraded_links"): {"a": [0, 0, 0], "b": [1, 0, 0], "bandwidth_frac": 0.5},
     ("interconnect", "failed_links"): {"a": [0, 0, 0], "b": [1, 0, 0]},
 }
-
-
-def _unwrap(annotation) -> list:
-    """The concrete types inside Optional / Union / Annotated."""
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _unwrap(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [t for arg in typing.get_args(annotation) for t in _unwrap(arg)]
-    return [annotation]
 
 
 def numeric_keys(cls: type[BaseModel] = Scenario, path: tuple = ()) -> list[tuple[tuple, str]]:

@@ -23,7 +23,7 @@ from ..errors import HloError
 from ..pod.catalog import load_catalog
 from .bundle_format import FORMAT, FORMAT_VERSION, MEMORY_KEYS, MODULE_SUFFIX, OOM_KEYS, OPTIONAL_KEYS, SIDE_SUFFIX, TOP_KEYS
 
-__all__ = ["XlaBundle", "XlaMemory", "XlaOom", "read_bundle", "sidecar_for", "MAX_SIDECAR_BYTES", "TOPOLOGY_CHIPS"]
+__all__ = ["XlaBundle", "XlaHbm", "XlaMemory", "XlaOom", "read_bundle", "sidecar_for", "MAX_SIDECAR_BYTES", "TOPOLOGY_CHIPS"]
 
 #: largest sidecar accepted: a cost analysis is a few hundred numbers
 MAX_SIDECAR_BYTES = 4 * 2**20
@@ -50,6 +50,13 @@ class XlaMemory:
         """``argument + output - alias + temp``: what the program holds in HBM at its peak."""
         return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
 
+    @property
+    def peak_live_bytes(self) -> float:
+        """``peak_memory_in_bytes``, the most bytes XLA's buffer assignment holds live at once, where jax
+        reports it; else :attr:`total_bytes`. On small programs the temporaries leave out buffers the peak
+        counts (a 130.7 MiB peak beside 37.3 MiB of arguments and temporaries, v6e, 8 layers of width 256)."""
+        return self.peak_bytes if self.peak_bytes else self.total_bytes
+
 
 @dataclass(frozen=True)
 class XlaOom:
@@ -58,6 +65,28 @@ class XlaOom:
     message: str
     required_bytes: float | None
     available_bytes: float | None
+
+
+@dataclass(frozen=True)
+class XlaHbm:
+    """What the TPU compiler said of a program's HBM, for a chip of ``devices_per_chip`` devices: its memory
+    analysis per device (None when it refused the program) or its refusal."""
+
+    memory: XlaMemory | None
+    oom: XlaOom | None
+    devices_per_chip: int = 1
+
+    @property
+    def peak_bytes_per_chip(self) -> float | None:
+        """XLA's peak (its ``peak_memory_in_bytes``, else arguments + outputs - aliased + temporaries), or what
+        its out-of-memory message says the program needs, times the chip's devices; None when it says neither."""
+        if self.memory is not None:
+            per_device = self.memory.peak_live_bytes
+        elif self.oom is not None and self.oom.required_bytes is not None:
+            per_device = self.oom.required_bytes
+        else:
+            return None
+        return per_device * self.devices_per_chip
 
 
 @dataclass(frozen=True)

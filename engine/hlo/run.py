@@ -29,7 +29,7 @@ from ..sampling import plan_sample
 from ..model.step import Segment, assemble
 from ..pod.topology import build_pod
 from ..trace import CHIP_KIND_SCHEMA, CHIPS_SCHEMA, EVENTS_SCHEMA, STEP_KIND_SCHEMA, STEPS_SCHEMA, TABLES, RunFacts, RunResult, Trace
-from .bundle import XlaBundle
+from .bundle import XlaBundle, XlaOom
 from .module_file import HloProgram, cached_program, module_sha256
 from .step import hlo_step_cost
 
@@ -56,14 +56,12 @@ def _xla_facts(b: XlaBundle | None) -> dict:
     }  # fmt: skip
 
 
-def _oom_result(scenario, prog: HloProgram, chip, pod, cal: Calibration) -> RunResult:
-    """An out-of-memory bundle: no module to run, so the run holds XLA's verdict and no steps."""
-    b = prog.bundle
-    assert b is not None and b.oom is not None
-    # what XLA said the program may use; where its message gives no size, what Podscope takes as usable
-    available = b.oom.available_bytes if b.oom.available_bytes is not None else chip.usable_hbm_bytes(cal.hbm_reserved_frac)
-    required = b.oom.required_bytes
-    detail = {
+def xla_oom_detail(oom: XlaOom, usable_bytes: float, suggestions: list[str]) -> dict:
+    """The ``oom_detail`` of a program XLA refused: its message and sizes per device, as the message gives
+    them (``usable_bytes`` where it gives no size), and ``suggestions``."""
+    available = oom.available_bytes if oom.available_bytes is not None else usable_bytes
+    required = oom.required_bytes
+    return {
         "chip": 0,
         "term": "temporary",
         "over_bytes": (required - available) if required is not None else None,
@@ -71,12 +69,21 @@ def _oom_result(scenario, prog: HloProgram, chip, pod, cal: Calibration) -> RunR
         "usable_bytes": available,
         "phase": "compile",
         "source": "xla",
-        "message": b.oom.message,
-        "suggestions": [
-            "XLA refused the program on this chip: shard it over more chips (a larger slice or a larger fsdp axis), "
-            "rematerialise activations (jax.checkpoint), or lower the per-chip batch, then compile again",
-        ],
+        "message": oom.message,
+        "suggestions": suggestions,
     }
+
+
+def _oom_result(scenario, prog: HloProgram, chip, pod, cal: Calibration) -> RunResult:
+    """An out-of-memory bundle: no module to run, so the run holds XLA's verdict and no steps."""
+    b = prog.bundle
+    assert b is not None and b.oom is not None
+    available = b.oom.available_bytes if b.oom.available_bytes is not None else chip.usable_hbm_bytes(cal.hbm_reserved_frac)
+    required = b.oom.required_bytes
+    detail = xla_oom_detail(b.oom, chip.usable_hbm_bytes(cal.hbm_reserved_frac), [
+        "XLA refused the program on this chip: shard it over more chips (a larger slice or a larger fsdp axis), "
+        "rematerialise activations (jax.checkpoint), or lower the per-chip batch, then compile again",
+    ])  # fmt: skip
     facts = RunFacts(
         chip=chip.key, chips=pod.chips, hosts=pod.hosts, slices=pod.slices, topology=scenario.pod.topology, steps=0,
         params=None, samples_per_step=scenario.training.global_batch, tokens_per_step=None,

@@ -63,7 +63,6 @@ __all__ = [
     "transformer_layer_activation_bytes",
     "layer_residual_bytes_per_token",
     "MemoryPlan",
-    "XlaMemory",
     "hbm_plan",
     "oom_detail",
     "CATEGORIES",
@@ -253,25 +252,6 @@ def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
     if remat == "minimal":
         return copies * (ff_e_in + 2 * d) + sh * (ff_e_in + d) + e - (ff_in + d)
     return e + 2 * d * copies + (copies + sh) * mlp_saved_elements(model.mlp, ff_e, elem_bytes) - mlp_saved_elements(model.mlp, model.d_ff, elem_bytes)
-
-
-@dataclass(frozen=True)
-class XlaMemory:
-    """What the TPU compiler said of the scenario's program, per chip, to stand in for the model's HBM.
-
-    ``peak_bytes`` is XLA's peak per chip (None when it refused the program), ``argument_bytes`` the
-    part of it that is the step's inputs (weights, optimizer state, batch); ``oom`` its verdict with
-    its ``message``; ``required_bytes`` / ``available_bytes`` what the message says the program needs
-    and a device has, per device (``devices_per_chip`` of them on a chip), where it says.
-    """
-
-    peak_bytes: float | None
-    argument_bytes: float
-    oom: bool
-    message: str | None = None
-    required_bytes: float | None = None
-    available_bytes: float | None = None
-    devices_per_chip: int = 1
 
 
 @dataclass(frozen=True)
