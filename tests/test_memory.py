@@ -22,6 +22,12 @@ def _gpt(**kw) -> TransformerModel:
     return TransformerModel(**dims)
 
 
+def _lane_aligned_gpt(**kw) -> TransformerModel:
+    """A model whose weights' shards keep a dimension of 128 (head dimension, vocabulary, d_ff) under any
+    FSDP degree: TPU layouts pad nothing, so its model states are the logical counts."""
+    return _gpt(**{"d_model": 128, "heads": 1, "d_ff": 256, "vocab": 128, **kw})
+
+
 class TestBytesPerParam:
     def test_adam_is_zero_s_16_bytes(self):
         # ZeRO sec. 3.1: mixed-precision Adam keeps 16 bytes per parameter (here 4 master + 4 grad + 8 m, v)
@@ -123,7 +129,7 @@ class TestPlan:
     @settings(max_examples=25, deadline=None)
     @given(fsdp=st.sampled_from([2, 4, 8, 16, 64, 256]), opt=st.sampled_from(["sgd", "momentum", "adam", "adafactor"]))
     def test_fsdp_shards_model_states_exactly_by_its_size(self, fsdp, opt):
-        model = _gpt(layers=4)
+        model = _lane_aligned_gpt(layers=4)
         cost = model_cost(model)
         one = _plan(cost, model, optimizer=opt)
         many = _plan(cost, model, optimizer=opt, fsdp=fsdp)
@@ -180,7 +186,7 @@ class TestPlan:
         assert last_layer == pytest.approx(model.layers * full + final_norm + recomputed)
 
     def test_scanned_backward_holds_the_whole_gradient_from_its_first_layer(self):
-        model = _gpt(layers=4)
+        model = _lane_aligned_gpt(layers=4)
         cost = model_cost(model)
         df = _plan(cost, model).timeline.to_pandas()
         grads = df.query("phase == 'backward' and category == 'grads'")["bytes"].to_numpy()
@@ -258,19 +264,19 @@ def test_convolutions_save_their_input_feature_map_not_the_im2col_matrix():
 def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     """GSPMD gathers one weight at a time: the forward's temporaries are the two largest weights.
 
-    d_model 64, d_ff 256, 4 heads of 16, vocab 100, gelu: per layer the weights are Q, K, V 64x64
-    each, out 64x64, MLP in 64x256 and MLP out 256x64; the (un)embedding 100x64. The two largest are
-    the MLP matrices, 2 x 16,384 params, gathered in bf16 (2 B): 65,536 bytes, whatever the layer
-    count (two whole layers would be 2 x 49,152 params). Beside them, the bf16 copy of every
-    weight's shard (the scanned stack's cast): 309,376 params / 2 x 2 B.
+    d_model 128, d_ff 256, one head of 128, vocab 128, gelu: per layer the weights are Q, K, V
+    128x128 each, out 128x128, MLP in 128x256 and MLP out 256x128; the (un)embedding 128x128. The
+    two largest are the MLP matrices, 2 x 32,768 params, gathered in bf16 (2 B): 131,072 bytes,
+    whatever the layer count (two whole layers would be 2 x 131,072 params). Beside them, the bf16
+    copy of every weight's shard (the scanned stack's cast): 822,528 params / 2 x 2 B.
     """
-    model = _gpt(layers=6)
+    model = _lane_aligned_gpt(layers=6)
     cost = model_cost(model)
-    assert cost.params == 309_376
+    assert cost.params == 822_528
     plan = _plan(cost, model, fsdp=2)
     df = plan.timeline.to_pandas()
     fwd = df[(df.phase == "forward") & (df.category == "temporary")]["bytes"]
-    assert (fwd == 2 * 64 * 256 * 2 + 309_376).all()
+    assert (fwd == 2 * 128 * 256 * 2 + 822_528).all()
     # backward: plus one layer's two largest weight gradients, unsharded, in the wire dtype (bf16)
     bwd = df[(df.phase == "backward") & (df.category == "temporary")]["bytes"].to_numpy()
-    assert bwd.max() == 2 * 64 * 256 * 2 + 2 * 64 * 256 * 2 + 309_376
+    assert bwd.max() == 2 * 128 * 256 * 2 + 2 * 128 * 256 * 2 + 822_528

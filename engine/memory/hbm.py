@@ -8,7 +8,10 @@ the optimizer's fp32 state: Adam m and v (8), momentum (4), SGD (0), Adafactor
 (factored second moments, O(rows + cols), taken as 0 per parameter; Shazeer &
 Stern 2018). Adam therefore costs 16 bytes per parameter, ZeRO's "16 Psi".
 FSDP and tensor parallelism shard all three by ``fsdp x tensor``; a
-parameter-server strategy keeps the embedding tables off the chips.
+parameter-server strategy keeps the embedding tables off the chips. A transformer's weight-shaped
+arrays (weights, gradients, moments, compute copies) take the HBM XLA's TPU layouts give them: a
+device-local shard with no dimension of 128 or more has its minor dimension padded to 128 lanes
+(:mod:`engine.memory.layout`).
 
 Activations saved for the backward pass of a transformer layer are what JAX's reverse-mode
 autodiff saves of the layer :mod:`profiler.xla_reference` writes (MaxText's way: RMSNorm in fp32,
@@ -55,6 +58,7 @@ import pyarrow as pa
 
 from ..model.models import ModelCost, layer_units
 from ..trace import TABLES
+from .layout import transformer_weight_padding
 from ..units import BYTES_PER_ELEMENT, GIB_BYTES, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = [
@@ -434,6 +438,12 @@ def hbm_plan(
     p_tensor = p_here / float(tensor)  # a shard replicated over fsdp
     if pipeline > 1:
         p_chip, p_tensor = p_chip / pipeline, p_tensor / pipeline
+    if cost.kind == "transformer" and model is not None:  # weight-shaped arrays as XLA's TPU layouts pad them
+        embed_pad, layer_pad, head_pad = transformer_weight_padding(
+            model, fsdp * devices_per_chip if fsdp > 1 else 1, tensor, expert, pipeline)
+        pad = np.full(n, layer_pad)
+        pad[0], pad[-1] = embed_pad, head_pad
+        p_chip, p_tensor = p_chip * pad, p_tensor * pad
     params_b = float((p_chip if weights_sharded else p_tensor).sum()) * bpp.params
     opt_b = float(p_chip.sum()) * bpp.optimizer
     grads_unit = (p_chip if grads_sharded else p_tensor) * bpp.grads

@@ -1,0 +1,54 @@
+"""TPU layout padding of weight-shaped arrays, against the layouts and argument bytes libtpu's compiler gives."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import scenario_from_dict
+from engine.memory.layout import tiled_elements, transformer_weight_padding
+from profiler import xla_grid
+
+
+@pytest.mark.parametrize(
+    ("shape", "factor"),
+    [
+        # as the compiled train step of profiler.xla_reference lays them out (libtpu 0.0.42.1, tpu-v6e 2x2):
+        ((8, 64, 4, 64), 2.0),  # wq, layers x d_model/4 x heads x head_dim: {3,2,1,0:T(4,128)}, 64 lanes padded to 128
+        ((8, 4, 64, 64), 2.0),  # wo: {3,2,1,0:T(8,128)}
+        ((4096, 64), 1.0),  # the embedding: {0,1:T(8,128)}, the vocabulary minor
+        ((8, 1024, 64), 1.0),  # w2: {1,2,0:T(8,128)}, d_ff minor
+        ((128, 64, 4, 64), 1.0),  # 128 stacked layers: the scan's dimension can be the minor one
+        ((50257, 8), 50304 / 50257),  # a vocabulary that is not a multiple of 128 pads to the next
+        ((), 1.0),
+    ],
+)
+def test_tiled_elements_pads_the_least_wasteful_minor_dimension_to_128_lanes(shape, factor):
+    logical = 1
+    for d in shape:
+        logical *= d
+    assert tiled_elements(shape) == pytest.approx(factor * logical)
+
+
+def _model(**changes):
+    raw = {"name": "t", "pod": {"chip": "tpu-v5e", "topology": "2x2"}, "parallelism": {"data": 1, "fsdp": 4},
+           "model": {"kind": "transformer", "layers": 8, "d_model": 256, "heads": 4, "d_ff": 1024, "vocab": 4096,
+                     "seq_len": 256, **changes}, "training": {"global_batch": 16, "steps": 1}}  # fmt: skip
+    return scenario_from_dict(raw).model
+
+
+def test_a_head_dimension_of_64_pads_only_where_no_local_dimension_reaches_128():
+    embed, layer, head = transformer_weight_padding(_model(), fsdp=4, tensor=1)
+    assert embed == head == 1.0
+    assert 1.0 < layer < 2.0  # Q, K, V and the output projection double; the MLP's projections do not
+    assert transformer_weight_padding(_model(), fsdp=1, tensor=1)[1] == 1.0  # d_model 256 unsharded is minor
+    assert transformer_weight_padding(_model(d_model=4096, heads=32, d_ff=16384), fsdp=64, tensor=1)[1] == 1.0
+
+
+def test_arguments_match_xlas_over_the_grid():
+    """Podscope's weights and optimizer state per chip against XLA's argument bytes, configuration by
+    configuration (Adafactor's factored moments, which Podscope counts as none, aside)."""
+    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if r.get("arguments_diff_pct") is not None]
+    rows = [r for r in rows if "adafactor" not in r["id"]]
+    assert len(rows) >= 300
+    off = {r["id"]: round(r["arguments_diff_pct"], 2) for r in rows if abs(r["arguments_diff_pct"]) > 1.0}
+    assert not off, off
