@@ -32,6 +32,9 @@ DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
 #: Podscope's HBM terms set against XLA's: the model states it holds as arguments (weights, optimizer
 #: state), and what XLA allocates as temporaries (gradients, saved activations, temporaries)
 _ARGUMENT_TERMS = ("params", "optimizer")
+#: configurations whose XLA peak (or, refused, the HBM XLA asked for) over the HBM a program may use lies
+#: in this range are reported apart as near the limit, on either side of it
+NEAR_LIMIT_RATIO = (0.8, 1.25)
 #: programs whose XLA peak reaches this per chip are reported apart: below it, buffers XLA keeps in
 #: on-chip memory and its fusion choices on tiny tensors weigh as much as what the model counts
 LARGE_PROGRAM_BYTES = 2**30
@@ -74,7 +77,15 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
                 "temp_diff_pct": 100.0 * (temp / x["temp_bytes"] - 1.0) if x["temp_bytes"] else None,
                 "temp_gap_bytes": temp - x["temp_bytes"],
             }
-        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "remat": scenario.training.remat, **cmp, **terms})
+        oom = rec["xla"]["oom"]
+        if x["peak_hbm_bytes"] is not None:
+            limit_ratio = x["peak_hbm_bytes"] / cmp["podscope"]["usable_hbm_bytes"]
+        elif oom and oom.get("required_bytes") and oom.get("available_bytes"):
+            limit_ratio = oom["required_bytes"] / oom["available_bytes"]
+        else:
+            limit_ratio = None
+        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "remat": scenario.training.remat, **cmp, **terms,
+                     "hbm_limit_ratio": limit_ratio})  # fmt: skip
     return rows
 
 
@@ -119,7 +130,10 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         against XLA's, over the compiled ones), ``hbm_median_pct`` (signed), ``verdict_agreement``
         (fraction of all configurations whose fits / out-of-memory verdicts agree), ``large_n``,
         ``hbm_large_median_abs_pct`` and ``hbm_large_p90_abs_pct`` (the same over programs whose XLA
-        peak is at least :data:`LARGE_PROGRAM_BYTES` per chip), ``false_fits``
+        peak is at least :data:`LARGE_PROGRAM_BYTES` per chip), ``near_limit_n`` (configurations whose
+        XLA peak, or the HBM XLA asked for when it refused, is within :data:`NEAR_LIMIT_RATIO` of the
+        usable HBM), ``near_limit_refused``, ``near_limit_hbm_median_abs_pct`` and
+        ``near_limit_verdict_agreement`` over them, ``false_fits``
         (Podscope says it fits, XLA refuses), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
         and ``by_remat``: per policy ``n``, ``hbm_median_pct`` and the signed median errors of
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
@@ -129,6 +143,9 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
     hbm = [r["hbm_diff_pct"] for r in compiled]
     large = [r["hbm_diff_pct"] for r in compiled if r["xla"]["peak_hbm_bytes"] >= LARGE_PROGRAM_BYTES]
     flops = [r["flops_diff_pct"] for r in compiled if r["flops_diff_pct"] is not None]
+    lo, hi = NEAR_LIMIT_RATIO
+    near = [r for r in rows if r["hbm_limit_ratio"] is not None and lo <= r["hbm_limit_ratio"] <= hi]
+    near_hbm = [r["hbm_diff_pct"] for r in near if r["hbm_diff_pct"] is not None]
     generations: dict[str, int] = {}
     for r in rows:
         generations[r["chip"]] = generations.get(r["chip"], 0) + 1
@@ -151,6 +168,10 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "large_n": len(large),
         "hbm_large_median_abs_pct": _median(large),
         "hbm_large_p90_abs_pct": float(np.percentile(np.abs(large), 90)) if large else None,
+        "near_limit_n": len(near),
+        "near_limit_refused": sum(1 for r in near if r["xla"]["oom"]),
+        "near_limit_hbm_median_abs_pct": _median(near_hbm),
+        "near_limit_verdict_agreement": sum(r["verdicts_agree"] for r in near) / len(near) if near else None,
         "verdict_agreement": sum(r["verdicts_agree"] for r in rows) / len(rows) if rows else None,
         "false_fits": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]),
         "false_ooms": sum(1 for r in rows if r["podscope"]["oom"] and not r["xla"]["oom"]),
@@ -163,6 +184,10 @@ def _pct(x: float | None, signed: bool = False) -> str:
     if x is None:
         return "-"
     return f"{x:+.1f}%" if signed else f"{x:.1f}%"
+
+
+def _share(x: float | None) -> float | None:
+    return None if x is None else 100.0 * x
 
 
 def xla_table(block: dict[str, Any]) -> str:
@@ -181,6 +206,10 @@ def xla_table(block: dict[str, Any]) -> str:
         f"| programs of 1 GiB per chip or more (XLA's peak) | {block['large_n']} |",
         f"| their HBM peak, median absolute error | {_pct(block['hbm_large_median_abs_pct'])} |",
         f"| their HBM peak, p90 absolute error | {_pct(block['hbm_large_p90_abs_pct'])} |",
+        f"| near the limit (XLA's peak, or what it asked for, at {NEAR_LIMIT_RATIO[0]:.0%}-{NEAR_LIMIT_RATIO[1]:.0%} of usable HBM) "
+        f"| {block['near_limit_n']} ({block['near_limit_refused']} refused) |",
+        f"| near the limit: HBM peak median absolute error (compiled) | {_pct(block['near_limit_hbm_median_abs_pct'])} |",
+        f"| near the limit: verdicts that agree | {_pct(_share(block['near_limit_verdict_agreement']))} |",
         f"| fits / out-of-memory verdicts that agree | {100 * block['verdict_agreement']:.1f}% |",
         f"| Podscope fits, XLA refuses (false fits) | {block['false_fits']} |",
         f"| Podscope out of memory, XLA compiles | {block['false_ooms']} |",

@@ -110,3 +110,4 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     shown_metrics = {m.label: m.value for m in at.metric}
     assert shown_metrics["Configurations"] == str(block["n"])
     assert shown_metrics["Fits / out of memory agree"] == f"{100 * block['verdict_agreement']:.1f}%"
+    assert shown_metrics["Near the limit, verdicts agree"] == f"{100 * block['near_limit_verdict_agreement']:.1f}%"

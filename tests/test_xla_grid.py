@@ -72,3 +72,15 @@ def test_docs_validation_table_is_the_current_block(block):
     assert read_block(DOCS / "validation.md", "validation-xla") == xla_grid.xla_table(block), (
         "docs/validation.md block 'validation-xla' is stale: run `python -m scripts.plot_validation`"
     )
+
+
+def test_the_grid_sits_near_the_hbm_limit_on_both_sides(block):
+    rows = xla_grid.grid_rows(xla_grid.load_grid())
+    lo, hi = xla_grid.NEAR_LIMIT_RATIO
+    near = [r for r in rows if r["hbm_limit_ratio"] is not None and lo <= r["hbm_limit_ratio"] <= hi]
+    assert block["near_limit_n"] == len(near)
+    refused = [r for r in near if r["xla"]["oom"]]
+    assert block["near_limit_refused"] == len(refused)
+    assert len(refused) >= 10 and len(near) - len(refused) >= 10, "too few configurations near the limit"
+    for r in refused:  # by XLA's own numbers, a refused configuration asked for more than it had
+        assert r["hbm_limit_ratio"] > 1.0, r["id"]

@@ -56,7 +56,7 @@ def _summary(df: pd.DataFrame) -> None:
     cases = e2e.dropna(subset=[col])
     s = validation.summarize(cases[col].to_numpy(), list(cases["id"]))
     which = "chip generation held out" if has_held else "in-sample"
-    cols = st.columns(4)
+    cols = st.columns(5)
     cols[0].metric("End-to-end cases", f"{s['n']}")
     cols[1].metric("Median |error|", _pct(s["median_abs_pct"]), help=f"predicted with the {which}")
     cols[2].metric("90th pct |error|", _pct(s["p90_abs_pct"]), help=f"predicted with the {which}")
@@ -119,7 +119,7 @@ def _against_the_compiler() -> None:
     if not block["n"]:
         return
     st.subheader("HBM against the TPU compiler")
-    cols = st.columns(4)
+    cols = st.columns(5)
     cols[0].metric("Configurations", f"{block['n']}", help=", ".join(f"{c} {n}" for c, n in block["generations"].items()))
     cols[1].metric("Median |error|, HBM peak", _pct(block["hbm_median_abs_pct"]),
                    help=f"90th percentile {_pct(block['hbm_p90_abs_pct'])}, over the {block['compiled']} programs XLA compiled")
@@ -127,6 +127,11 @@ def _against_the_compiler() -> None:
                    help=f"median |error| over {block['large_n']} programs; 90th percentile {_pct(block['hbm_large_p90_abs_pct'])}")
     cols[3].metric("Fits / out of memory agree", f"{100 * block['verdict_agreement']:.1f}%",
                    help=f"{block['false_fits']} where Podscope says it fits and XLA refuses")  # fmt: skip
+    near = block["near_limit_verdict_agreement"]
+    cols[4].metric("Near the limit, verdicts agree", "-" if near is None else f"{100 * near:.1f}%",
+                   help=f"{block['near_limit_n']} configurations whose XLA peak (or what XLA asked for) is 80-125% of "
+                        f"the usable HBM, {block['near_limit_refused']} of them refused; HBM peak median |error| "
+                        f"{_pct(block['near_limit_hbm_median_abs_pct'])} over the compiled ones")  # fmt: skip
     st.caption("Each configuration's JAX program (profiler/xla_reference.py) compiled by libtpu for its chip and "
                "slice on a CPU (data/reference/xla_grid.json, scripts/fixtures/make_xla_grid.py); XLA's peak is its "
                f"memory analysis's. FLOPs per chip agree within {_pct(block['flops_median_abs_pct'])} (median).")  # fmt: skip
