@@ -1,4 +1,4 @@
-"""Podscope's HBM model and FLOP count against the TPU compiler over a committed grid of transformer scenarios.
+"""Podscope's HBM model and FLOP count against the TPU compiler over a committed grid of transformer and MLP scenarios.
 
 ``data/reference/xla_grid.json`` (written by ``scripts/fixtures/make_xla_grid.py``) holds, per
 configuration, a scenario dict and what libtpu's compiler said of its JAX program
@@ -84,7 +84,7 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
             limit_ratio = oom["required_bytes"] / oom["available_bytes"]
         else:
             limit_ratio = None
-        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "remat": scenario.training.remat, **cmp, **terms,
+        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": scenario.model.kind, "remat": scenario.training.remat, **cmp, **terms,
                      "hbm_limit_ratio": limit_ratio})  # fmt: skip
     return rows
 
@@ -135,7 +135,9 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         usable HBM), ``near_limit_refused``, ``near_limit_hbm_median_abs_pct`` and
         ``near_limit_verdict_agreement`` over them, ``false_fits``
         (Podscope says it fits, XLA refuses), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
-        and ``by_remat``: per policy ``n``, ``hbm_median_pct`` and the signed median errors of
+        ``families``: per model family (``transformer``, ``mlp``) ``n``, ``compiled``, the HBM median
+        and p90 absolute errors, ``verdict_agreement`` and ``false_fits``; and ``by_remat``: per policy,
+        over the transformers, ``n``, ``hbm_median_pct`` and the signed median errors of
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
         terms (grads + activations + temporary against XLA's temporaries).
     """
@@ -150,17 +152,30 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         generations[r["chip"]] = generations.get(r["chip"], 0) + 1
     by_remat = {}
-    for policy in sorted({r["remat"] for r in rows}):
-        group = [r for r in compiled if r["remat"] == policy]
+    for policy in sorted({r["remat"] for r in rows if r["family"] == "transformer"}):
+        group = [r for r in compiled if r["remat"] == policy and r["family"] == "transformer"]
         by_remat[policy] = {
             "n": len(group),
             "hbm_median_pct": _signed_median([r["hbm_diff_pct"] for r in group]),
             "arguments_median_pct": _signed_median([r["arguments_diff_pct"] for r in group if r["arguments_diff_pct"] is not None]),
             "temp_median_pct": _signed_median([r["temp_diff_pct"] for r in group if r["temp_diff_pct"] is not None]),
         }
+    by_family = {}
+    for family in sorted({r["family"] for r in rows}):
+        group = [r for r in rows if r["family"] == family]
+        fam_hbm = [r["hbm_diff_pct"] for r in group if r["hbm_diff_pct"] is not None]
+        by_family[family] = {
+            "n": len(group),
+            "compiled": len(fam_hbm),
+            "hbm_median_abs_pct": _median(fam_hbm),
+            "hbm_p90_abs_pct": float(np.percentile(np.abs(fam_hbm), 90)) if fam_hbm else None,
+            "verdict_agreement": sum(r["verdicts_agree"] for r in group) / len(group),
+            "false_fits": sum(1 for r in group if not r["podscope"]["oom"] and r["xla"]["oom"]),
+        }
     return {
         "n": len(rows),
         "generations": dict(sorted(generations.items())),
+        "families": by_family,
         "compiled": len(compiled),
         "hbm_median_abs_pct": _median(hbm),
         "hbm_p90_abs_pct": float(np.percentile(np.abs(hbm), 90)) if hbm else None,
@@ -215,10 +230,15 @@ def xla_table(block: dict[str, Any]) -> str:
         f"| Podscope out of memory, XLA compiles | {block['false_ooms']} |",
         f"| FLOPs per chip per step, median absolute error | {_pct(block['flops_median_abs_pct'])} |",
         "",
-        "| remat | compiled | HBM peak, median | params + optimizer vs XLA arguments | grads + activations + temporary vs XLA temporaries |",
+        "| transformer remat | compiled | HBM peak, median | params + optimizer vs XLA arguments | grads + activations + temporary vs XLA temporaries |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for policy, g in block["by_remat"].items():
         lines.append(f"| `{policy}` | {g['n']} | {_pct(g['hbm_median_pct'], True)} | {_pct(g['arguments_median_pct'], True)} "
                      f"| {_pct(g['temp_median_pct'], True)} |")  # fmt: skip
+    lines += ["", "| family | configurations | compiled | HBM peak, median absolute | p90 absolute | verdicts agree | false fits |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for family, g in block["families"].items():
+        lines.append(f"| `{family}` | {g['n']} | {g['compiled']} | {_pct(g['hbm_median_abs_pct'])} | {_pct(g['hbm_p90_abs_pct'])} "
+                     f"| {_pct(_share(g['verdict_agreement']))} | {g['false_fits']} |")  # fmt: skip
     return "\n".join(lines) + "\n"

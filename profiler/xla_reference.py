@@ -1,4 +1,4 @@
-"""A built-in transformer scenario as the JAX train step it stands for, to compile with the TPU compiler.
+"""A built-in transformer or MLP scenario as the JAX train step it stands for, to compile with the TPU compiler.
 
 Podscope's ``[model] kind = "transformer"`` is an analytic account of what XLA does with a
 transformer's train step. :func:`build_program` writes that step as a real JAX program, one to
@@ -14,6 +14,9 @@ docs/model.md says each keeps: ``none`` no checkpoint; ``full``
 ``selective`` ``save_only_these_names`` over the tensors Podscope's ``selective`` keeps (both
 norms' outputs, Q, K, V, the attention output, the residual between the blocks, the MLP's
 pre-activations and activation), so the attention scores and probabilities are recomputed.
+
+``[model] kind = "mlp"`` (no embedding table) is a stack of dense layers with ReLU and a softmax
+cross-entropy, unrolled, weights sharded over ``fsdp`` (:func:`_build_mlp_program`).
 
 ``jax`` is optional: it is imported when a program is built, and a missing install is an
 :class:`~engine.errors.InputError` naming ``pip install -r requirements-tpu.txt``.
@@ -112,9 +115,13 @@ def target_of(scenario: Scenario) -> TpuTarget:
 def refusal(scenario: Scenario) -> str | None:
     """Why the scenario has no JAX program here (None when it has one)."""
     m, tr, p = scenario.model, scenario.training, scenario.parallelism
-    if m.kind != "transformer":
-        return f"model.kind {m.kind!r}: the TPU compiler check builds the transformer family only (kind = \"transformer\")"
-    if m.experts:
+    if m.kind not in ("transformer", "mlp"):
+        return f"model.kind {m.kind!r}: the TPU compiler check builds the transformer and mlp families (kind = \"transformer\" or \"mlp\")"
+    if m.kind == "mlp" and m.embedding_rows:
+        return "model.embedding_rows: an MLP behind an embedding table is not mapped to a JAX program yet; valid: no embedding_rows"
+    if m.kind == "mlp" and p.tensor > 1:
+        return f"parallelism.tensor = {p.tensor}: an MLP is mapped over data and fsdp only; valid: tensor = 1"
+    if m.kind == "transformer" and m.experts:
         return "model.experts > 0: mixture-of-experts layers are not mapped to a JAX program yet; valid: experts = 0"
     for axis in ("pipeline", "expert", "context"):
         if getattr(p, axis) > 1:
@@ -191,7 +198,8 @@ def program_params(scenario: Scenario) -> int:
     a final one, ``(4 x layers + 2) x d_model``; the program has ``(2 x layers + 1) x d_model``
     (``layers + 1`` norms with a parallel block).
     """
-    return sum(math.prod(shape) for shape, _ in _shapes(scenario).values())
+    shapes = _mlp_shapes(scenario) if scenario.model.kind == "mlp" else _shapes(scenario)
+    return sum(math.prod(shape) for shape, _ in shapes.values())
 
 
 def build_program(scenario: Scenario) -> XlaProgram:
@@ -200,7 +208,7 @@ def build_program(scenario: Scenario) -> XlaProgram:
     Parameters
     ----------
     scenario : Scenario
-        A validated scenario with ``[model] kind = "transformer"`` and no experts.
+        A validated scenario :func:`refusal` accepts: ``kind = "transformer"`` with no experts, or ``kind = "mlp"``.
 
     Returns
     -------
@@ -215,6 +223,8 @@ def build_program(scenario: Scenario) -> XlaProgram:
     if why:
         raise InputError(why)
     jax = _jax()
+    if scenario.model.kind == "mlp":
+        return _build_mlp_program(scenario, jax)
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -339,6 +349,73 @@ def build_program(scenario: Scenario) -> XlaProgram:
         notes.append(f"attention {m.attention_kernel!r} compiled as 'standard'")
     return XlaProgram(fn=fn, args=(params, state, tokens, tokens, count), target=target, mesh_axes=axes,
                       devices_per_chip=_DEVICES_PER_CHIP[generation_of(scenario)], notes=notes, loss=loss_fn)  # fmt: skip
+
+
+def _build_mlp_program(scenario: Scenario, jax: Any) -> XlaProgram:
+    """``kind = "mlp"``: a stack of dense layers, each ``x @ w + b`` then ReLU (the last one without),
+    softmax cross-entropy over the last layer's outputs, the layers unrolled (no scan); weights
+    sharded on their input dimension over ``fsdp``, the batch over ``data x fsdp``; ``remat = "full"``
+    puts one ``jax.checkpoint`` (``nothing_saveable``, ``prevent_cse``) around each layer, the other policies save
+    what autodiff saves (Podscope's ``minimal`` and ``selective`` are attention policies)."""
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    m, tr = scenario.model, scenario.training
+    target = target_of(scenario)
+    axes = mesh_axes(scenario)
+    mesh = target.mesh(axes)
+    f32 = jnp.float32
+    compute = jnp.bfloat16 if tr.precision == "bf16" else f32
+    wdtype = jnp.bfloat16 if tr.weight_dtype == "bf16" else f32
+    sdtype = jnp.bfloat16 if tr.optimizer_state == "bf16" else f32
+    batch = ("data", "fsdp")
+
+    def ns(*spec):
+        return NamedSharding(mesh, P(*spec))
+
+    params = {name: jax.ShapeDtypeStruct(shape, wdtype, sharding=ns(*spec)) for name, (shape, spec) in _mlp_shapes(scenario).items()}
+    n = len(m.layer_sizes) - 1
+
+    def dense(x, w, b, last):
+        y = jnp.einsum("bi,io->bo", x, w.astype(compute)) + b.astype(compute)
+        return y if last else jax.nn.relu(y)
+
+    def loss_fn(params, x, labels):
+        for i in range(n):
+            layer = lambda x, w, b, last=(i == n - 1): dense(x, w, b, last)  # noqa: E731
+            if tr.remat == "full":
+                # prevent_cse: outside a scan, XLA's CSE would merge the recomputation with the forward
+                layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.nothing_saveable, prevent_cse=True)
+            x = jax.lax.with_sharding_constraint(layer(x, params[f"w{i}"], params[f"b{i}"]), ns(batch, None))
+        logp = jax.nn.log_softmax(x.astype(f32), axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
+
+    opt = tr.optimizer
+    state = _optimizer_state(jax, jnp, opt, params, sdtype, mesh)
+
+    def step(params, state, x, labels, count):
+        grads = jax.grad(loss_fn)(params, x, labels)
+        c = count + 1
+        params, state = _update(jax, jnp, opt, params, grads, state, c)
+        return params, state, c
+
+    x = jax.ShapeDtypeStruct((tr.global_batch, m.layer_sizes[0]), compute, sharding=ns(batch, None))
+    labels = jax.ShapeDtypeStruct((tr.global_batch,), jnp.int32, sharding=ns(batch))
+    count = jax.ShapeDtypeStruct((), f32, sharding=ns())
+    fn = jax.jit(step, donate_argnums=(0, 1))
+    return XlaProgram(fn=fn, args=(params, state, x, labels, count), target=target, mesh_axes=axes,
+                      devices_per_chip=_DEVICES_PER_CHIP[generation_of(scenario)], notes=[], loss=loss_fn)  # fmt: skip
+
+
+def _mlp_shapes(scenario: Scenario) -> dict[str, tuple[tuple[int, ...], tuple]]:
+    """Parameter name -> (shape, partition spec) of an MLP: ``w{i}`` ``[fan_in, fan_out]`` over ``fsdp``, ``b{i}`` replicated."""
+    sizes = scenario.model.layer_sizes
+    out: dict[str, tuple[tuple[int, ...], tuple]] = {}
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        out[f"w{i}"] = ((fan_in, fan_out), ("fsdp", None))
+        out[f"b{i}"] = ((fan_out,), (None,))
+    return out
 
 
 def _flash_attention(jax, mesh, batch, notes, seq_len, head_dim):

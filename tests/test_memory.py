@@ -192,12 +192,12 @@ class TestPlan:
         grads = df.query("phase == 'backward' and category == 'grads'")["bytes"].to_numpy()
         assert (grads == cost.params * 4.0).all()  # the loop's carry: every layer's fp32 gradient
 
-    def test_mlp_generic_activations(self):
+    def test_mlp_activations_are_layer_inputs(self):
         model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 1024])
         cost = model_cost(model)
         plan = _plan(cost, model, per_chip_batch=8)
-        # saved per sample: each GEMM input (1024 + 4096) + half the elementwise traffic (4096 + 1024)
-        expected = 8 * ((1024 + 4096) + 0.5 * (2 * 4096 + 2 * 1024)) * 2
+        # saved per sample: each layer's input in bf16 (1024 + 4096); XLA derives ReLU's mask from the next input
+        expected = 8 * (1024 + 4096) * 2
         assert plan.timeline.to_pandas().query("phase == 'loss' and category == 'activations'")["bytes"].item() == expected
 
     def test_usable_bytes_decide_oom_not_capacity(self):
@@ -280,3 +280,40 @@ def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     # backward: plus one layer's two largest weight gradients, unsharded, in the wire dtype (bf16)
     bwd = df[(df.phase == "backward") & (df.category == "temporary")]["bytes"].to_numpy()
     assert bwd.max() == 2 * 128 * 256 * 2 + 2 * 128 * 256 * 2 + 822_528
+
+
+class TestUnrolled:
+    """An unrolled model (MLP): gradients live from their matmul to their in-place update; under FSDP the
+    forward's gathered weights stay until their backward use (XLA's CSE of the two all-gathers)."""
+
+    model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 4096, 1024])
+
+    def _frame(self, **kw):
+        return _plan(model_cost(self.model), self.model, per_chip_batch=8, **kw).timeline.to_pandas()
+
+    def test_no_gradient_accumulates_and_two_are_live_in_bf16(self):
+        df = self._frame()
+        assert (df.query("category == 'grads'")["bytes"] == 0.0).all()
+        bwd = df.query("phase == 'backward' and category == 'temporary'")["bytes"].to_numpy()
+        # units' parameters: the first layer with every bias (1024 x 4096 + 9,216), 4096 x 4096, 4096 x 1024
+        first, middle, last = 1024 * 4096 + 9216, 4096 * 4096, 4096 * 1024
+        casts = 2 * (middle + first)  # the two largest weights cast to bf16, in use and prefetched
+        # backward from the last layer: its bf16 gradient alone, then each with the one reduced just before
+        assert bwd.tolist() == [casts + 2 * last, casts + 2 * (middle + last), casts + 2 * (first + middle)]
+
+    def test_fsdp_keeps_the_gathered_weights_from_forward_to_backward_but_not_under_full_remat(self):
+        fwd = self._frame(fsdp=4).query("phase == 'forward' and category == 'temporary'")["bytes"].to_numpy()
+        assert (np.diff(fwd) > 0).all()  # one more gathered weight per layer
+        full = self._frame(fsdp=4, remat="full").query("phase == 'forward' and category == 'temporary'")["bytes"]
+        assert full.nunique() == 1 and full.iloc[0] < fwd[-1]
+
+    def test_rematerialization_gathers_again_rather_than_pass_the_limit(self):
+        deep = MlpModel(kind="mlp", layer_sizes=[1024, *[4096] * 8, 1024])
+        cost = model_cost(deep)
+        roomy = _plan(cost, deep, per_chip_batch=8, fsdp=4)
+        tight = _plan(cost, deep, per_chip_batch=8, fsdp=4, usable_bytes=roomy.peak_bytes * 0.8,
+                      capacity_bytes=roomy.peak_bytes)  # fmt: skip
+        assert not roomy.oom and tight.peak_bytes == pytest.approx(roomy.peak_bytes * 0.8) and not tight.oom
+        states = cost.params / 4 * 12  # fp32 weights and Adam moments, sharded four ways
+        impossible = _plan(cost, deep, per_chip_batch=8, fsdp=4, usable_bytes=states, capacity_bytes=states)
+        assert impossible.oom  # gathering again cannot take the model states below the limit

@@ -31,7 +31,7 @@ def test_the_block_covers_every_configuration_of_the_committed_grid(block):
 def test_the_grid_records_only_scenarios_and_xlas_numbers():
     for c in xla_grid.load_grid():
         assert set(c) == {"id", "scenario", "xla"}
-        assert c["scenario"]["model"]["kind"] == "transformer"
+        assert c["scenario"]["model"]["kind"] in ("transformer", "mlp")
         x = c["xla"]
         assert (x["memory"] is None) == (x["oom"] is not None), c["id"]
         assert x["jax_version"] and x["libtpu_version"] and x["compile_s"] > 0
@@ -84,3 +84,13 @@ def test_the_grid_sits_near_the_hbm_limit_on_both_sides(block):
     assert len(refused) >= 10 and len(near) - len(refused) >= 10, "too few configurations near the limit"
     for r in refused:  # by XLA's own numbers, a refused configuration asked for more than it had
         assert r["hbm_limit_ratio"] > 1.0, r["id"]
+
+
+def test_each_family_is_reported_on_its_own(block):
+    configs = xla_grid.load_grid()
+    kinds = {c["scenario"]["model"]["kind"] for c in configs}
+    assert kinds == {"transformer", "mlp"} == set(block["families"])
+    for kind, g in block["families"].items():
+        assert g["n"] == sum(1 for c in configs if c["scenario"]["model"]["kind"] == kind)
+        assert g["compiled"] <= g["n"] and g["hbm_p90_abs_pct"] >= g["hbm_median_abs_pct"]
+    assert sum(g["false_fits"] for g in block["families"].values()) == block["false_fits"]

@@ -102,10 +102,52 @@ def test_unmapped_scenarios_are_refused_with_a_reason(change, says):
         xla_reference.build_program(s)
 
 
-def test_a_non_transformer_is_refused():
-    raw = {"name": "m", "pod": {"chip": "tpu-v5e", "topology": "2x2"}, "model": {"kind": "mlp", "layer_sizes": [8, 8]},
+def _mlp(model=None, parallelism=None, training=None):
+    raw = {"name": "m", "pod": {"chip": "tpu-v5e", "topology": "2x2"},
+           "model": {"kind": "mlp", "layer_sizes": [256, 512, 512, 10], **(model or {})},
+           "training": {"global_batch": 64, "steps": 2, **(training or {})}, "parallelism": parallelism or {"fsdp": 4}}  # fmt: skip
+    return scenario_from_dict(raw)
+
+
+def test_families_without_a_program_are_refused():
+    raw = {"name": "r", "pod": {"chip": "tpu-v5e", "topology": "2x2"}, "model": {"kind": "resnet50"},
            "training": {"global_batch": 8, "steps": 2}}  # fmt: skip
-    assert "transformer" in xla_reference.refusal(scenario_from_dict(raw))
+    assert "transformer and mlp" in xla_reference.refusal(scenario_from_dict(raw))
+    assert xla_reference.refusal(_mlp()) is None
+    assert "embedding_rows" in xla_reference.refusal(_mlp({"embedding_rows": 1000}))
+    assert "tensor = 1" in xla_reference.refusal(_mlp(parallelism={"fsdp": 2, "tensor": 2}))
+
+
+def test_mlp_program_parameters_are_podscopes():
+    s = _mlp()
+    assert xla_reference.program_params(s) == model_cost(s.model).params == 256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+
+
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_mlp_saved_activations_are_podscopes_count(live, remat):
+    """``jax.ad_checkpoint``'s residuals of the MLP program's layers, against the activations Podscope's
+    HBM timeline holds at the loss: each layer's input in bf16. Left out of the listing: ReLU's
+    one-byte mask and zero tangent (XLA derives the mask from the next layer's saved input and folds
+    the broadcast constant into its select; the grid's compiled MLPs hold their inputs only) and the
+    loss's log-softmax, which XLA fuses into the last layer's gradient."""
+    from jax._src.ad_checkpoint import saved_residuals
+
+    from engine.memory.hbm import hbm_plan
+
+    s = _mlp(training={"remat": remat})
+    prog = xla_reference.build_program(s)
+    params, _, x, labels, _ = prog.args
+    b = s.training.global_batch
+    per_batch = sum(math.prod(aval.shape) * aval.dtype.itemsize
+                    for aval, where in saved_residuals(prog.loss, params, x, labels)
+                    if aval.shape[:1] == (b,) and aval.dtype != bool and "broadcast_in_dim" not in where
+                    and "log_softmax" not in where and "take_along_axis" not in where)  # fmt: skip
+    masks = sum(math.prod(aval.shape) for aval, _ in saved_residuals(prog.loss, params, x, labels) if aval.dtype == bool)
+    assert masks == (b * (512 + 512) if remat == "none" else 0)  # what JAX saves and XLA does not store
+    plan = hbm_plan(model_cost(s.model), s.model, per_chip_batch=b, precision="bf16", optimizer="adam", remat=remat,
+                    fsdp=1, tensor=1, capacity_bytes=2**34, usable_bytes=2**34)  # fmt: skip
+    at_loss = plan.timeline.to_pandas().query("phase == 'loss' and category == 'activations'")["bytes"].item()
+    assert per_batch == at_loss == b * 2 * (256 + 512 + 512)
 
 
 # --- the program's abstract arguments (JAX, no compile) ---------------------------------------
@@ -288,5 +330,5 @@ def test_run_xla_refuses_a_family_with_no_jax_program_and_stores_nothing(tmp_pat
     db = tmp_path / "p.duckdb"
     p = subprocess.run([sys.executable, "-m", "profiler", "run", "resnet50-v3-32", "--xla", "--db", str(db), "--create"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert p.returncode == 2 and "--xla" in p.stderr and "transformer family only" in p.stderr
+    assert p.returncode == 2 and "--xla" in p.stderr and "transformer and mlp families" in p.stderr
     assert not db.exists()

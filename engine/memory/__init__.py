@@ -2,6 +2,10 @@
 
 # The room's API is its modules' own ``__all__``, declared once there.
 from . import hbm as _hbm
+from . import layout as _layout
+from . import oom as _oom
 from .hbm import *  # noqa: F403
+from .layout import *  # noqa: F403
+from .oom import *  # noqa: F403
 
-__all__ = [*_hbm.__all__]
+__all__ = [*_hbm.__all__, *_layout.__all__, *_oom.__all__]

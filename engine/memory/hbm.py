@@ -25,9 +25,11 @@ MaxText's ``activation_embed -> tensor`` rule). The layer being recomputed under
 what Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
 sec. 4.1, without dropout) count: outside the stacked residuals XLA fuses the elementwise chains.
 Other models save each GEMM's input, attention-style activation operands and half their
-elementwise traffic; ``full`` keeps one boundary per block, while ``selective`` and ``minimal``
-(attention-specific) save the same as ``none``; their layers are unrolled, so activations are freed
-and gradients grow through the backward pass.
+elementwise traffic (an MLP: each layer's input); ``full`` keeps one
+boundary per block, while ``selective`` and ``minimal`` (attention-specific) save the same as
+``none``. Their layers are unrolled: activations are freed through the backward pass, each weight is
+updated in place once its gradient is reduced (a gradient lives from its matmul to its update), and
+under FSDP a weight gathered in the forward pass stays gathered until its backward use.
 
 Temporaries: the bf16 (or gathered, under FSDP) copies of two weight tensors
 (the one in use and the one prefetched: GSPMD gathers weight by weight, not layer
@@ -49,9 +51,7 @@ The peak is the largest point, and its breakdown is what is reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -59,7 +59,7 @@ import pyarrow as pa
 from ..model.models import ModelCost, layer_units
 from ..trace import TABLES
 from .layout import transformer_weight_padding
-from ..units import BYTES_PER_ELEMENT, GIB_BYTES, WEIGHT_BYTES_PER_ELEMENT
+from ..units import BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = [
     "BytesPerParam",
@@ -68,7 +68,6 @@ __all__ = [
     "layer_residual_bytes_per_token",
     "MemoryPlan",
     "hbm_plan",
-    "oom_detail",
     "CATEGORIES",
     "OPTIMIZER_STATE_BYTES_PER_PARAM",
     "OPTIMIZER_STATE_BYTES_PER_ELEMENT",
@@ -309,6 +308,18 @@ def _unit_activations(
         loss = tokens * model.vocab / tensor * elem
         return saved, recompute, loss
     ops = cost.ops
+    if cost.kind == "mlp":
+        # Each dense layer keeps its input. JAX also saves ReLU's one-byte mask (relu's derivative is
+        # select(x > 0, g, 0): mlp_saved_elements), but in an unrolled program XLA derives it from the next
+        # layer's saved input, the ReLU's output (positive exactly where the pre-activation is); the grid's
+        # compiled MLPs hold their inputs only. Under full remat the recomputed layer holds the mask again.
+        inputs = ops.in_elems_per_repeat * elem * b / tensor
+        masks = np.r_[ops.n[:-1].astype(np.float64), 0.0] * b / tensor
+        saved[:] = inputs
+        # the layer's backward holds the gradients of its output and of its input
+        grad_io = (ops.in_elems_per_repeat + ops.n) * elem * b / tensor
+        recompute[:] = grad_io + (masks if remat == "full" else 0.0)
+        return saved, recompute, 0.0
     # The weight gradient needs each GEMM's input as stored: a convolution's input feature map, not the
     # kh*kw-times larger im2col matrix (XLA convolves in place; in_elems_per_repeat is the map).
     per_row = ops.in_elems_per_repeat * ops.count + np.where(ops.w_is_activation, ops.k * ops.n * ops.count, 0.0)
@@ -507,6 +518,26 @@ def hbm_plan(
         arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
     arr[n + 2 : 2 * n + 2, 4] = weights_tmp + compute_copies + grad_tmp[::-1] + ring_bwd_b
     arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
+    if not scanned and not grad_accumulator:
+        # Unrolled layers: XLA updates each weight in place (parameters and moments donated) once its gradient
+        # is reduced, so a gradient lives from its matmul to its update, unsharded in the compute dtype: this
+        # unit's and the one reduced just before. Under FSDP XLA's CSE merges a weight's forward and backward
+        # all-gathers, so each gathered weight lives from its forward to its backward use (not under full
+        # remat: the checkpointed layer gathers again when it is recomputed).
+        unit_grad = p_tensor * BYTES_PER_ELEMENT[precision] * devices_per_chip
+        live_grad = unit_grad + np.r_[unit_grad[1:], 0.0]
+        # Where that would pass the HBM a program may use, XLA's rematerialization (HloRematerialization,
+        # given the memory limit) gathers again instead, down to the two tensors in flight.
+        kept = gathered and remat != "full"
+        held_w = np.cumsum(p_tensor * copy_bytes * devices_per_chip) if kept else np.full(n, weights_tmp)
+        arr[1 : n + 1, 4] = held_w + ring_fwd_b
+        arr[n + 1, 4] = held_w[-1] + loss_b
+        arr[n + 2 : 2 * n + 2, 1] = 0.0
+        arr[n + 2 : 2 * n + 2, 4] = (held_w + live_grad)[::-1] + ring_bwd_b
+        arr[-1, 1] = 0.0
+        if kept:
+            regather = np.r_[0.0, held_w, held_w[-1], held_w[::-1], 0.0] - weights_tmp
+            arr[:, 4] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, np.maximum(regather, 0.0))
     if grad_accumulator:  # the gradient accumulator is present from the first microbatch to the update
         arr[1:-1, 1] = grads_done
     totals = arr.sum(axis=1)
@@ -530,61 +561,3 @@ def hbm_plan(
         timeline=table,
     )
 
-
-def _gib(x: float) -> str:
-    return f"{x / GIB_BYTES:.1f} GiB"
-
-
-def oom_detail(
-    plan: MemoryPlan,
-    replan: Callable[..., MemoryPlan],
-    per_chip_batch: int,
-    data: int,
-    fsdp: int,
-    remat: str,
-    chip: int = 0,
-) -> dict[str, Any]:
-    """What overflowed and what would make it fit, for an out-of-memory plan.
-
-    ``replan(**changes)`` recomputes the plan with some of :func:`hbm_plan`'s
-    arguments changed; each suggestion states the peak it would give. Every chip
-    holds the same shards under SPMD, so the representative ``chip`` stands for all.
-
-    Returns
-    -------
-    dict with ``chip``, ``term`` (largest category at the peak), ``over_bytes``,
-    ``peak_bytes``, ``usable_bytes``, ``phase`` and ``suggestions`` (strings).
-    """
-
-    def verdict(p: MemoryPlan) -> str:
-        return f"peak {_gib(p.peak_bytes)}, " + ("fits" if not p.oom else f"still {_gib(p.over_bytes)} over")
-
-    suggestions: list[str] = []
-    for policy in ("selective", "minimal", "full"):
-        if policy != remat and remat != "full" and not (remat == "minimal" and policy == "selective"):
-            suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
-    if data % 2 == 0:
-        more = replan(fsdp=fsdp * 2)
-        suggestions.append(f"parallelism.fsdp = {fsdp * 2} (shard model states over 2x more chips): {verdict(more)}")
-    if per_chip_batch > 1:
-        suggestions.append(
-            f"halve the per-chip batch to {per_chip_batch // 2} (smaller global batch or 2x the chips): "
-            f"{verdict(replan(per_chip_batch=per_chip_batch // 2))}"
-        )
-    for k in (2, 4, 8, 16, 32, 64, 128):
-        # k x the chips at the same global batch: model states shard k x further, the per-chip batch shrinks
-        bigger = replan(fsdp=fsdp * k, per_chip_batch=max(1, per_chip_batch // k))
-        if not bigger.oom:
-            suggestions.append(f"a {k}x bigger slice with fsdp = {fsdp * k} at the same global batch: {verdict(bigger)}")
-            break
-    else:
-        suggestions.append("even a 128x bigger slice does not fit: remat, or shrink the model, batch or sequence length")
-    return {
-        "chip": chip,
-        "term": plan.largest_term,
-        "over_bytes": plan.over_bytes,
-        "peak_bytes": plan.peak_bytes,
-        "usable_bytes": plan.usable_bytes,
-        "phase": plan.peak_phase,
-        "suggestions": suggestions,
-    }
