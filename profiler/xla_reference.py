@@ -332,14 +332,7 @@ def build_program(scenario: Scenario) -> XlaProgram:
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
 
-    opt = tr.optimizer
-    state = _optimizer_state(jax, jnp, opt, params, sdtype, mesh)
-
-    def step(params, state, tokens, labels, count):
-        grads = jax.grad(loss_fn)(params, tokens, labels)
-        c = count + 1
-        params, state = _update(jax, jnp, opt, params, grads, state, c)
-        return params, state, c
+    state, step = _train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
 
     rows = ns(batch, None)
     tokens = jax.ShapeDtypeStruct((tr.global_batch, s_len), jnp.int32, sharding=rows)
@@ -391,14 +384,7 @@ def _build_mlp_program(scenario: Scenario, jax: Any) -> XlaProgram:
         logp = jax.nn.log_softmax(x.astype(f32), axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
-    opt = tr.optimizer
-    state = _optimizer_state(jax, jnp, opt, params, sdtype, mesh)
-
-    def step(params, state, x, labels, count):
-        grads = jax.grad(loss_fn)(params, x, labels)
-        c = count + 1
-        params, state = _update(jax, jnp, opt, params, grads, state, c)
-        return params, state, c
+    state, step = _train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
 
     x = jax.ShapeDtypeStruct((tr.global_batch, m.layer_sizes[0]), compute, sharding=ns(batch, None))
     labels = jax.ShapeDtypeStruct((tr.global_batch,), jnp.int32, sharding=ns(batch))
@@ -444,6 +430,20 @@ def _flash_attention(jax, mesh, batch, notes, seq_len, head_dim):
         return fa.flash_attention(q, k, v, causal=True, sm_scale=scale, block_sizes=sizes)
 
     return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
+
+
+def _train_step(jax, jnp, opt, loss_fn, params, sdtype, mesh):
+    """The optimizer's abstract state and ``step(params, state, inputs, labels, count)``: the gradient of
+    ``loss_fn(params, inputs, labels)`` and one update."""
+    state = _optimizer_state(jax, jnp, opt, params, sdtype, mesh)
+
+    def step(params, state, inputs, labels, count):
+        grads = jax.grad(loss_fn)(params, inputs, labels)
+        c = count + 1
+        params, state = _update(jax, jnp, opt, params, grads, state, c)
+        return params, state, c
+
+    return state, step
 
 
 def _optimizer_state(jax, jnp, opt, params, sdtype, mesh):
