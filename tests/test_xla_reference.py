@@ -259,10 +259,29 @@ def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
     assert "XLA       peak" in text and "temporaries" in text and "agree" in text
 
 
-def test_xla_check_refuses_a_non_transformer_with_exit_2():
+def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(live, tmp_path):
+    toml = tmp_path / "mlp.toml"
+    toml.write_text(
+        'name = "mlp"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n[model]\nkind = "mlp"\nlayer_sizes = [512, 2048, 2048, 10]\n'
+        '[training]\nglobal_batch = 256\nsteps = 2\n[parallelism]\ndata = 1\nfsdp = 4\n'
+    )
+    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", str(toml), "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert not out["xla"]["oom"] and out["verdicts_agree"]
+    n = xla_reference.program_params(load_scenario(toml))
+    inputs = 256 * 512 * 2 + 256 * 4  # bf16 features and int32 labels, sharded with the batch
+    # the weights and Adam state (12 bytes per parameter over 4 chips; biases replicated) and the batch
+    assert out["xla_compile"]["memory"]["argument_bytes"] >= 12 * n / 4 + inputs / 4
+    assert out["xla_compile"]["memory"]["alias_bytes"] >= 12 * n / 4
+    assert abs(out["flops_diff_pct"]) < 10
+
+
+def test_xla_check_refuses_a_family_without_a_program_with_exit_2():
     p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", "resnet50-v4-128"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)  # fmt: skip
-    assert p.returncode == 2 and "transformer" in p.stderr
+    assert p.returncode == 2 and "transformer and mlp families" in p.stderr
 
 
 # --- without JAX --------------------------------------------------------------------------------
