@@ -236,17 +236,22 @@ def test_stacked_residuals_per_layer_are_podscopes_count(live, model, remat):
 # --- live: compile and compare ----------------------------------------------------------------
 
 
-def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
-    toml = tmp_path / "tiny.toml"
-    toml.write_text(
-        'name = "tiny"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n'
-        '[model]\nkind = "transformer"\nlayers = 2\nd_model = 128\nheads = 2\nd_ff = 512\nvocab = 1024\nseq_len = 128\n'
-        'attention = "standard"\n[training]\nglobal_batch = 8\nsteps = 2\nremat = "full"\n[parallelism]\nfsdp = 4\n'
-    )
+def _xla_check_json(toml: Path, text: str) -> tuple[Path, dict]:
+    """Write ``text`` to ``toml`` and return it with ``python -m profiler xla-check TOML --json``'s output."""
+    toml.write_text(text)
     p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", str(toml), "--json"], cwd=ROOT, capture_output=True,
                        text=True, timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
+    return toml, json.loads(p.stdout)
+
+
+def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
+    toml, out = _xla_check_json(
+        tmp_path / "tiny.toml",
+        'name = "tiny"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n'
+        '[model]\nkind = "transformer"\nlayers = 2\nd_model = 128\nheads = 2\nd_ff = 512\nvocab = 1024\nseq_len = 128\n'
+        'attention = "standard"\n[training]\nglobal_batch = 8\nsteps = 2\nremat = "full"\n[parallelism]\nfsdp = 4\n',
+    )
     x, pod = out["xla"], out["podscope"]
     assert not x["oom"] and not pod["oom"] and out["verdicts_agree"]
     assert x["peak_hbm_bytes"] == out["xla_compile"]["memory"]["peak_bytes"] > 0  # one device per v5e chip
@@ -260,15 +265,11 @@ def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
 
 
 def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(live, tmp_path):
-    toml = tmp_path / "mlp.toml"
-    toml.write_text(
+    toml, out = _xla_check_json(
+        tmp_path / "mlp.toml",
         'name = "mlp"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n[model]\nkind = "mlp"\nlayer_sizes = [512, 2048, 2048, 10]\n'
-        '[training]\nglobal_batch = 256\nsteps = 2\n[parallelism]\ndata = 1\nfsdp = 4\n'
+        '[training]\nglobal_batch = 256\nsteps = 2\n[parallelism]\ndata = 1\nfsdp = 4\n',
     )
-    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", str(toml), "--json"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    out = json.loads(p.stdout)
     assert not out["xla"]["oom"] and out["verdicts_agree"]
     n = xla_reference.program_params(load_scenario(toml))
     inputs = 256 * 512 * 2 + 256 * 4  # bf16 features and int32 labels, sharded with the batch

@@ -524,20 +524,20 @@ def hbm_plan(
         # unit's and the one reduced just before. Under FSDP XLA's CSE merges a weight's forward and backward
         # all-gathers, so each gathered weight lives from its forward to its backward use (not under full
         # remat: the checkpointed layer gathers again when it is recomputed).
-        unit_grad = p_tensor * BYTES_PER_ELEMENT[precision] * devices_per_chip
-        live_grad = unit_grad + np.r_[unit_grad[1:], 0.0]
+        unit_grad_b = p_tensor * BYTES_PER_ELEMENT[precision] * devices_per_chip
+        live_grad_b = unit_grad_b + np.r_[unit_grad_b[1:], 0.0]
         # Where that would pass the HBM a program may use, XLA's rematerialization (HloRematerialization,
         # given the memory limit) gathers again instead, down to the two tensors in flight.
         kept = gathered and remat != "full"
-        held_w = np.cumsum(p_tensor * copy_bytes * devices_per_chip) if kept else np.full(n, weights_tmp)
-        arr[1 : n + 1, 4] = held_w + ring_fwd_b
-        arr[n + 1, 4] = held_w[-1] + loss_b
+        held_w_b = np.cumsum(p_tensor * copy_bytes * devices_per_chip) if kept else np.full(n, weights_tmp)
+        arr[1 : n + 1, 4] = held_w_b + ring_fwd_b
+        arr[n + 1, 4] = held_w_b[-1] + loss_b
         arr[n + 2 : 2 * n + 2, 1] = 0.0
-        arr[n + 2 : 2 * n + 2, 4] = (held_w + live_grad)[::-1] + ring_bwd_b
+        arr[n + 2 : 2 * n + 2, 4] = (held_w_b + live_grad_b)[::-1] + ring_bwd_b
         arr[-1, 1] = 0.0
         if kept:
-            regather = np.r_[0.0, held_w, held_w[-1], held_w[::-1], 0.0] - weights_tmp
-            arr[:, 4] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, np.maximum(regather, 0.0))
+            regather_b = np.r_[0.0, held_w_b, held_w_b[-1], held_w_b[::-1], 0.0] - weights_tmp
+            arr[:, 4] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, np.maximum(regather_b, 0.0))
     if grad_accumulator:  # the gradient accumulator is present from the first microbatch to the update
         arr[1:-1, 1] = grads_done
     totals = arr.sum(axis=1)
