@@ -158,7 +158,6 @@ def simulate(
             "compute_source": "podscope",
             "hbm_peak_phase": mem.peak_phase,
             "mesh": mesh.describe(),
-            **({"cmem_elementwise_frac": comp.cmem_elementwise_frac} if chip.cmem_bytes > 0 else {}),
             "parallelism_strategy": scenario.parallelism.strategy,
             **run_assumptions(scenario),
             "exposed_layer_collective_s": costs.comm_forward_s + costs.comm_backward_s,

@@ -488,7 +488,6 @@ SELECT run_id, name, source, chip, chips, steps,
        CAST(summary->>'batch_over_b_crit' AS DOUBLE) AS batch_over_b_crit,
        scenario->'convergence'->>'task' AS task,
        CAST(summary->>'params' AS DOUBLE) AS params,
-       CAST(summary->>'cmem_elementwise_frac' AS DOUBLE) AS cmem_elementwise_frac,
        -- what makes two runs the same job: the whole model, the training recipe and every mesh axis but data
        CAST(scenario->'model' AS VARCHAR) AS model_json,
        json_object('precision', scenario->'training'->'precision', 'optimizer', scenario->'training'->'optimizer',

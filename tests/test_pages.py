@@ -379,19 +379,3 @@ def test_two_models_that_read_alike_are_two_series_told_apart():
     labels = series_labels(df, "strong").tolist()
     assert len(set(labels)) == 3
     assert labels[0] == "transformer 1.3B on tpu-v5p, batch 256, remat full"
-
-
-def test_a_superlinear_point_says_why(tmp_path, monkeypatch):
-    """The bundled ResNet strong-scaling sweep runs above 100% past its smallest point: v4's CMEM holds more of a
-    smaller per-chip batch's outputs. The Scaling page names that cause beside the curve."""
-    from profiler import api
-    from profiler.store import Database
-
-    path = tmp_path / "runs.duckdb"
-    for topo, data in (("2x4x4", 32), ("4x4x8", 128)):
-        api.run_file(api.scenario_path("resnet50-v4-128"), Database(path),
-                     overrides={"pod.topology": topo, "parallelism.data": data, "training.steps": 5, "sim.trace": "summary"})  # fmt: skip
-    monkeypatch.setenv("PODSCOPE_DB", str(path))
-    at = _page("views/scaling.py")
-    infos = [i.value for i in at.info]
-    assert any("CMEM" in i and "128 chips" in i and "more than linear" in i for i in infos), infos

@@ -131,15 +131,8 @@ def _say_superlinear(shown) -> None:
         top = over.loc[over["efficiency"].idxmax()]
         head = (f"**{series}**: {top['efficiency']:.0%} efficient at {int(top['chips']):,} chips, more than linear from "
                 f"{int(base['chips']):,} chips.")  # fmt: skip
-        cmem_lo, cmem_hi = base.get("cmem_elementwise_frac"), top.get("cmem_elementwise_frac")
-        if cmem_lo == cmem_lo and cmem_hi == cmem_hi and cmem_hi is not None and cmem_hi > cmem_lo + 0.05:  # not NaN
-            st.info(f"{head} Its per-chip batch of {top['per_chip_batch']:g} keeps {cmem_hi:.0%} of the elementwise passes' "
-                    f"bytes in the chip's on-chip common memory (v4's 128 MiB CMEM) against {cmem_lo:.0%} at "
-                    f"{base['per_chip_batch']:g} per chip, so fewer of them go to HBM and each sample takes less time "
-                    "(docs/model.md, compute).")  # fmt: skip
-        else:
-            st.info(f"{head} Each chip's share of the step shrinks faster than its batch there: compare the two runs' "
-                    "step time by cause on the Compare page.")  # fmt: skip
+        st.info(f"{head} Each chip's share of the step shrinks faster than its batch there: compare the two runs' "
+                "step time by cause on the Compare page.")  # fmt: skip
 
 
 _TABLE_CONFIG = {

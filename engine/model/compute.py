@@ -118,10 +118,6 @@ class ComputeCost:
     attention_fwd_bwd_s: float = 0.0
     # the routed-expert GEMMs' executed work (whole MXU edges, whole grouped-matmul tiles) over their FLOPs
     expert_work_over_flops: float = 1.0
-    # share of the elementwise passes' bytes served from on-chip common memory (v4's CMEM) instead of
-    # HBM: the ops whose output fits in it; a smaller per-chip batch fits more, so its step runs faster
-    # per sample (what can make a strong-scaling point more than 100% efficient)
-    cmem_elementwise_frac: float = 0.0
 
 
 def step_compute(
@@ -201,14 +197,13 @@ def step_compute(
         in_elems = np.where(attn & prev_attn, 0.0, in_elems)
         out_elems = np.where(attn & next_attn, 0.0, out_elems)
         elementwise_elems = np.where(attn, 0.0, elementwise_elems)
-    bytes_ = (in_elems + w_elems + out_elems) * elem
     # The elementwise passes after an op (batch-norm statistics, normalise, activation) re-read the
-    # output just written. When that output fits in on-chip common memory (TPU v4's 128 MiB CMEM,
-    # Jouppi et al. 2023 sec. 2), those passes are served on chip and cost no HBM traffic.
-    out_bytes = m_rows * n_shard * elem  # one repeat's output on this chip
-    on_chip = (out_bytes <= chip.cmem_bytes) if chip.cmem_bytes > 0 else np.zeros(len(ops.names), dtype=bool)
-    elementwise_bytes = elementwise_elems * elem
-    bytes_ += np.where(on_chip, 0.0, elementwise_bytes)
+    # output just written, from HBM: TPU v4's 128 MiB CMEM (Jouppi et al. 2023, sec. 2) is the TPU
+    # compiler's alternate memory for buffers it prefetches and evicts (a 64 MiB preallocated temporary
+    # per TensorCore in libtpu's buffer assignment), not bandwidth that frees these passes; its own cost
+    # estimates of a v4 ResNet-50 step make a sample's elementwise fusions dearer at a small per-chip
+    # batch, not cheaper (docs/model.md, compute).
+    bytes_ = (in_elems + w_elems + out_elems + elementwise_elems) * elem
     # AQT quantises the weight matmuls only; activation x activation einsums stay in bf16.
     # fp8 recipes (MaxText / AQT fp8, NVIDIA Transformer Engine) likewise quantise the weight matmuls.
     peak = np.where(ops.w_is_activation & (precision in ("int8", "fp8")), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
@@ -218,8 +213,6 @@ def step_compute(
     per_pass = np.maximum(t_flops, t_bytes)
     passes = passes_per_op(ops, remat, flash)
     overhead = float((ops.launches * passes).sum()) * cal.op_overhead_s
-    ew_total = float((elementwise_bytes * passes).sum())
-    cmem_frac = float((np.where(on_chip, elementwise_bytes, 0.0) * passes).sum()) / ew_total if ew_total > 0 else 0.0
     flop_bound = t_flops >= t_bytes
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
@@ -228,7 +221,6 @@ def step_compute(
     expert_flops = float(flops_useful[ex].sum())
     return ComputeCost(
         expert_work_over_flops=float(flops_padded[ex].sum()) / expert_flops if expert_flops > 0 else 1.0,
-        cmem_elementwise_frac=cmem_frac,
         expert_forward_s=float(per_pass[ex].sum()),
         expert_fwd_bwd_s=float((per_pass * passes)[ex].sum()),
         attention_forward_s=float(per_pass[attn].sum()),

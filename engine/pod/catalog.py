@@ -14,7 +14,7 @@ from typing import Literal
 
 from ..data_files import DATA_DIR
 from ..errors import ScenarioError
-from ..units import GB_BYTES, GIB_BYTES, MIB_BYTES, TERA
+from ..units import GB_BYTES, GIB_BYTES, TERA
 
 __all__ = ["ChipSpec", "load_catalog", "DATA_DIR", "DEFAULT_CATALOG_PATH"]
 
@@ -41,12 +41,10 @@ _REQUIRED = {
     "wraparound": str,
 }
 
-#: keys a chip table may omit, with their default: on-chip memory beside the cores that holds
-#: whole tensors between ops (TPU v4's CMEM), 0 where the generation has none or none is documented;
-#: the fp8 matmul rate, 0 where the chip has none; the HBM XLA lets one program use, 0 where no
+#: keys a chip table may omit, with their default: the fp8 matmul rate, 0 where the chip has none; the HBM XLA lets one program use, 0 where no
 #: compiler log of it is on record; the TensorCores JAX sees as separate devices on one chip (1 where
 #: the cores run as one "megacore" device, or the chip has one core)
-_OPTIONAL = {"cmem_mib": 0.0, "peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0, "clock_ghz": 0.0, "devices_per_chip": 1}
+_OPTIONAL = {"peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0, "clock_ghz": 0.0, "devices_per_chip": 1}
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,6 @@ class ChipSpec:
     max_slice_chips: int
     tensorcores_per_chip: int
     wraparound: Wraparound
-    cmem_bytes: float = 0.0  # on-chip common memory (v4 CMEM) that can hold a tensor between ops
     peak_fp8_flops_per_s: float = 0.0  # 0: no fp8 matmul rate (fp8 training is refused)
     hbm_program_limit_bytes: float = 0.0  # XLA's compile-time HBM limit for one program; 0: not on record
     clock_hz: float = 0.0  # TensorCore clock: XLA:TPU's estimated cycles over it are seconds; 0: not on record
@@ -152,7 +149,6 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         max_slice_chips=int(raw["max_slice_chips"]),
         tensorcores_per_chip=int(raw["tensorcores_per_chip"]),
         wraparound=raw["wraparound"],
-        cmem_bytes=float(raw.get("cmem_mib", _OPTIONAL["cmem_mib"])) * MIB_BYTES,
         peak_fp8_flops_per_s=float(raw.get("peak_fp8_tflops", _OPTIONAL["peak_fp8_tflops"])) * TERA,
         hbm_program_limit_bytes=float(limit) * GIB_BYTES,
         clock_hz=float(raw.get("clock_ghz", _OPTIONAL["clock_ghz"])) * 1e9,
