@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.data_files import DATA_DIR
-from engine.memory.hbm import MemoryPlan, bytes_per_param, hbm_plan, transformer_layer_activation_bytes
+from engine.memory.activations import transformer_layer_activation_bytes
+from engine.memory.hbm import MemoryPlan, bytes_per_param, hbm_plan
 from engine.model.analytic import evaluate
 from engine.model.models import model_cost
 from engine.pod.catalog import load_catalog

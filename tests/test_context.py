@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
-from engine.memory.hbm import transformer_layer_activation_bytes
+from engine.memory.activations import transformer_layer_activation_bytes
 from engine.model.analytic import step_costs
 from engine.model.compute import step_compute
 from engine.model.context import kv_block_bytes, plan_ring_attention, ring_hop_s

@@ -150,7 +150,7 @@ class TestRouting:
     def test_dropless_buffers_hold_k_copies_per_token(self):
         """Per token, a dropless MoE layer's activations are those of capacity factor 1 (k slots), and
         capacity factor 2 adds exactly k more copies of the dispatch/combine and expert-MLP terms."""
-        from engine.memory.hbm import transformer_layer_activation_bytes
+        from engine.memory.activations import transformer_layer_activation_bytes
 
         def layer_bytes(cf):
             s = scenario_from_dict(_moe_scenario(model={"capacity_factor": cf}))

@@ -40,7 +40,7 @@ def test_fp8_runs_weight_matmuls_at_the_fp8_peak_and_halves_their_bytes():
     step = lambda r: float(r.trace.steps.column("step_ns").to_numpy()[-1])  # noqa: E731
     assert step(fp8) < step(bf16)
     # one byte per saved activation, but the norms' fp32 values and the masks keep their width
-    from engine.memory.hbm import layer_residual_bytes_per_token
+    from engine.memory.activations import layer_residual_bytes_per_token
 
     model = scenario_from_dict(_llm("tpu7x", "fp8")).model
     tokens = 128 // 64 * 2048

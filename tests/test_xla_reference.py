@@ -214,11 +214,11 @@ def test_weights_shard_fsdp_on_d_model_and_tensor_on_heads_and_d_ff(live):
 )
 def test_stacked_residuals_per_layer_are_podscopes_count(live, model, remat):
     """``jax.ad_checkpoint``'s residuals of the program's layer scan, per token and layer, equal
-    :func:`engine.memory.hbm.layer_residual_bytes_per_token` plus, with no remat, the layer's weights
+    :func:`engine.memory.activations.layer_residual_bytes_per_token` plus, with no remat, the layer's weights
     cast to bf16 (which Podscope counts once for the whole stack)."""
     from jax._src.ad_checkpoint import saved_residuals
 
-    from engine.memory.hbm import layer_residual_bytes_per_token
+    from engine.memory.activations import layer_residual_bytes_per_token
 
     s = _scenario(model=model, training={"remat": remat}, parallelism={"data": 4})
     prog = xla_reference.build_program(s)

@@ -44,7 +44,8 @@ def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
     from its saved input (the jax.checkpoint docstring): what its backward ops read. A GEMM's
     gradient reads its inputs, not its output, so an op whose output only adds into the residual
     stream (``GemmOps.residual_out``: a transformer's MLP down-projection, and the attention output
-    projection of a parallel block) is not rerun: 3 passes. XLA's own FLOP count agrees
+    projection of a parallel block) is not rerun: 3 passes; nor is an op outside the checkpointed blocks
+    (``GemmOps.outside_remat``: ResNet-50's stem and classifier). XLA's own FLOP count agrees
     (``tests/fixtures/remat/remat_flops.json``, made by ``scripts/fixtures/make_remat_flops.py``):
     a full-remat layer recomputes 0.767 of its forward FLOPs where the forward without the
     down-projection is 0.765, and a parallel block 0.708 where without both projections it is 0.706.
@@ -53,6 +54,8 @@ def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
     passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
     if remat == "full" and ops.residual_out is not None:
         passes[ops.residual_out] = PASSES_BY_REMAT["none"]
+    if remat == "full" and ops.outside_remat is not None:
+        passes[ops.outside_remat] = PASSES_BY_REMAT["none"]
     if remat in ("selective", "minimal"):
         passes[attn] = 4.0
     if flash:

@@ -66,6 +66,9 @@ class GemmOps:
     # Separate matmuls an op's output columns come from, each ``n / n_parts`` wide (a SwiGLU expert's
     # gate and up projections: two grouped-matmul calls, each tiled on its own). None: one each.
     n_parts: np.ndarray | None = None
+    # True for ops outside the blocks a full remat checkpoints (ResNet-50's stem and classifier: one
+    # jax.checkpoint per bottleneck block), which it does not rerun. None: none.
+    outside_remat: np.ndarray | None = None
 
     @property
     def is_routing(self) -> np.ndarray:
@@ -162,6 +165,7 @@ def _ops(
     residual_out: set[str] | frozenset[str] = frozenset(),
     routing: set[str] | frozenset[str] = frozenset(),
     n_parts: dict[str, int] | None = None,
+    outside_remat: set[str] | frozenset[str] = frozenset(),
 ) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
@@ -178,6 +182,7 @@ def _ops(
         residual_out=np.array([name in residual_out for name in names], dtype=bool) if residual_out else None,
         routing=np.array([name in routing for name in names], dtype=bool) if routing else None,
         n_parts=np.array([n_parts.get(name, 1) for name in names], dtype=np.float64) if n_parts else None,
+        outside_remat=np.array([name in outside_remat for name in names], dtype=bool) if outside_remat else None,
     )
 
 
@@ -230,7 +235,8 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
     rows.append(("fc", 1, c_in, model.classes, 1, False, model.classes))
     in_elems.append(c_in)
     bn_ops = tuple(i for i, r in enumerate(rows) if r[0] != "fc")  # every convolution is followed by a batch norm
-    return ModelCost("resnet50", params, _ops(rows, in_elems=in_elems), None, blocks, batch_norm_ops=bn_ops)
+    ops = _ops(rows, in_elems=in_elems, outside_remat={"stem", "fc"})
+    return ModelCost("resnet50", params, ops, None, blocks, batch_norm_ops=bn_ops)
 
 
 def _tp_all_reduces(model: TransformerModel) -> int:

@@ -56,7 +56,7 @@ class TransformerModel(Section):
     kv_heads: PositiveInt | None = None
     head_dim: PositiveInt | None = None
     # "gelu" and "relu": two matrices around the activation; "swiglu": a gate and an up projection
-    # (Shazeer 2020). They cost the same FLOPs per matrix; what the backward keeps differs (engine/memory/hbm.py).
+    # (Shazeer 2020). They cost the same FLOPs per matrix; what the backward keeps differs (engine/memory/activations.py).
     mlp: Literal["gelu", "relu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
     # Attention and MLP side by side on one layer norm, their outputs summed (GPT-J; PaLM, Chowdhery et al.

@@ -1,0 +1,246 @@
+"""What a training step keeps for its backward pass: the activations each layer saves, by model family and remat.
+
+A transformer layer saves what JAX's reverse-mode autodiff saves of the layer :mod:`profiler.xla_reference`
+writes (``jax.ad_checkpoint.print_saved_residuals``), which XLA keeps as it is under ``jax.lax.scan``; an
+unrolled model (an MLP, ResNet-50) keeps what XLA's buffer assignment keeps of its step, which fuses the
+elementwise chains autodiff would save. :func:`unit_activations` is what :func:`engine.memory.hbm.hbm_plan`
+lays on its timeline, per unit of :func:`engine.model.models.layer_units`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model.models import ModelCost
+from ..units import BYTES_PER_ELEMENT
+
+__all__ = [
+    "layer_residual_bytes_per_token",
+    "materialized_layer_elements",
+    "mlp_saved_elements",
+    "transformer_layer_activation_bytes",
+    "unit_activations",
+]
+
+
+def transformer_layer_activation_bytes(
+    model, per_chip_batch: int, precision: str, remat: str, tensor: int = 1, context: int = 1
+) -> float:
+    """Bytes one transformer layer keeps for its backward pass on one chip: JAX's residuals of the layer.
+
+    ``model`` is a :class:`~engine.scenario.TransformerModel` and the layer is the one
+    :mod:`profiler.xla_reference` writes (MaxText's way). What reverse-mode autodiff saves of it is
+    what ``jax.ad_checkpoint.print_saved_residuals`` lists, and under ``jax.lax.scan`` XLA keeps
+    those residuals as they are, stacked over the layers (:func:`layer_residual_bytes_per_token`).
+    Under ``full`` remat this is the layer's input only; the recomputed layer is a separate term.
+    ``context`` splits the sequence: the chip keeps ``seq_len / context`` tokens of each sample (the
+    attention scores of its queries still span every key, ``h s`` per token).
+    """
+    tokens = float(per_chip_batch) * model.seq_len / context
+    per_token = layer_residual_bytes_per_token(model, precision, remat)
+    if getattr(model, "moe_layers", 0) and remat != "full":
+        elem = BYTES_PER_ELEMENT[precision]
+        per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat, elem) * elem
+    return tokens * per_token / tensor
+
+
+#: fp32 scalars per token an RMSNorm keeps: the mean of squares and its reciprocal square root
+_NORM_SCALAR_BYTES = 8.0
+#: fp32 scalars per token and head the softmax (or the flash kernel) keeps: the row max and the row sum
+_SOFTMAX_ROW_BYTES_PER_HEAD = 8.0
+
+
+def layer_residual_bytes_per_token(model, precision: str, remat: str) -> float:
+    """Bytes per token one transformer layer saves for its backward pass, by remat policy.
+
+    What JAX's reverse-mode autodiff saves of the layer as :mod:`profiler.xla_reference` writes it
+    (``jax.ad_checkpoint.print_saved_residuals``; ``tests/test_xla_reference.py`` checks this
+    function against it), with ``e`` the bytes of an activation (2 in bf16):
+
+    - ``none``: each RMSNorm computes in fp32 (as MaxText's ``RMSNorm``): its fp32 input, its fp32
+      normalised value, its cast output and two fp32 scalars, ``(8 + e) d + 8``. Standard attention:
+      the reshaped query and the key, value and attention output (``e (2 h q + 2 kv q)``), the masked
+      scores in fp32 and the probabilities (``(4 + e) h s``), the softmax's row max and sum
+      (``8 h``). The Pallas flash kernel keeps its query, key and value (repeated to every head) and
+      output as it lays them out, the output again as the output projection's input, and its row
+      statistics: ``5 e h q + 8 h``, no ``s`` term. The MLP: GELU (tanh form, ``jax.nn.gelu``'s
+      default) and SwiGLU keep six ``d_ff``-wide tensors (the projections' outputs and the
+      activation's intermediates), ReLU its output and a one-byte mask (JAX's ``relu`` derivative is
+      ``select(x > 0, g, 0)``).
+    - ``minimal`` (``checkpoint_dots_with_no_batch_dims``): the outputs of the weight matmuls, Q, K,
+      V, the MLP's first projection(s) and the two ``d``-wide projections, ``e ((h + 2 kv) q + ff_in + 2 d)``.
+    - ``selective``: the names it saves (:data:`profiler.xla_reference._SELECTIVE_NAMES`) and the
+      layer's input: four ``d``-wide tensors (two with a parallel block), Q, K, V, the attention
+      output, the MLP's pre-activation(s) and activation.
+    - ``full``: the layer's input, ``e d``.
+
+    The layer's weights, cast to the compute dtype, are saved too: :func:`hbm_plan` counts them
+    once for every layer (XLA hoists the cast of the stacked weights out of the loop under remat).
+    """
+    d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
+    kv = model.kv_heads_eff
+    f = model.d_ff
+    e = BYTES_PER_ELEMENT[precision]
+    swiglu = model.mlp == "swiglu"
+    parallel = getattr(model, "parallel_block", False)
+    if remat == "full":
+        return e * d
+    if remat == "minimal":
+        return e * ((h + 2 * kv) * q + f * (2 if swiglu else 1) + 2 * d)
+    if remat == "selective":
+        return e * ((2 if parallel else 4) * d + 2 * h * q + 2 * kv * q + f * (3 if swiglu else 2))
+    norms = 1 if parallel else 2
+    norm = (8.0 + e) * d + _NORM_SCALAR_BYTES
+    if model.attention_kernel == "flash":
+        attn = 5.0 * e * h * q + _SOFTMAX_ROW_BYTES_PER_HEAD * h
+    else:
+        attn = e * (2 * h * q + 2 * kv * q) + (4.0 + e) * h * s + _SOFTMAX_ROW_BYTES_PER_HEAD * h
+    return norms * norm + attn + mlp_saved_elements(model.mlp, f, e) * e
+
+
+def materialized_layer_elements(model) -> float:
+    """Elements per token a transformer layer materialises for its backward pass when XLA compiles it
+    whole (not as stacked residuals): Korthikanti et al. 2022, sec. 4.1, without dropout.
+
+    The two norms' inputs and outputs (``4 d``; ``2 d`` with a parallel block's one norm), Q, K, V
+    (``(h + 2 kv) q``), the output projection's input (``h q``), the MLP's projection output(s) and
+    activation, and the softmax probabilities (``h s``; never with the flash kernel).
+    """
+    d, h, q, s = model.d_model, model.heads, model.head_dim_eff, model.seq_len
+    kv = model.kv_heads_eff
+    ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
+    norms = 2.0 if getattr(model, "parallel_block", False) else 4.0
+    out = norms * d + (h + 2 * kv) * q + h * q + ff_in + model.d_ff
+    if model.attention_kernel != "flash":
+        out += h * s
+    return out
+
+
+#: d_ff-wide activations a GELU (tanh form) or SwiGLU MLP saves with no remat: ``print_saved_residuals``
+#: of the reference layer lists six (the projections' outputs and the activation's intermediates)
+_GATED_MLP_SAVED = 6
+
+
+def mlp_saved_elements(mlp: str, d_ff: int, elem_bytes: float) -> float:
+    """Elements per token an MLP of width ``d_ff`` keeps for its backward pass (no remat), in units of ``elem_bytes``.
+
+    GELU (``jax.nn.gelu``'s tanh form) and SwiGLU keep six ``d_ff``-wide tensors: the
+    projections' outputs and the intermediates of the activation, which JAX's autodiff saves
+    rather than recomputes. ReLU keeps its output and a one-byte mask: JAX defines ``relu``'s
+    derivative as ``select(x > 0, g, 0)`` (``jax/_src/nn/functions.py``), so the backward reads
+    ``x > 0``, a boolean, instead of ``x`` (``jax.ad_checkpoint.print_saved_residuals`` lists a
+    bf16 output and a bool residual for ``relu(x @ w1) @ w2``).
+    """
+    if mlp == "relu":
+        return d_ff + d_ff * 1.0 / elem_bytes
+    return _GATED_MLP_SAVED * d_ff
+
+
+def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
+    """Elements per token a MoE layer saves beyond a dense layer's (its MLP terms replaced).
+
+    The router logits (``experts``), the dispatched tokens and the combined outputs at
+    capacity (``2 d`` per routed copy, ``model.routed_copies_per_token`` copies), and the experts'
+    MLP activations for those routed plus the shared copies instead of
+    the dense MLP's.
+    """
+    d, e, sh = model.d_model, model.experts, model.shared_experts
+    ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
+    ff_e = model.d_ff_expert_eff
+    ff_e_in = ff_e * (2 if model.mlp == "swiglu" else 1)
+    copies = model.routed_copies_per_token
+    if remat == "minimal":
+        return copies * (ff_e_in + 2 * d) + sh * (ff_e_in + d) + e - (ff_in + d)
+    return e + 2 * d * copies + (copies + sh) * mlp_saved_elements(model.mlp, ff_e, elem_bytes) - mlp_saved_elements(model.mlp, model.d_ff, elem_bytes)
+
+
+def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """What XLA keeps of a ResNet-50 step (:mod:`profiler.xla_resnet`'s program; the TPU compiler grid's ResNet-50
+    configurations), per unit (one per convolution, then the classifier).
+
+    Each convolution's bf16 output, from which XLA's fusions recompute the batch norm and ReLU wherever the
+    backward reads them (the next convolution's input among them), and each bottleneck block's output (the
+    residual add and ReLU), the next block's input; the stem also keeps its normalised output, the max-pool's
+    input, and the max-pool's output, the first block's input. JAX's autodiff alone would save the fp32
+    normalisation chain too (``jax.ad_checkpoint.print_saved_residuals``: about seven times as much); XLA fuses it.
+    Under ``full`` remat (one ``jax.checkpoint`` per block) the stem's tensors and each block's input stay, and the
+    block in its backward holds its convolutions' outputs and its own output again. While a convolution's backward
+    runs, the gradients of its output and input are live.
+    """
+    names = ops.names
+    out = ops.m * ops.n * ops.count
+    block_of = np.array([name.split(".")[0] if "." in name else name for name in names])
+    is_block_end = np.array([name.endswith(".conv3") for name in names])
+    stem = np.array([name == "stem" for name in names])
+    first_block = np.flatnonzero(np.char.startswith(block_of.astype(str), "s0b0"))
+    pool_out = float(ops.in_elems_per_repeat[first_block[0]]) if first_block.size else 0.0
+    scale = float(b) * elem / tensor
+    kept = np.where(ops.w_is_activation, 0.0, out) + np.where(is_block_end, out, 0.0) + np.where(stem, out + pool_out, 0.0)
+    grad_io = (ops.in_elems_per_repeat + out) * scale
+    n = len(names)
+    if remat != "full":
+        return kept * scale, grad_io, 0.0
+    saved = np.where(stem, kept, 0.0)
+    recompute = grad_io.copy()
+    for block in dict.fromkeys(block_of[~stem & (block_of != "fc")]):
+        rows = np.flatnonzero(block_of == block)
+        saved[rows[0]] += ops.in_elems_per_repeat[rows[0]]  # the block's input, its checkpoint
+        recompute[rows] += kept[rows].sum() * scale
+    return saved * scale, recompute, 0.0 if n else 0.0
+
+
+def unit_activations(
+    cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units, context: int = 1
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes)."""
+    n = len(units)
+    elem = BYTES_PER_ELEMENT[precision]
+    saved = np.zeros(n)
+    recompute = np.zeros(n)
+    if cost.kind == "transformer":
+        layer = transformer_layer_activation_bytes(model, b, precision, remat, tensor, context)
+        saved[1:-1] = layer
+        if remat != "none":
+            # The layer being recomputed materialises what its backward reads beside what the policy
+            # saved: its matmuls' inputs and outputs and the softmax. Outside the scan's stacked residuals
+            # XLA fuses the elementwise chains (the fp32 norm, the activation's intermediates) into their
+            # consumers, so this is the count of Korthikanti et al. 2022 (sec. 4.1, no dropout).
+            tokens = float(b) * model.seq_len / context
+            recompute[1:-1] = max(0.0, tokens * materialized_layer_elements(model) * elem / tensor - layer)
+        tokens = float(b) * model.seq_len / context
+        # the final norm's input and output: outside the scan XLA fuses its fp32 arithmetic into them
+        saved[-1] = tokens * 2 * model.d_model * elem / tensor
+        # the logits in the compute dtype: XLA fuses the fp32 log-softmax and its gradient into the
+        # unembedding's matmuls instead of materialising them
+        loss = tokens * model.vocab / tensor * elem
+        return saved, recompute, loss
+    ops = cost.ops
+    if cost.kind == "mlp":
+        # Each dense layer keeps its input. JAX also saves ReLU's one-byte mask (relu's derivative is
+        # select(x > 0, g, 0): mlp_saved_elements), but in an unrolled program XLA derives it from the next
+        # layer's saved input, the ReLU's output (positive exactly where the pre-activation is); the grid's
+        # compiled MLPs hold their inputs only. Under full remat the recomputed layer holds the mask again.
+        inputs = ops.in_elems_per_repeat * elem * b / tensor
+        masks = np.r_[ops.n[:-1].astype(np.float64), 0.0] * b / tensor
+        saved[:] = inputs
+        # the layer's backward holds the gradients of its output and of its input
+        grad_io = (ops.in_elems_per_repeat + ops.n) * elem * b / tensor
+        recompute[:] = grad_io + (masks if remat == "full" else 0.0)
+        return saved, recompute, 0.0
+    if cost.kind == "resnet50":
+        return _resnet_activations(ops, b, elem, remat, tensor)
+    # The weight gradient needs each GEMM's input as stored: a convolution's input feature map, not the
+    # kh*kw-times larger im2col matrix (XLA convolves in place; in_elems_per_repeat is the map).
+    per_row = ops.in_elems_per_repeat * ops.count + np.where(ops.w_is_activation, ops.k * ops.n * ops.count, 0.0)
+    per_row = per_row + 0.5 * ops.elementwise_elems_total
+    per_row = per_row * b * elem / tensor
+    if remat == "full":
+        blocks = max(cost.layers, 1)
+        boundary = float(ops.in_elems_per_repeat[0]) * b * elem / tensor
+        saved[:] = boundary * blocks / n
+        recompute[:] = per_row.sum() / blocks
+    else:
+        saved[:] = per_row
+    return saved, recompute, 0.0
+
+
