@@ -221,6 +221,23 @@ class TestRouting:
         assert eight.facts.extra["hbm_expert_weight_bytes"] == pytest.approx(one.facts.extra["hbm_expert_weight_bytes"] / 8)
         assert eight.facts.hbm_breakdown_bytes["params"] < one.facts.hbm_breakdown_bytes["params"]
 
+    def test_every_weight_shards_over_the_expert_axis_as_maxtext_shards_it(self):
+        """MaxText's ``embed`` rule shards a dense weight's model dimension over fsdp and expert, and its ``exp`` rule
+        the routed experts over expert: the optimizer state of fsdp 2 x expert 8 is every parameter over 16 chips,
+        dense ones included (d_model 1024 and d_ff 4096 leave no tile padding)."""
+        s = scenario_from_dict(_moe_scenario(model={"d_ff_expert": 4096}, training={"global_batch": 64, "steps": 12,
+                                                                                    "optimizer": "adam"}))  # fmt: skip
+        r = simulate(s)
+        n = model_cost(s.model).params
+        assert r.facts.hbm_breakdown_bytes["optimizer"] == pytest.approx(8.0 * n / 16, rel=1e-9)
+
+    def test_dense_weights_gather_over_expert_and_no_gradient_is_all_reduced_over_it(self):
+        lc = simulate(scenario_from_dict(_moe_scenario())).trace.extra["layer_collectives"].to_pandas()
+        on_expert = lc[lc.mesh_axis == "expert"]
+        assert set(on_expert.op) == {"all-to-all", "all-gather", "reduce-scatter"}
+        gathers = on_expert[(on_expert.op == "all-gather") & (on_expert.phase == "forward")]
+        assert len(gathers) == 6  # the embedding, the 4 layers' attention and router weights, the unembedding
+
 
 class TestBadInput:
     @pytest.mark.parametrize(

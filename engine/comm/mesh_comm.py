@@ -184,7 +184,6 @@ class StepComm:
     data_sync_s: float = 0.0  # the data-parallel part of gradient_sync_s (ICI over `data`, then DCN)
     ps_push_s: float = 0.0  # the parameter-server part of gradient_sync_s
     grad_shard_bytes: float = 0.0  # gradient bytes each chip all-reduces over `data` (and DCN)
-    expert_sync_s: float = 0.0  # non-expert gradients all-reduced over `expert` (it replicates them)
     all_to_all_s: float = 0.0  # the expert dispatch/combine all-to-alls of one step, forward + backward
     # weights replicated over `context`: their gradients reduce-scattered and all-gathered over it around
     # the data-parallel all-reduce (which moves the 1 / context shard)
@@ -244,10 +243,13 @@ def plan_step_comm(
     experts' chips and combines the results back, one all-to-all each over ``expert``
     (``dispatch_bytes`` per chip: its tokens x top-k x d_model), and the transposes of both in
     the backward pass (GShard, Lepikhin et al. 2020). They sit on the critical path (the
-    experts need the tokens; the next layer needs the combine), so they are exposed. Expert
-    weights shard over ``expert``: FSDP gathers and the data-parallel sync move ``1 / expert``
-    of them, while the other weights, replicated over ``expert``, all-reduce their gradients
-    over it once per step. Each of ``pipeline`` stages holds ``1 / pipeline`` of the
+    experts need the tokens; the next layer needs the combine), so they are exposed. The weights
+    shard as MaxText shards them (configs/base.yml ``logical_axis_rules``, since 6ebe4cf8 of
+    2024-09-06): a routed expert's weights over ``expert`` (each chip holds ``1 / expert`` of the
+    experts) and their model dimension over ``fsdp``; a dense weight's model dimension over
+    ``fsdp`` and ``expert`` both (``embed``). So a layer gathers its dense weights over ``expert``
+    (then over ``fsdp``), its experts over ``fsdp`` alone, and reduce-scatters their gradients the
+    same way; the data-parallel sync moves ``1 / (fsdp x expert x tensor)`` of every weight. Each of ``pipeline`` stages holds ``1 / pipeline`` of the
     parameters, so its gradient sync moves that share. Under ``remat = "full"`` the recomputed
     forward repeats each MoE layer's dispatch and combine inside the backward pass.
 
@@ -289,8 +291,9 @@ def plan_step_comm(
     p_unit = np.array([u.params for u in units], dtype=np.float64)
     if n:
         p_unit[0] = p_unit[0] - sparse  # PS keeps the embedding off the chips
-    if cost.expert_params:  # this chip's experts only
-        p_unit = p_unit - np.array([u.expert_params for u in units]) * (1.0 - 1.0 / ep.size)
+    e_unit = np.array([u.expert_params for u in units], dtype=np.float64) if cost.expert_params else np.zeros(n)
+    d_unit = p_unit - e_unit  # dense weights: their model dimension shards over fsdp and expert
+    p_unit = d_unit + e_unit / ep.size  # what a chip holds replicated over fsdp: its experts and every dense weight
     act = np.array([u.act_out_elems for u in units], dtype=np.float64)
 
     def each(op: str, nbytes: np.ndarray, axis: MeshAxis) -> np.ndarray:
@@ -306,6 +309,17 @@ def plan_step_comm(
         ag[gather_on] = each("all-gather", g_bytes[gather_on], fsdp)
     if scatter_on.any():
         rs[scatter_on] = each("reduce-scatter", r_bytes[scatter_on], fsdp)
+    # the dense weights' expert stage: gathered over expert to their fsdp shard before the fsdp gather, their
+    # gradients reduce-scattered over expert after the fsdp reduce-scatter
+    ep_on = (d_unit > 0) & (ep.size > 1)
+    ge_bytes = d_unit / (fsdp.size * tensor.size) * wire
+    re_bytes = d_unit / (fsdp.size * tensor.size) * grad_wire
+    age, rse = np.zeros(n), np.zeros(n)
+    if ep_on.any():
+        age[ep_on] = each("all-gather", ge_bytes[ep_on], ep)
+        rse[ep_on] = each("reduce-scatter", re_bytes[ep_on], ep)
+        ag += age
+        rs += rse
     # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
     # per pass, 1 with a parallel block); for other models one per GEMM output.
     per_layer = cost.tp_all_reduces_per_layer
@@ -323,11 +337,17 @@ def plan_step_comm(
     for i, u in enumerate(units if tables else ()):
         if gather_on[i]:
             rows += [
-                (i, u.name, "forward", "all-gather", "fsdp", g_bytes[i], ag[i]),
-                (i, u.name, "backward", "all-gather", "fsdp", g_bytes[i], ag[i]),
+                (i, u.name, "forward", "all-gather", "fsdp", g_bytes[i], ag[i] - age[i]),
+                (i, u.name, "backward", "all-gather", "fsdp", g_bytes[i], ag[i] - age[i]),
             ]
         if scatter_on[i]:
-            rows.append((i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes[i], rs[i]))
+            rows.append((i, u.name, "backward", "reduce-scatter", "fsdp", r_bytes[i], rs[i] - rse[i]))
+        if ep_on[i]:
+            rows += [
+                (i, u.name, "forward", "all-gather", "expert", ge_bytes[i], age[i]),
+                (i, u.name, "backward", "all-gather", "expert", ge_bytes[i], age[i]),
+                (i, u.name, "backward", "reduce-scatter", "expert", re_bytes[i], rse[i]),
+            ]
         if tp_on[i]:
             rows += [
                 (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
@@ -365,12 +385,8 @@ def plan_step_comm(
             a2a_s += 2 * one * len(moe_units)
 
     # Data-parallel gradient sync of this chip's dense shard: over `data` in the slice, then DCN.
-    dense = cost.params - sparse - cost.expert_params * (1.0 - 1.0 / ep.size)
+    dense = (cost.params - sparse) / ep.size
     shard_bytes = dense / (fsdp.size * tensor.size) * grad_wire / pipeline
-    replicated_bytes = (cost.params - sparse - cost.expert_params) / (fsdp.size * tensor.size) * grad_wire / pipeline
-    expert_sync_s = mesh_collective_s("all-reduce", replicated_bytes, ep, link, lat) if ep.size > 1 else 0.0
-    if expert_sync_s > 0:
-        rows.append((-1, "model", "gradient_sync", "all-reduce", "expert", replicated_bytes, expert_sync_s))
     fsdp_grad_s = weight_gather_s = 0.0
     if fsdp.size > 1 and fsdp_shard != "all":
         full_bytes = shard_bytes * fsdp.size  # this chip's replicated (tensor) shard, in weight_dtype
@@ -406,7 +422,7 @@ def plan_step_comm(
             (0, "embed", "forward", "ps-pull", "dcn", chip_bytes, ps_pull),
             (0, "embed", "gradient_sync", "ps-push", "dcn", chip_bytes, ps_push),
         ]
-    total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push + a2a_s + expert_sync_s
+    total = float(ag.sum() * 2 + rs.sum() + tp_f.sum() + tp_b.sum()) + grad_s + ps_pull + ps_push + a2a_s
     total += fsdp_grad_s + weight_gather_s + context_sync_s
     if rows and tables:
         unit, layer, phase, op, axis, nbytes, t = zip(*rows)
@@ -432,7 +448,6 @@ def plan_step_comm(
         data_sync_s=grad_s,
         ps_push_s=ps_push,
         grad_shard_bytes=shard_bytes,
-        expert_sync_s=expert_sync_s,
         all_to_all_s=a2a_s,
         context_sync_s=context_sync_s,
         fsdp_grad_sync_s=fsdp_grad_s,

@@ -251,7 +251,10 @@ def hbm_plan(
     p_unit = np.array([u.params for u in units], dtype=np.float64)
     if sparse_off_chip:
         p_unit[0] = max(0.0, p_unit[0] - cost.sparse_params)
-    p_here = p_unit - np.array([u.expert_params for u in units]) * (1.0 - 1.0 / expert) if cost.expert_params else p_unit
+    # MaxText's rule (configs/base.yml logical_axis_rules, since 6ebe4cf8 of 2024-09-06): a dense weight's model
+    # dimension shards over fsdp and expert ("embed"), a routed expert's over fsdp ("embed_no_exp") and its experts
+    # over expert ("exp"), so every parameter is 1 / expert on this chip before fsdp and tensor shard it
+    p_here = p_unit / float(expert)
     p_chip = p_here / float(fsdp * tensor)  # the optimizer state's shard, whatever the ZeRO stage
     p_tensor = p_here / float(tensor)  # a shard replicated over fsdp
     if pipeline > 1:
@@ -288,7 +291,7 @@ def hbm_plan(
         compute_copies *= devices_per_chip
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
-    scattered = fsdp > 1 and grads_sharded
+    scattered = (fsdp > 1 or expert > 1) and grads_sharded
     two_largest: dict[int, float] = {}  # the layers share one tensor list: sort it once
     for t in tensors if scattered else ():
         if id(t) not in two_largest:

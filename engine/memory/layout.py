@@ -47,7 +47,7 @@ def transformer_weight_padding(model, fsdp: int, tensor: int, expert: int = 1, p
     """(embedding, layer, unembedding) HBM bytes over logical bytes of a transformer's weights on one device.
 
     The device-local shards of the tensors :mod:`profiler.xla_reference` and MaxText store (``d_model``
-    over ``fsdp``, heads, ``d_ff`` and the vocabulary over ``tensor``, routed experts over
+    over ``fsdp`` and, in a dense weight, ``expert`` too: MaxText's ``embed`` rule; heads, ``d_ff`` and the vocabulary over ``tensor``, routed experts over
     ``expert``), each layer tensor stacked over the layers this device holds (``jax.lax.scan``'s
     leading dimension, ``layers / pipeline``): Q, K and V as ``[d, heads, head_dim]``, the output projection as ``[heads, head_dim,
     d]``, the MLP's projections as ``[d, d_ff]`` and ``[d_ff, d]``, the embedding ``[vocab, d]``.
@@ -55,7 +55,8 @@ def transformer_weight_padding(model, fsdp: int, tensor: int, expert: int = 1, p
     every array of a weight's shape: the weights, their gradients and the optimizer's moments.
     """
     d, h, kv, q = model.d_model, model.heads, model.kv_heads_eff, model.head_dim_eff
-    dl, ht = _shard(d, fsdp), _shard(h, tensor)
+    dl, ht = _shard(d, fsdp * expert), _shard(h, tensor)
+    de = _shard(d, fsdp)  # a routed expert's model dimension: fsdp only
     kvt = _shard(kv, tensor) if kv % tensor == 0 else kv
     ff = _shard(model.d_ff, tensor)
     shapes = [(dl, ht, q), (dl, kvt, q), (dl, kvt, q), (ht, q, dl)]
@@ -65,7 +66,7 @@ def transformer_weight_padding(model, fsdp: int, tensor: int, expert: int = 1, p
         shapes += [(dl, ff)] * n_in + [(ff, dl)]
     if getattr(model, "experts", 0):
         e_local, ffe = _shard(model.experts, expert), _shard(model.d_ff_expert_eff, tensor)
-        shapes += [(e_local, dl, ffe)] * n_in + [(e_local, ffe, dl)]
+        shapes += [(e_local, de, ffe)] * n_in + [(e_local, ffe, de)]
     stacked = [(_shard(model.layers, pipeline), *s) for s in shapes]  # the scan's layer dimension may be the minor one
     layer = sum(tiled_elements(s) for s in stacked) / sum(math.prod(s) for s in stacked)
     vocab = (_shard(model.vocab, tensor), dl)

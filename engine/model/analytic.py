@@ -106,7 +106,7 @@ class StepCosts:
             Segment("collective", self.comm_forward_s),
             Segment("compute", bwd * noise),
             Segment("collective", self.comm_backward_s),
-            Segment("collective", self.grad_sync_s + self.comm.ps_push_s + self.comm.expert_sync_s + self.comm.context_sync_s
+            Segment("collective", self.grad_sync_s + self.comm.ps_push_s + self.comm.context_sync_s
                     + self.comm.fsdp_grad_sync_s, barrier=True),
             Segment("compute", self.update_s),
             Segment("collective", self.comm.weight_gather_s),  # ZeRO-1/2: the updated weights gathered
@@ -216,7 +216,7 @@ def step_costs(
     # per-microbatch collectives (FSDP gathers, TP all-reduces, expert all-to-alls) repeat per microbatch
     comm_fwd_s, comm_bwd_s = comm.forward_s * work, comm.backward_s * work
     shard = par.fsdp * par.tensor
-    dense_params = cost.params - (cost.sparse_params if use_ps else 0) - cost.expert_params * (1 - 1 / par.expert)
+    dense_params = (cost.params - (cost.sparse_params if use_ps else 0)) / par.expert  # every weight shards over expert (MaxText)
     update_bytes = dense_params / shard / stages * (UPDATE_BASE_ELEMENTS_PER_PARAM * WEIGHT_BYTES_PER_ELEMENT[tr.weight_dtype]
                                                     + 2 * optimizer_state_bytes_per_param(tr.optimizer, tr.optimizer_state))
     if par.shard_weight_update:
@@ -427,7 +427,6 @@ def evaluate(
         + c.pipeline_send_s
         + c.grad_sync_s
         + c.comm.ps_push_s
-        + c.comm.expert_sync_s
         + c.update_s * update_factor
         + c.step_overhead_s
         + c.comm.context_sync_s

@@ -10,8 +10,8 @@ is its reason (counted in :attr:`PlanResult.infeasible`):
    divisible by ``tensor``; ``seq_len`` divisible by ``context``; the experts divisible by
    ``expert``; the global batch divisible by ``data x fsdp x expert x slices``;
 3. a memory lower bound, vectorised too: the model states alone (stored weights,
-   gradients and optimizer state over ``fsdp x tensor``, as the ZeRO stage shards them, the
-   routed experts also over ``expert``) exceed the usable HBM;
+   gradients and optimizer state over ``fsdp x tensor``, as the ZeRO stage shards them, and
+   over ``expert``) exceed the usable HBM;
 4. full scenario validation (the mesh must lie on the torus; every other scenario rule);
 5. the analytic step (:func:`engine.model.analytic.evaluate`): same cost functions as a full
    run; a peak above usable HBM is out of memory, named by its largest term.
@@ -358,7 +358,7 @@ def _model_state_bytes(cost: ModelCost, s: Scenario, fsdp: np.ndarray | int, ten
     tr, par = s.training, s.parallelism
     bpp = bytes_per_param(tr.optimizer, tr.precision, tr.optimizer_state, tr.weight_dtype)
     params = cost.params - (cost.sparse_params if par.strategy == "parameter_server" else 0)
-    params = params - cost.expert_params * (1.0 - 1.0 / np.asarray(expert, dtype=np.float64))
+    params = params / np.asarray(expert, dtype=np.float64)  # every weight shards over expert (MaxText's embed and exp rules)
     shard = np.asarray(fsdp, dtype=np.float64) * np.asarray(tensor, dtype=np.float64)
     weights_sharded, grads_sharded = zero_shards(par.fsdp_shard)
     if weights_sharded:  # ZeRO-3 (the default): everything over fsdp x tensor
