@@ -23,12 +23,12 @@ from typing import Any
 from engine.hlo.bundle import XlaHbm, XlaMemory, XlaOom
 from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
-from engine.hlo import load_hlo
+from engine.hlo import HloModuleCost, load_hlo
 from engine.scenario import Scenario
 
 from . import xla_reference
 
-__all__ = ["compile_numbers", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory", "format_check"]
+__all__ = ["compile_numbers", "estimated_cycles", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory", "format_check"]
 
 
 def _memory(record: dict[str, Any]) -> XlaMemory:
@@ -55,8 +55,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
     -------
     dict
         ``memory`` (bytes per device, or None when out of HBM), ``flops_per_device`` (every loop
-        trip counted; None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop
-        bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
+        trip counted; None when out of HBM), ``estimated_cycles_per_device`` (:func:`estimated_cycles`;
+        None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
         ``compile_s``.
 
@@ -73,10 +73,11 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         result = capture(program.fn, *program.args, target=program.target, name="xla_check", out_dir=folder,
                          progress=False, describes=program.describes)  # fmt: skip
         side = json.loads(result.sidecar_path.read_text())
-        flops = load_hlo(result.module_path).flops_per_device if result.module_path is not None else None
+        module = load_hlo(result.module_path) if result.module_path is not None else None
     return {
         "memory": result.memory,
-        "flops_per_device": flops,
+        "flops_per_device": None if module is None else module.flops_per_device,
+        "estimated_cycles_per_device": None if module is None else estimated_cycles(module),
         "xla_cost_flops_per_device": None if result.cost is None else result.cost.get("flops"),
         "oom": side["oom"],
         "devices": side["devices"],
@@ -87,6 +88,15 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         "libtpu_version": side["libtpu_version"],
         "compile_s": side["compile_s"],
     }
+
+
+def estimated_cycles(module: HloModuleCost) -> float:
+    """The compiler's own estimate of one device's compute per call, in its core's cycles: the
+    ``estimated_cycles`` XLA:TPU writes on each op, times the op's executions (every loop trip), over the
+    ops that run on the core (collectives and asynchronous copies are the interconnect's and the DMA
+    engines')."""
+    return float(sum(op.estimated_cycles * op.executions for op in module.ops
+                     if op.estimated_cycles is not None and not (op.collective or op.asynchronous)))  # fmt: skip
 
 
 def xla_memory(xla: dict[str, Any]) -> XlaHbm:

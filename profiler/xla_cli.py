@@ -1,4 +1,4 @@
-"""``python -m profiler xla-check SCENARIO``: a transformer scenario's HBM peak and FLOPs, Podscope's beside XLA's.
+"""``python -m profiler xla-check SCENARIO``: a built-in scenario's HBM peak and FLOPs, Podscope's beside XLA's.
 
 Builds the scenario's JAX train step (:mod:`profiler.xla_reference`), compiles it with libtpu for
 the scenario's own chip and topology on this CPU, and prints Podscope's HBM peak per chip with its
@@ -24,7 +24,7 @@ EXIT_OK = 0
 
 def add_parser(sub: Any) -> None:
     """Register the ``xla-check`` subcommand on the CLI's subparsers."""
-    x = sub.add_parser("xla-check", help="compile a transformer scenario's JAX step for its TPU (needs jax[tpu]) and set "
+    x = sub.add_parser("xla-check", help="compile a built-in scenario's JAX step for its TPU (needs jax[tpu]) and set "
                        "Podscope's HBM peak and FLOPs beside XLA's")  # fmt: skip
     x.add_argument("scenario", help="scenario TOML file, or a bundled scenario's name")
     x.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (repeatable)")

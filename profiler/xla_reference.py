@@ -1,4 +1,4 @@
-"""A built-in transformer or MLP scenario as the JAX train step it stands for, to compile with the TPU compiler.
+"""A built-in scenario as the JAX train step it stands for, to compile with the TPU compiler.
 
 Podscope's ``[model] kind = "transformer"`` is an analytic account of what XLA does with a
 transformer's train step. :func:`build_program` writes that step as a real JAX program, one to
@@ -16,7 +16,8 @@ norms' outputs, Q, K, V, the attention output, the residual between the blocks, 
 pre-activations and activation), so the attention scores and probabilities are recomputed.
 
 ``[model] kind = "mlp"`` (no embedding table) is a stack of dense layers with ReLU and a softmax
-cross-entropy, unrolled, weights sharded over ``fsdp`` (:func:`_build_mlp_program`).
+cross-entropy, unrolled, weights sharded over ``fsdp`` (:func:`_build_mlp_program`);
+``kind = "resnet50"`` is ResNet-50 v1.5, data parallel (:mod:`profiler.xla_resnet`).
 
 ``jax`` is optional: it is imported when a program is built, and a missing install is an
 :class:`~engine.errors.InputError` naming ``pip install -r requirements-tpu.txt``.
@@ -24,15 +25,14 @@ cross-entropy, unrolled, weights sharded over ``fsdp`` (:func:`_build_mlp_progra
 
 from __future__ import annotations
 
-import importlib
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import InputError
 from engine.scenario import Scenario
 
-from .tpu_capture import TpuTarget, tpu_target
+from . import xla_resnet
+from .xla_program import GENERATION, XlaProgram, devices_per_chip, generation_of, jax_module, target_of, train_step
 
 __all__ = [
     "XlaProgram",
@@ -45,87 +45,30 @@ __all__ = [
     "target_of",
 ]
 
-#: Podscope chip key -> libtpu generation prefix (profiler/tpu_capture.py ``_GENERATIONS``)
-_GENERATION = {"tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v6e", "tpu7x": "tpu7x"}
-#: libtpu's compile-only devices per chip: one per TensorCore on v4 and tpu7x, one per chip elsewhere
-_DEVICES_PER_CHIP = {"v4": 2, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
-_HINT = "pip install -r requirements-tpu.txt (or pip install 'podscope[tpu]')"
-#: tensors Podscope's ``selective`` remat keeps per layer (engine/memory/hbm.py); the rest is recomputed
+#: tensors Podscope's ``selective`` remat keeps per layer (engine/memory/activations.py); the rest is recomputed
 _SELECTIVE_NAMES = ("norm1_out", "q", "k", "v", "attn_out", "mid", "norm2_out", "mlp_pre", "mlp_gate", "mlp_act")
 _RMS_EPS = 1e-6
-_ADAM = dict(b1=0.9, b2=0.95, eps=1e-8)
-_LR = 1e-4
-_MOMENTUM = 0.9
-
-
-@dataclass(frozen=True)
-class XlaProgram:
-    """A scenario's train step, ready for :func:`profiler.tpu_capture.capture`.
-
-    Attributes
-    ----------
-    fn : callable
-        ``jax.jit(step, donate_argnums=...)``: parameters and optimizer state donated.
-    args : tuple
-        ``jax.ShapeDtypeStruct`` pytrees sharded over :attr:`mesh`: params, optimizer state,
-        tokens, labels, step count.
-    target : TpuTarget
-    mesh_axes : dict of str to int
-        ``data``, ``fsdp``, ``tensor`` over libtpu's devices (on v4 and tpu7x the batch axis is
-        doubled: one device per TensorCore).
-    devices_per_chip : int
-    notes : list of str
-        Where the program differs from the scenario (a fallback, a replicated tensor).
-    loss : callable or None
-        ``loss(params, tokens, labels)``, the function the step differentiates (for
-        ``jax.ad_checkpoint.print_saved_residuals``: what each remat policy keeps).
-    """
-
-    fn: Any
-    args: tuple
-    target: TpuTarget
-    mesh_axes: dict[str, int]
-    devices_per_chip: int
-    notes: list[str] = field(default_factory=list)
-    loss: Any = None
-
-    @property
-    def describes(self) -> dict[str, Any]:
-        return {"mesh": dict(self.mesh_axes), "devices_per_chip": self.devices_per_chip, "notes": list(self.notes),
-                "generator": "profiler/xla_reference.py"}  # fmt: skip
-
-
-def generation_of(scenario: Scenario) -> str:
-    """libtpu's generation prefix for the scenario's chip (``"v5p"``)."""
-    gen = _GENERATION.get(scenario.pod.chip)
-    if gen is None:
-        raise InputError(f"pod.chip {scenario.pod.chip!r}: the TPU compiler check covers {', '.join(_GENERATION)}")
-    return gen
-
-
-def devices_per_chip(scenario: Scenario) -> int:
-    return _DEVICES_PER_CHIP[generation_of(scenario)]
-
-
-def target_of(scenario: Scenario) -> TpuTarget:
-    """``tpu_target(f"{gen}:{topology}", slices)`` of the scenario's pod."""
-    return tpu_target(f"{generation_of(scenario)}:{scenario.pod.topology}", slices=scenario.pod.slices)
 
 
 def refusal(scenario: Scenario) -> str | None:
     """Why the scenario has no JAX program here (None when it has one)."""
     m, tr, p = scenario.model, scenario.training, scenario.parallelism
-    if m.kind not in ("transformer", "mlp"):
-        return f"model.kind {m.kind!r}: the TPU compiler check builds the transformer and mlp families (kind = \"transformer\" or \"mlp\")"
+    if m.kind not in ("transformer", "mlp", "resnet50"):
+        return (f"model.kind {m.kind!r}: the TPU compiler check builds the transformer, mlp and resnet50 families "
+                "(kind = \"transformer\", \"mlp\" or \"resnet50\")")  # fmt: skip
     if m.kind == "mlp" and m.embedding_rows:
         return "model.embedding_rows: an MLP behind an embedding table is not mapped to a JAX program yet; valid: no embedding_rows"
     if m.kind == "mlp" and p.tensor > 1:
         return f"parallelism.tensor = {p.tensor}: an MLP is mapped over data and fsdp only; valid: tensor = 1"
-    if m.kind == "transformer" and m.experts:
-        return "model.experts > 0: mixture-of-experts layers are not mapped to a JAX program yet; valid: experts = 0"
-    for axis in ("pipeline", "expert", "context"):
+    if m.kind == "transformer" and m.experts and m.moe_dispatch != "dense":
+        return (f"model.moe_dispatch {m.moe_dispatch!r}: the grouped matmul (megablox) is not mapped to a JAX program yet; "
+                "valid: moe_dispatch = \"dense\"")  # fmt: skip
+    if m.kind == "transformer" and m.experts and m.moe_layer_interval > 1:
+        return (f"model.moe_layer_interval = {m.moe_layer_interval}: layers of two kinds under one scan are not mapped "
+                "yet; valid: 1 (every layer a mixture of experts)")  # fmt: skip
+    for axis in ("pipeline", "context"):
         if getattr(p, axis) > 1:
-            return f"parallelism.{axis} = {getattr(p, axis)}: not mapped to a JAX program yet; valid: data, fsdp and tensor"
+            return f"parallelism.{axis} = {getattr(p, axis)}: not mapped to a JAX program yet; valid: data, fsdp, tensor and expert"
     if p.strategy != "spmd":
         return f"parallelism.strategy {p.strategy!r}: valid: spmd"
     if p.fsdp_shard != "all":
@@ -134,33 +77,31 @@ def refusal(scenario: Scenario) -> str | None:
         return f"training.microbatches = {tr.microbatches}: gradient accumulation is not mapped yet; valid: 1"
     if tr.precision not in ("bf16", "fp32"):
         return f"training.precision {tr.precision!r}: valid: bf16 or fp32"
-    if scenario.pod.chip not in _GENERATION:
-        return f"pod.chip {scenario.pod.chip!r}: libtpu compiles for {', '.join(_GENERATION)}"
-    return None
+    if scenario.pod.chip not in GENERATION:
+        return f"pod.chip {scenario.pod.chip!r}: libtpu compiles for {', '.join(GENERATION)}"
+    return xla_resnet.resnet_refusal(scenario) if m.kind == "resnet50" else None
 
 
 def mesh_axes(scenario: Scenario) -> dict[str, int]:
-    """The JAX mesh over libtpu's devices: ``data`` (times slices), ``fsdp``, ``tensor``.
+    """The JAX mesh over libtpu's devices: ``data`` (times slices), ``fsdp``, ``expert``, ``tensor``.
 
     Where libtpu has one device per TensorCore (v4, tpu7x), the batch axis (``fsdp`` when it
     shards, else ``data``) takes the second core, so each chip still holds the scenario's share.
     """
     p = scenario.parallelism
     sizes = dict(scenario.mesh_sizes)
-    data, fsdp, tensor = int(sizes.get("data", 1)), int(p.fsdp), int(p.tensor)
+    data, fsdp, expert, tensor = int(sizes.get("data", 1)), int(p.fsdp), int(p.expert), int(p.tensor)
     k = devices_per_chip(scenario)
     if fsdp > 1:
         fsdp *= k
     else:
         data *= k
-    return {"data": data * scenario.pod.slices, "fsdp": fsdp, "tensor": tensor}
+    return {"data": data * scenario.pod.slices, "fsdp": fsdp, "expert": expert, "tensor": tensor}
 
 
-def _jax() -> Any:
-    try:
-        return importlib.import_module("jax")
-    except ImportError as e:
-        raise InputError(f"building the JAX program of a scenario needs jax[tpu]: {_HINT}") from e
+#: MaxText's ``embed`` rule: a weight's model dimension shards over ``fsdp`` and ``expert`` (configs/base.yml
+#: ``logical_axis_rules``); a routed expert's over ``fsdp`` alone (``embed_no_exp``), its expert dimension over ``expert``
+_EMBED = ("fsdp", "expert")
 
 
 def _shapes(scenario: Scenario) -> dict[str, tuple[tuple[int, ...], tuple]]:
@@ -171,22 +112,35 @@ def _shapes(scenario: Scenario) -> dict[str, tuple[tuple[int, ...], tuple]]:
     kv_spec = "tensor" if kv % t == 0 else None  # whole kv heads per chip, else each chip keeps them all
     layer = {
         "norm1": ((d,), (None,)),
-        "wq": ((d, h, q), ("fsdp", "tensor", None)),
-        "wk": ((d, kv, q), ("fsdp", kv_spec, None)),
-        "wv": ((d, kv, q), ("fsdp", kv_spec, None)),
-        "wo": ((h, q, d), ("tensor", None, "fsdp")),
-        "w1": ((d, f), ("fsdp", "tensor")),
-        "w2": ((f, d), ("tensor", "fsdp")),
+        "wq": ((d, h, q), (_EMBED, "tensor", None)),
+        "wk": ((d, kv, q), (_EMBED, kv_spec, None)),
+        "wv": ((d, kv, q), (_EMBED, kv_spec, None)),
+        "wo": ((h, q, d), ("tensor", None, _EMBED)),
     }
-    if m.mlp == "swiglu":
-        layer["wgate"] = ((d, f), ("fsdp", "tensor"))
+    if m.moe:
+        e, fe, sh = m.experts, m.d_ff_expert_eff, m.shared_experts
+        layer["wrouter"] = ((d, e), (_EMBED, None))
+        layer["we_in"] = ((e, d, fe), ("expert", "fsdp", "tensor"))
+        if m.mlp == "swiglu":
+            layer["we_gate"] = ((e, d, fe), ("expert", "fsdp", "tensor"))
+        layer["we_out"] = ((e, fe, d), ("expert", "tensor", "fsdp"))
+        if sh:
+            layer["ws_in"] = ((d, sh * fe), (_EMBED, "tensor"))
+            if m.mlp == "swiglu":
+                layer["ws_gate"] = ((d, sh * fe), (_EMBED, "tensor"))
+            layer["ws_out"] = ((sh * fe, d), ("tensor", _EMBED))
+    else:
+        layer["w1"] = ((d, f), (_EMBED, "tensor"))
+        layer["w2"] = ((f, d), ("tensor", _EMBED))
+        if m.mlp == "swiglu":
+            layer["wgate"] = ((d, f), (_EMBED, "tensor"))
     if not m.parallel_block:
         layer["norm2"] = ((d,), (None,))
     out = {f"layers.{k}": ((n, *s), (None, *spec)) for k, (s, spec) in layer.items()}
-    out["embed"] = ((v, d), ("tensor", "fsdp"))
+    out["embed"] = ((v, d), ("tensor", _EMBED))
     out["final_norm"] = ((d,), (None,))
     if not m.tied_embeddings:
-        out["unembed"] = ((d, v), ("fsdp", "tensor"))
+        out["unembed"] = ((d, v), (_EMBED, "tensor"))
     return out
 
 
@@ -196,8 +150,10 @@ def program_params(scenario: Scenario) -> int:
     RMSNorm has a scale and no bias, so this is Podscope's ``params`` less what it counts as
     LayerNorm parameters beyond them: Podscope counts two LayerNorms (scale and bias) per layer and
     a final one, ``(4 x layers + 2) x d_model``; the program has ``(2 x layers + 1) x d_model``
-    (``layers + 1`` norms with a parallel block).
+    (``layers + 1`` norms with a parallel block). An MLP's and ResNet-50's are Podscope's.
     """
+    if scenario.model.kind == "resnet50":
+        return xla_resnet.resnet_program_params(scenario)
     shapes = _mlp_shapes(scenario) if scenario.model.kind == "mlp" else _shapes(scenario)
     return sum(math.prod(shape) for shape, _ in shapes.values())
 
@@ -208,7 +164,8 @@ def build_program(scenario: Scenario) -> XlaProgram:
     Parameters
     ----------
     scenario : Scenario
-        A validated scenario :func:`refusal` accepts: ``kind = "transformer"`` with no experts, or ``kind = "mlp"``.
+        A validated scenario :func:`refusal` accepts: ``kind = "transformer"`` with no experts, ``kind = "mlp"``
+        or ``kind = "resnet50"``.
 
     Returns
     -------
@@ -222,9 +179,11 @@ def build_program(scenario: Scenario) -> XlaProgram:
     why = refusal(scenario)
     if why:
         raise InputError(why)
-    jax = _jax()
+    jax = jax_module()
     if scenario.model.kind == "mlp":
         return _build_mlp_program(scenario, jax)
+    if scenario.model.kind == "resnet50":
+        return xla_resnet.build_resnet_program(scenario, jax)
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -243,7 +202,7 @@ def build_program(scenario: Scenario) -> XlaProgram:
     kv_axis = "tensor" if kv % scenario.parallelism.tensor == 0 else None
     if kv_axis is None:
         notes.append(f"kv_heads {kv} not divisible by tensor {scenario.parallelism.tensor}: K and V projections replicated over tensor")
-    batch = ("data", "fsdp")
+    batch = ("data", "fsdp", "expert")
 
     def ns(*spec):
         return NamedSharding(mesh, P(*spec))
@@ -282,17 +241,47 @@ def build_program(scenario: Scenario) -> XlaProgram:
         probs = jax.nn.softmax(jnp.where(mask, scores.astype(f32), -1e9), axis=-1).astype(compute)
         return jnp.einsum("bkgts,bskq->btkgq", probs, vh).reshape(b, t, h, q)
 
-    def mlp(y, p):
-        pre = name(constrain(jnp.einsum("btd,df->btf", y, p["w1"]), batch, None, "tensor"), "mlp_pre")
+    def activation(pre, gate):
         if m.mlp == "swiglu":
-            gate = name(constrain(jnp.einsum("btd,df->btf", y, p["wgate"]), batch, None, "tensor"), "mlp_gate")
-            act = jax.nn.silu(gate) * pre
-        elif m.mlp == "relu":
-            act = jax.nn.relu(pre)
-        else:
-            act = jax.nn.gelu(pre)
-        act = name(act, "mlp_act")
-        return jnp.einsum("btf,fd->btd", act, p["w2"])
+            return jax.nn.silu(gate) * pre
+        return jax.nn.relu(pre) if m.mlp == "relu" else jax.nn.gelu(pre)
+
+    def mlp(y, p, w_in="w1", w_gate="wgate", w_out="w2"):
+        pre = name(constrain(jnp.einsum("btd,df->btf", y, p[w_in]), batch, None, "tensor"), "mlp_pre")
+        gate = None
+        if m.mlp == "swiglu":
+            gate = name(constrain(jnp.einsum("btd,df->btf", y, p[w_gate]), batch, None, "tensor"), "mlp_gate")
+        act = name(activation(pre, gate), "mlp_act")
+        return jnp.einsum("btf,fd->btd", act, p[w_out])
+
+    def moe(y, p):
+        """MaxText's mixture of experts with dense dispatch (layers/moe.py generate_masks, dense_matmul): top-k of the
+        router's softmax, each expert's first C routed tokens of a sequence kept (C slots, Podscope's
+        ``expert_capacity_per_sequence``), one-hot dispatch and combine einsums around the experts' MLPs, the experts
+        sharded over ``expert``; then the shared experts as one dense MLP."""
+        b, t, _ = y.shape
+        e, k, cap = m.experts, m.experts_per_token, int(m.expert_capacity_per_sequence)
+        probs = jax.nn.softmax(jnp.einsum("btd,de->bte", y, p["wrouter"]).astype(f32), axis=-1).astype(compute)
+        _, top = jax.lax.top_k(probs, k)
+        routed = jax.nn.one_hot(top, e, dtype=jnp.int32)  # [b, t, k, e]
+        count = jnp.cumsum(routed.reshape(b, t * k, e), axis=1)  # each routed copy's place in its expert's queue
+        kept = (routed * (count.reshape(b, t, k, e) <= cap)).sum(2)  # [b, t, e]
+        slot = (routed.reshape(b, t * k, e) * count).reshape(b, t, k, e).sum(2) * kept
+        combine = constrain(((probs * kept)[..., None] * jax.nn.one_hot(slot, cap + 1, dtype=compute))[..., 1:],
+                            batch, None, None, None)  # fmt: skip
+        dispatch = (combine > 0).astype(compute)
+        xe = constrain(jnp.einsum("btd,btec->ebcd", y, dispatch), "expert", ("data", "fsdp"), None, "tensor")
+        pre = constrain(jnp.einsum("ebcd,edf->ebcf", xe, p["we_in"]), "expert", ("data", "fsdp"), None, "tensor")
+        gate = None
+        if m.mlp == "swiglu":
+            gate = constrain(jnp.einsum("ebcd,edf->ebcf", xe, p["we_gate"]), "expert", ("data", "fsdp"), None, "tensor")
+        out = constrain(jnp.einsum("ebcf,efd->ebcd", activation(pre, gate), p["we_out"]), "expert", ("data", "fsdp"), None, "tensor")
+        out = jnp.einsum("ebcd,btec->btd", out, combine)
+        if m.shared_experts:
+            out = out + mlp(y, p, "ws_in", "ws_gate", "ws_out")
+        return out
+
+    ffn = moe if m.moe else mlp
 
     def attn_block(y, p):
         qh = name(constrain(jnp.einsum("btd,dhq->bthq", y, p["wq"]), batch, None, "tensor", None), "q")
@@ -305,11 +294,11 @@ def build_program(scenario: Scenario) -> XlaProgram:
         p = {k: (w.astype(compute) if k.startswith("w") else w) for k, w in p.items()}
         y = name(rms_norm(x, p["norm1"]), "norm1_out")
         if m.parallel_block:
-            x = x + attn_block(y, p) + mlp(y, p)
+            x = x + attn_block(y, p) + ffn(y, p)
         else:
             x = name(constrain(x + attn_block(y, p), batch, None, "tensor"), "mid")
             y = name(rms_norm(x, p["norm2"]), "norm2_out")
-            x = x + mlp(y, p)
+            x = x + ffn(y, p)
         return constrain(x, batch, None, "tensor")
 
     body = layer
@@ -332,7 +321,7 @@ def build_program(scenario: Scenario) -> XlaProgram:
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
 
-    state, step = _train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
+    state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
 
     rows = ns(batch, None)
     tokens = jax.ShapeDtypeStruct((tr.global_batch, s_len), jnp.int32, sharding=rows)
@@ -341,7 +330,7 @@ def build_program(scenario: Scenario) -> XlaProgram:
     if kernel != m.attention_kernel:
         notes.append(f"attention {m.attention_kernel!r} compiled as 'standard'")
     return XlaProgram(fn=fn, args=(params, state, tokens, tokens, count), target=target, mesh_axes=axes,
-                      devices_per_chip=_DEVICES_PER_CHIP[generation_of(scenario)], notes=notes, loss=loss_fn)  # fmt: skip
+                      devices_per_chip=devices_per_chip(scenario), notes=notes, loss=loss_fn)  # fmt: skip
 
 
 def _build_mlp_program(scenario: Scenario, jax: Any) -> XlaProgram:
@@ -384,14 +373,14 @@ def _build_mlp_program(scenario: Scenario, jax: Any) -> XlaProgram:
         logp = jax.nn.log_softmax(x.astype(f32), axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
-    state, step = _train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
+    state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
 
     x = jax.ShapeDtypeStruct((tr.global_batch, m.layer_sizes[0]), compute, sharding=ns(batch, None))
     labels = jax.ShapeDtypeStruct((tr.global_batch,), jnp.int32, sharding=ns(batch))
     count = jax.ShapeDtypeStruct((), f32, sharding=ns())
     fn = jax.jit(step, donate_argnums=(0, 1))
     return XlaProgram(fn=fn, args=(params, state, x, labels, count), target=target, mesh_axes=axes,
-                      devices_per_chip=_DEVICES_PER_CHIP[generation_of(scenario)], notes=[], loss=loss_fn)  # fmt: skip
+                      devices_per_chip=devices_per_chip(scenario), notes=[], loss=loss_fn)  # fmt: skip
 
 
 def _mlp_shapes(scenario: Scenario) -> dict[str, tuple[tuple[int, ...], tuple]]:
@@ -430,77 +419,3 @@ def _flash_attention(jax, mesh, batch, notes, seq_len, head_dim):
         return fa.flash_attention(q, k, v, causal=True, sm_scale=scale, block_sizes=sizes)
 
     return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
-
-
-def _train_step(jax, jnp, opt, loss_fn, params, sdtype, mesh):
-    """The optimizer's abstract state and ``step(params, state, inputs, labels, count)``: the gradient of
-    ``loss_fn(params, inputs, labels)`` and one update."""
-    state = _optimizer_state(jax, jnp, opt, params, sdtype, mesh)
-
-    def step(params, state, inputs, labels, count):
-        grads = jax.grad(loss_fn)(params, inputs, labels)
-        c = count + 1
-        params, state = _update(jax, jnp, opt, params, grads, state, c)
-        return params, state, c
-
-    return state, step
-
-
-def _optimizer_state(jax, jnp, opt, params, sdtype, mesh):
-    """Abstract optimizer state: nothing (SGD), one moment (momentum), two (Adam), factored rows and
-    columns of the last two axes (Adafactor; a vector keeps a full second moment)."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    def like(w, shape=None, spec=None):
-        sharding = w.sharding if spec is None else NamedSharding(mesh, P(*spec))
-        return jax.ShapeDtypeStruct(shape or w.shape, sdtype, sharding=sharding)
-
-    if opt == "sgd":
-        return {}
-    if opt == "momentum":
-        return {"m": {k: like(w) for k, w in params.items()}}
-    if opt == "adam":
-        return {"m": {k: like(w) for k, w in params.items()}, "v": {k: like(w) for k, w in params.items()}}
-    rows, cols, full = {}, {}, {}
-    for k, w in params.items():
-        spec = tuple(w.sharding.spec) + (None,) * (len(w.shape) - len(w.sharding.spec))
-        if len(w.shape) >= 2:
-            rows[k] = like(w, w.shape[:-1], spec[:-1])
-            cols[k] = like(w, w.shape[:-2] + w.shape[-1:], spec[:-2] + spec[-1:])
-        else:
-            full[k] = like(w)
-    return {"rows": rows, "cols": cols, "full": full}
-
-
-def _update(jax, jnp, opt, params, grads, state, count):
-    """One optimizer update (SGD, momentum, Adam with bias correction, Adafactor without momentum)."""
-    lr = jnp.asarray(_LR, jnp.float32)
-    if opt == "sgd":
-        return {k: (w - lr * grads[k]).astype(w.dtype) for k, w in params.items()}, state
-    if opt == "momentum":
-        m = {k: (_MOMENTUM * a.astype(jnp.float32) + grads[k]).astype(a.dtype) for k, a in state["m"].items()}
-        return {k: (w - lr * m[k]).astype(w.dtype) for k, w in params.items()}, {"m": m}
-    if opt == "adam":
-        b1, b2, eps = _ADAM["b1"], _ADAM["b2"], _ADAM["eps"]
-        m = {k: (b1 * a.astype(jnp.float32) + (1 - b1) * grads[k]).astype(a.dtype) for k, a in state["m"].items()}
-        v = {k: (b2 * a.astype(jnp.float32) + (1 - b2) * grads[k] * grads[k]).astype(a.dtype) for k, a in state["v"].items()}
-        scale = lr * jnp.sqrt(1 - b2**count) / (1 - b1**count)
-        new = {k: (w - scale * m[k] / (jnp.sqrt(v[k].astype(jnp.float32)) + eps)).astype(w.dtype) for k, w in params.items()}
-        return new, {"m": m, "v": v}
-    b2, eps = 0.999, 1e-30
-    rows, cols, full, new = {}, {}, {}, {}
-    for k, w in params.items():
-        g = grads[k].astype(jnp.float32)
-        g2 = g * g + eps
-        if k in state["rows"]:
-            r = b2 * state["rows"][k].astype(jnp.float32) + (1 - b2) * g2.mean(-1)
-            c = b2 * state["cols"][k].astype(jnp.float32) + (1 - b2) * g2.mean(-2)
-            rows[k], cols[k] = r.astype(state["rows"][k].dtype), c.astype(state["cols"][k].dtype)
-            vhat = r[..., :, None] * c[..., None, :] / r.mean(-1, keepdims=True)[..., None]
-        else:
-            vv = b2 * state["full"][k].astype(jnp.float32) + (1 - b2) * g2
-            full[k] = vv.astype(state["full"][k].dtype)
-            vhat = vv
-        new[k] = (w - lr * g * jax.lax.rsqrt(vhat)).astype(w.dtype)
-    return new, {"rows": rows, "cols": cols, "full": full}

@@ -75,11 +75,11 @@ def test_program_parameters_of_a_hand_counted_model():
 @pytest.mark.parametrize(
     "parallelism, chip, axes",
     [
-        ({"fsdp": 4}, "tpu-v5p", {"data": 1, "fsdp": 4, "tensor": 1}),
-        ({"data": 4}, "tpu-v5p", {"data": 4, "fsdp": 1, "tensor": 1}),
-        ({"fsdp": 2, "tensor": 2}, "tpu-v5p", {"data": 1, "fsdp": 2, "tensor": 2}),
-        ({"fsdp": 4}, "tpu-v4", {"data": 1, "fsdp": 8, "tensor": 1}),  # one device per TensorCore
-        ({"data": 2, "tensor": 2}, "tpu7x", {"data": 4, "fsdp": 1, "tensor": 2}),
+        ({"fsdp": 4}, "tpu-v5p", {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}),
+        ({"data": 4}, "tpu-v5p", {"data": 4, "fsdp": 1, "expert": 1, "tensor": 1}),
+        ({"fsdp": 2, "tensor": 2}, "tpu-v5p", {"data": 1, "fsdp": 2, "expert": 1, "tensor": 2}),
+        ({"fsdp": 4}, "tpu-v4", {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}),  # one device per TensorCore
+        ({"data": 2, "tensor": 2}, "tpu7x", {"data": 4, "fsdp": 1, "expert": 1, "tensor": 2}),
     ],
 )
 def test_mesh_puts_the_second_tensorcore_on_the_batch_axis(parallelism, chip, axes):
@@ -89,7 +89,8 @@ def test_mesh_puts_the_second_tensorcore_on_the_batch_axis(parallelism, chip, ax
 @pytest.mark.parametrize(
     "change, says",
     [
-        ({"model": {"experts": 4}}, "mixture-of-experts"),
+        ({"model": {"experts": 4}}, "model.moe_dispatch 'grouped'"),
+        ({"model": {"experts": 4, "moe_dispatch": "dense", "moe_layer_interval": 2}}, "moe_layer_interval = 2"),
         ({"parallelism": {"fsdp": 2, "context": 2}}, "parallelism.context"),
         ({"training": {"microbatches": 2}}, "gradient accumulation"),
         ({"parallelism": {"fsdp": 4, "fsdp_shard": "optimizer"}}, "ZeRO-3"),
@@ -110,12 +111,33 @@ def _mlp(model=None, parallelism=None, training=None):
 
 
 def test_families_without_a_program_are_refused():
-    raw = {"name": "r", "pod": {"chip": "tpu-v5e", "topology": "2x2"}, "model": {"kind": "resnet50"},
-           "training": {"global_batch": 8, "steps": 2}}  # fmt: skip
-    assert "transformer and mlp" in xla_reference.refusal(scenario_from_dict(raw))
+    assert "grouped matmul (megablox) is not mapped" in xla_reference.refusal(load_scenario(ROOT / "data/scenarios/moe-8x-top2-v5p-64.toml"))
     assert xla_reference.refusal(_mlp()) is None
     assert "embedding_rows" in xla_reference.refusal(_mlp({"embedding_rows": 1000}))
     assert "tensor = 1" in xla_reference.refusal(_mlp(parallelism={"fsdp": 2, "tensor": 2}))
+
+
+def _resnet(chip="tpu-v4", topology="2x2x1", batch=64, **model):
+    raw = {"name": "r", "pod": {"chip": chip, "topology": topology}, "model": {"kind": "resnet50", **model},
+           "training": {"global_batch": batch, "steps": 2, "optimizer": "momentum"}, "parallelism": {"data": 4}}  # fmt: skip
+    return scenario_from_dict(raw)
+
+
+def test_resnet_program_parameters_are_podscopes_and_he_et_als():
+    """25,557,032: He et al. 2016's 25.5M with batch norm's scale and offset on every convolution and a 1000-way
+    classifier with its bias; Podscope's count of the same network is the program's."""
+    s = _resnet()
+    assert xla_reference.program_params(s) == model_cost(s.model).params == 25_557_032
+    assert xla_reference.program_params(_resnet(classes=10)) == 25_557_032 - 2048 * 990 - 990
+
+
+def test_resnet_scenarios_the_program_cannot_hold_are_refused():
+    s = _resnet(batch=60)  # 4 v4 chips are 8 of libtpu's devices
+    assert "valid: a multiple of 8" in xla_reference.refusal(s)
+    with pytest.raises(InputError, match="valid: a multiple of 8"):
+        xla_reference.build_program(s)
+    fsdp = scenario_from_dict({**_resnet().to_dict(), "parallelism": {"fsdp": 4}})
+    assert "ResNet-50 is mapped data-parallel only" in xla_reference.refusal(fsdp)
 
 
 def test_mlp_program_parameters_are_podscopes():
@@ -189,9 +211,21 @@ def test_adafactor_state_is_factored_rows_and_columns(live):
 def test_weights_shard_fsdp_on_d_model_and_tensor_on_heads_and_d_ff(live):
     prog = xla_reference.build_program(_scenario(parallelism={"fsdp": 2, "tensor": 2}))
     params = prog.args[0]
-    assert tuple(params["layers.wq"].sharding.spec) == (None, "fsdp", "tensor", None)
-    assert tuple(params["layers.w1"].sharding.spec) == (None, "fsdp", "tensor")
-    assert tuple(params["layers.w2"].sharding.spec) == (None, "tensor", "fsdp")
+    embed = ("fsdp", "expert")  # MaxText's embed rule: the model dimension over fsdp and expert
+    assert tuple(params["layers.wq"].sharding.spec) == (None, embed, "tensor", None)
+    assert tuple(params["layers.w1"].sharding.spec) == (None, embed, "tensor")
+    assert tuple(params["layers.w2"].sharding.spec) == (None, "tensor", embed)
+
+
+def test_experts_shard_over_expert_and_their_model_dimension_over_fsdp(live):
+    s = _scenario(model={"experts": 4, "moe_dispatch": "dense", "mlp": "swiglu", "shared_experts": 1},
+                  parallelism={"fsdp": 2, "expert": 2})  # fmt: skip
+    params = xla_reference.build_program(s).args[0]
+    assert tuple(params["layers.we_in"].sharding.spec) == (None, "expert", "fsdp", "tensor")
+    assert tuple(params["layers.we_out"].sharding.spec) == (None, "expert", "tensor", "fsdp")
+    assert tuple(params["layers.wrouter"].sharding.spec) == (None, ("fsdp", "expert"), None)
+    assert {"layers.we_gate", "layers.ws_in", "layers.ws_gate", "layers.ws_out"} <= set(params)
+    assert "layers.w1" not in params
 
 
 # --- what autodiff saves per layer, against Podscope's count (JAX, no compile) ------------------
@@ -279,10 +313,27 @@ def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(li
     assert abs(out["flops_diff_pct"]) < 10
 
 
+def test_xla_check_compiles_a_resnet_scenario_with_pooled_batch_norm(live, tmp_path):
+    """ResNet-50 on 4 v4 chips (8 of libtpu's devices), batch norm pooled over 2 chips: the replicated weights and
+    momentum are donated, and the FLOPs are Podscope's convolutions within a few percent (XLA counts only the
+    taps of a "SAME" window that fall inside the image)."""
+    toml, out = _xla_check_json(
+        tmp_path / "resnet.toml",
+        'name = "resnet"\n[pod]\nchip = "tpu-v4"\ntopology = "2x2x1"\n[model]\nkind = "resnet50"\nbatch_norm_group = 2\n'
+        '[training]\nglobal_batch = 64\nsteps = 2\noptimizer = "momentum"\n[parallelism]\ndata = 4\n',
+    )
+    assert out["xla_compile"]["mesh"] == {"data": 2, "bn": 4} and out["xla_compile"]["devices_per_chip"] == 2
+    assert not out["xla"]["oom"] and out["verdicts_agree"]
+    n = xla_reference.program_params(load_scenario(toml))
+    assert out["xla_compile"]["memory"]["alias_bytes"] >= 8 * n  # fp32 weights and momentum on every device
+    assert 0 < out["flops_diff_pct"] < 5
+    assert out["xla_compile"]["estimated_cycles_per_device"] > 0
+
+
 def test_xla_check_refuses_a_family_without_a_program_with_exit_2():
-    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", "resnet50-v4-128"], cwd=ROOT, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", "moe-8x-top2-v5p-64"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)  # fmt: skip
-    assert p.returncode == 2 and "transformer and mlp families" in p.stderr
+    assert p.returncode == 2 and "grouped matmul (megablox) is not mapped" in p.stderr
 
 
 # --- without JAX --------------------------------------------------------------------------------
@@ -348,7 +399,7 @@ def test_run_xla_is_an_out_of_memory_run_with_xlas_message_when_xla_refuses(live
 
 def test_run_xla_refuses_a_family_with_no_jax_program_and_stores_nothing(tmp_path):
     db = tmp_path / "p.duckdb"
-    p = subprocess.run([sys.executable, "-m", "profiler", "run", "resnet50-v3-32", "--xla", "--db", str(db), "--create"],
+    p = subprocess.run([sys.executable, "-m", "profiler", "run", "moe-8x-top2-v5p-64", "--xla", "--db", str(db), "--create"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert p.returncode == 2 and "--xla" in p.stderr and "transformer and mlp families" in p.stderr
+    assert p.returncode == 2 and "--xla" in p.stderr and "grouped matmul (megablox) is not mapped" in p.stderr
     assert not db.exists()
