@@ -30,6 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from engine.convergence.time_to_train import FORWARD_SHARE_OF_STEP
 from engine.errors import ReferenceFileError
 from engine.model.batch_norm import POOLED_SPAN_IMAGES
 from engine.pod.catalog import DATA_DIR, load_catalog
@@ -72,6 +73,26 @@ KNOWN_ARCHITECTURES = {
 BERT_LARGE = {"layers": 24, "d_model": 1024, "heads": 16, "d_ff": 4096, "vocab": 30522, "mlp": "gelu", "seq_len": 512}
 #: ImageNet-1k training images (Russakovsky et al. 2015, table 2) and validation images
 IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES = 1_281_167, 50_000
+#: MLPerf BERT's evaluation set: the reference's ``eval_10k``, 10,000 samples (mlcommons/training
+#: language_model/tensorflow/bert README: ``pick_eval_samples.py --num_examples_to_pick=10000``)
+BERT_EVAL_SAMPLES = 10_000
+
+
+def _mlperf_round(e: Entry) -> tuple[int, ...] | None:
+    """The MLPerf Training round whose rules an entry ran under, from the results repository its source names
+    (``training_results_v0.7`` -> (0, 7)); None when the source names none."""
+    m = re.search(r"training_results_v(\d+)\.(\d+)", json.dumps(e.get("source", {})))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def bert_eval_every_samples(global_batch: int, mlperf_round: tuple[int, ...]) -> float:
+    """Training samples between two evaluations of MLPerf BERT under a round's rules (mlcommons/training_policies
+    training_rules.adoc, "Evaluation frequency"): from v1.0 on ``FLOOR(0.05 * (230.23 * GBS + 3,000,000), 25000)``
+    (commit c5f9e48, 2021-04-26); in v0.7 every 500K samples, the first at 3M (the engine counts them from the
+    start: a few 10,000-sample evaluations more)."""
+    if mlperf_round < (1, 0):
+        return 500_000.0
+    return float(math.floor(0.05 * (230.23 * global_batch + 3_000_000) / 25_000) * 25_000)
 
 def reference_sha256(path: str | Path | None = None) -> str:
     """SHA-256 of a reference file's bytes: what a calibration's ``[fit]`` record was fitted on."""
@@ -100,11 +121,37 @@ def load_reference(path: str | Path | None = None) -> list[dict[str, Any]]:
         raise ReferenceFileError(str(path), problems)
     return data
 
+#: MLPerf ResNet-50 evaluates the 50,000 validation images every 4 epochs (training_rules.adoc, "Evaluation
+#: frequency": every 4 epochs); the entries' steady state is measured over such blocks
+RESNET_EVAL_EVERY_EPOCHS = 4
+
+
+def _eval_share(eval_samples: float, every_samples: float) -> float:
+    """Evaluation time over training time when ``eval_samples`` forward passes follow every ``every_samples``
+    training samples (an evaluation sample costs a forward pass: :data:`FORWARD_SHARE_OF_STEP` of a training one)."""
+    return eval_samples * FORWARD_SHARE_OF_STEP / every_samples
+
+
+def _gpt3_eval(e: Entry) -> tuple[float, float] | None:
+    """(training samples between evaluations, samples per evaluation) of an MLPerf GPT-3 entry, from its evaluation
+    interval in tokens and the evaluation set its note names; None when the entry gives either not."""
+    every_tokens = float(e["expected"].get("eval_interval_tokens", 0))
+    evals = re.search(r"eval pass over ([\d,]+) sequences", str(e.get("tolerance_note", "")))
+    seq = to_int(e["inputs"].get("seq_len")) or 2048
+    if not every_tokens or not evals:
+        return None
+    return every_tokens / seq, float(evals.group(1).replace(",", ""))
+
+
 def _with_sharded_update(scenario: dict[str, Any]) -> dict[str, Any]:
-    """The Google MLPerf ResNet-50 submissions shard the weight update across replicas: "Scale MLPerf-0.6
-    models on Google TPU-v3 Pods" (Kumar et al. 2019, arXiv:1909.09756) and "Exploring the limits of
-    concurrency in ML training on Google TPUs" (Kumar et al. 2021) name weight-update sharding (Xu et al.
-    2020) among the techniques of those runs."""
+    """The Google MLPerf submissions shard the weight update across replicas: "Scale MLPerf-0.6 models on
+    Google TPU-v3 Pods" (Kumar et al. 2019, arXiv:1909.09756) and "Exploring the limits of concurrency in
+    ML training on Google TPUs" (Kumar et al. 2021) name weight-update sharding among the techniques of
+    those runs. Xu et al. 2020 ("Automatic Cross-Replica Sharding of Weight Update in Data-Parallel
+    Training", arXiv:2004.13336, abstract) describe it as an automatic transformation of the TPU compiler
+    for data-parallel training, "requiring no change to model code", that speeds up image and language
+    models and makes an Adam-like optimizer's update "a small part of training step time": the
+    ResNet-50 (LARS) and BERT (LAMB) submissions both train data parallel."""
     scenario["parallelism"]["shard_weight_update"] = True
     return scenario
 
@@ -148,10 +195,12 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
             metric="images/s per chip (steady state)", unit="images/s", published=float(exp["steady_images_per_s_per_chip"]),
             how="work_per_step", scenarios=(_resnet_scenario(e["id"], chip, chips, batch),),
             work_per_step=per_chip,
+            eval_share=_eval_share(IMAGENET_VAL_IMAGES, RESNET_EVAL_EVERY_EPOCHS * IMAGENET_TRAIN_IMAGES),
             note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, batch norm pooled over {bn_group} chip(s), "
                  "momentum (LARS-like) optimizer, weight update sharded "
-                 "across replicas (Kumar et al. 2019, 2021: the TPU MLPerf ResNet-50 submissions); published "
-                 "steady state includes the eval share of each epoch block, which Podscope does not model",
+                 "across replicas (Kumar et al. 2019, 2021: the TPU MLPerf ResNet-50 submissions); the published "
+                 "steady state includes each 4-epoch block's evaluation of the 50,000 validation images (forward "
+                 "only), and so does the prediction",
         )  # fmt: skip
     arch = next((a for name, a in KNOWN_ARCHITECTURES.items() if name.lower() in bench.lower()), None)
     if arch is not None and "derived_s_per_step_incl_eval_share" in exp:
@@ -165,13 +214,18 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
         remat = "full" if "remat full" in cfg else "none"
         attention, kernel_src = MAXTEXT_V5P_ATTENTION if "maxtext" in str(inp.get("framework", "")).lower() else ("standard", "framework names no kernel")
         model = {"kind": "transformer", "seq_len": seq, **arch, "attention": attention}
+        ev = _gpt3_eval(e)
+        share = _eval_share(ev[1], ev[0]) if ev else 0.0
+        eval_note = (f"the published step includes its share of the evaluation of {ev[1]:,.0f} sequences (forward only) "
+                     f"every {ev[0]:,.0f} training sequences, and so does the prediction (+{share:.0%})"
+                     if ev else "the published step includes its share of eval time, which the entry does not size")  # fmt: skip
         return Case(
             id=e["id"], kind=e["kind"], family="MLPerf GPT-3", chip=chip, model="GPT-3 175B",
             metric="step time (s)", unit="s", published=float(exp["derived_s_per_step_incl_eval_share"]),
             how="step_time", scenarios=(scenario_dict(e["id"], chip, topo, 1, model, batch, precision=precision, remat=remat, fsdp=fsdp, tensor=tp),),
+            eval_share=share,
             note=f"{topo}, fsdp {fsdp} x tp {tp}, {precision}, remat {remat}, {attention} attention ({kernel_src}); "
-                 "architecture from Brown et al. 2020 Table 2.1; "
-                 "published step includes its share of eval time, which Podscope does not model",
+                 f"architecture from Brown et al. 2020 Table 2.1; {eval_note}",
         )  # fmt: skip
     reason = "only time-to-train is given; predicting it needs the samples to converge, which the entry does not give"
     if "ssd" in bench.lower():
@@ -211,16 +265,21 @@ def _map_time_to_train(e: Entry, step_case: Case | Skipped | None) -> Case | Ski
         task, family, label = "mlperf-bert", "MLPerf BERT", "BERT-Large"
         topo, slices = default_topology(chip, chips)
         model = {"kind": "transformer", **BERT_LARGE, "attention": "standard"}
-        scenario = scenario_dict(e["id"], chip, topo, slices, model, batch)
+        scenario = _with_sharded_update(scenario_dict(e["id"], chip, topo, slices, model, batch))
+        rnd = _mlperf_round(e)
         convergence = {}
-        eval_note = "no evaluation time (the entry does not give the evaluation schedule); Adam's state for LAMB"
+        eval_note = "no evaluation time (the source names no MLPerf round)"
+        if rnd is not None:
+            every = bert_eval_every_samples(batch, rnd)
+            convergence = {"eval_every_samples": every, "eval_samples": BERT_EVAL_SAMPLES}
+            eval_note = (f"an evaluation of {BERT_EVAL_SAMPLES:,} samples every {every:,.0f} training samples (MLPerf "
+                         f"v{rnd[0]}.{rnd[1]}'s rule)")
+        eval_note += "; Adam's state for LAMB; weight update sharded across replicas (Xu et al. 2020)"
     elif isinstance(step_case, Case) and step_case.family == "MLPerf GPT-3":
         task, family, label = "mlperf-gpt3-175b", "MLPerf GPT-3", "GPT-3 175B"
         scenario = {k: (dict(v) if isinstance(v, dict) else v) for k, v in step_case.scenarios[0].items()}
-        seq = int(scenario["model"]["seq_len"])
-        every = float(exp.get("eval_interval_tokens", 0)) / seq
-        evals = re.search(r"eval pass over ([\d,]+) sequences", str(e.get("tolerance_note", "")))
-        convergence = {"eval_every_samples": every, "eval_samples": float(evals.group(1).replace(",", ""))} if every and evals else {}
+        ev = _gpt3_eval(e)
+        convergence = {"eval_every_samples": ev[0], "eval_samples": ev[1]} if ev else {}
         eval_note = "the benchmark's evaluation interval and eval-set size as the entry's note states them"
     else:
         why = "SSD-ResNet34 is not an engine model" if "ssd" in bench else "no bundled convergence task for this benchmark"

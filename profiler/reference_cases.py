@@ -38,6 +38,12 @@ class Case:
       ``work_per_step`` (tokens/s / peak FLOP/s of the job): an MFU by Podscope's FLOP count;
     * ``"time_to_train"``: the run's time to train in seconds (its ``[convergence]`` plan priced at
       the predicted step, :func:`engine.convergence.time_to_train`); kind ``time_to_train``, never fitted.
+
+    ``eval_share`` is the evaluation time a published step time or throughput includes, as a share of the
+    training time (an MLPerf steady state is measured over blocks of training and one evaluation): the
+    predicted step is the training step times ``1 + eval_share``. It comes from the entry's inputs (the
+    benchmark's evaluation interval and set), an evaluation sample costing a forward pass, a third of a
+    training sample's work (:data:`engine.convergence.FORWARD_SHARE_OF_STEP`).
     """
 
     id: str
@@ -59,6 +65,7 @@ class Case:
     never_fitted: bool = False
     #: the reference entry a second figure of one entry comes from (its ``id`` is then derived); "" = ``id``
     from_entry: str = ""
+    eval_share: float = 0.0
 
     @property
     def entry_id(self) -> str:

@@ -173,7 +173,7 @@ def predict(case: Case, cal: Calibration) -> float:
         step_s = float(np.median(result.trace.steps.column("step_ns").to_numpy())) / 1e9
         plan = ConvergencePlan.from_dict(result.facts.extra["time_to_train_inputs"])
         return time_to_train(plan, step_s).total_s
-    steps = [step_time_s(s, cal) for s in scenarios]
+    steps = [step_time_s(s, cal) * (1.0 + case.eval_share) for s in scenarios]
     if case.how == "work_per_step":
         return case.work_per_step / steps[0]
     if case.how == "step_time":

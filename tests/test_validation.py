@@ -102,6 +102,26 @@ class TestMapping:
         assert ttt.kind == "time_to_train" and not ttt.fit and ttt.published == 1.0
         assert ttt.scenarios[0]["convergence"]["task"] == "mlperf-bert"
 
+    @pytest.mark.parametrize(
+        "results_repo, batch, every",
+        [
+            # v1.0 on: FLOOR(0.05 * (230.23 * GBS + 3,000,000), 25000); 0.05 * (230.23 * 3072 + 3e6) = 185,363
+            ("training_results_v1.0", 3072, 175_000),
+            ("training_results_v2.0", 6912, 225_000),  # 0.05 * (230.23 * 6912 + 3e6) = 229,567
+            ("training_results_v0.7", 3072, 500_000),  # v0.7: every 500K samples
+        ],
+    )
+    def test_a_bert_entry_evaluates_as_its_rounds_rules_say_and_shards_its_update(self, results_repo, batch, every):
+        entry = copy.deepcopy(TTT_ENTRY)
+        entry["inputs"]["global_batch"] = batch
+        entry["source"] = {"title": "MLPerf Training results", "where": f"github.com/mlcommons/{results_repo} @ abc"}
+        (case,), _ = reference.map_entries([entry])
+        sc = case.scenarios[0]
+        assert sc["convergence"] == {"task": "mlperf-bert", "eval_every_samples": every, "eval_samples": 10_000}
+        assert sc["parallelism"]["shard_weight_update"] is True
+        (bare,), _ = reference.map_entries([TTT_ENTRY])  # no round named: no evaluation priced
+        assert bare.scenarios[0]["convergence"] == {"task": "mlperf-bert"}
+
     def test_maxtext_remat_policies_map_to_the_engine_policy_with_the_same_recompute(self):
         """MaxText "minimal" (checkpoint_dots_with_no_batch_dims) is the engine's "minimal", not "none"."""
         (case,), _ = reference.map_entries([MAXTEXT_ENTRY])
