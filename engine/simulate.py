@@ -145,7 +145,8 @@ def simulate(
             else None
         ),
         model_flops_per_step=cost.train_flops_per_sample * tr.global_batch * idle.steady_mean(idle.work_scale),
-        hardware_flops_per_step=comp.hardware_flops * par.tensor * replicas * tr.microbatches * par.context * idle.steady_mean(idle.work_scale),
+        hardware_flops_per_step=comp.hardware_flops * (1.0 + costs.bubble_flops_frac) * par.tensor * replicas * tr.microbatches * par.context
+        * idle.steady_mean(idle.work_scale),
         peak_flops_per_s_per_chip=chip.peak_flops_per_s(tr.precision),
         peak_hbm_bytes=mem.peak_bytes,
         hbm_capacity_bytes=mem.capacity_bytes,

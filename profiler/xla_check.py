@@ -127,7 +127,7 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None,
         "peak_phase": c.mem.peak_phase,
         "usable_hbm_bytes": est.usable_hbm_bytes,
         "oom": est.oom,
-        "hardware_flops_per_chip": c.comp.hardware_flops * c.work,
+        "hardware_flops_per_chip": c.hardware_flops_per_chip,
     }
 
 

@@ -66,14 +66,21 @@ def refusal(scenario: Scenario) -> str | None:
     if m.kind == "transformer" and m.experts and m.moe_layer_interval > 1:
         return (f"model.moe_layer_interval = {m.moe_layer_interval}: layers of two kinds under one scan are not mapped "
                 "yet; valid: 1 (every layer a mixture of experts)")  # fmt: skip
-    for axis in ("pipeline", "context"):
-        if getattr(p, axis) > 1:
-            return f"parallelism.{axis} = {getattr(p, axis)}: not mapped to a JAX program yet; valid: data, fsdp, tensor and expert"
+    if p.context > 1:
+        return f"parallelism.context = {p.context}: not mapped to a JAX program yet; valid: data, fsdp, tensor, expert and pipeline"
+    if p.pipeline > 1:
+        if m.kind != "transformer" or m.experts:
+            return f"parallelism.pipeline = {p.pipeline}: a pipeline is mapped for a dense transformer only"
+        if p.pipeline_schedule != "gpipe":
+            return (f"parallelism.pipeline_schedule {p.pipeline_schedule!r}: MaxText's pipeline loop is mapped, which keeps "
+                    "every microbatch's activations as GPipe does; valid: \"gpipe\"")  # fmt: skip
+        if scenario.pipeline_spans_slices:
+            return "parallelism.pipeline: stages across slices are not mapped yet; valid: a pipeline inside each slice"
     if p.strategy != "spmd":
         return f"parallelism.strategy {p.strategy!r}: valid: spmd"
     if p.fsdp_shard != "all":
         return f"parallelism.fsdp_shard {p.fsdp_shard!r}: only ZeRO-3 (\"all\") is mapped; valid: all"
-    if tr.microbatches > 1:
+    if tr.microbatches > 1 and p.pipeline == 1:
         return f"training.microbatches = {tr.microbatches}: gradient accumulation is not mapped yet; valid: 1"
     if tr.precision not in ("bf16", "fp32"):
         return f"training.precision {tr.precision!r}: valid: bf16 or fp32"
@@ -83,7 +90,8 @@ def refusal(scenario: Scenario) -> str | None:
 
 
 def mesh_axes(scenario: Scenario) -> dict[str, int]:
-    """The JAX mesh over libtpu's devices: ``data`` (times slices), ``fsdp``, ``expert``, ``tensor``.
+    """The JAX mesh over libtpu's devices: ``data`` (times slices), ``stage`` (with a pipeline), ``fsdp``,
+    ``expert``, ``tensor``.
 
     Where libtpu has one device per TensorCore (v4, tpu7x), the batch axis (``fsdp`` when it
     shards, else ``data``) takes the second core, so each chip still holds the scenario's share.
@@ -96,7 +104,8 @@ def mesh_axes(scenario: Scenario) -> dict[str, int]:
         fsdp *= k
     else:
         data *= k
-    return {"data": data * scenario.pod.slices, "fsdp": fsdp, "expert": expert, "tensor": tensor}
+    stage = {"stage": int(p.pipeline)} if p.pipeline > 1 else {}
+    return {"data": data * scenario.pod.slices, **stage, "fsdp": fsdp, "expert": expert, "tensor": tensor}
 
 
 #: MaxText's ``embed`` rule: a weight's model dimension shards over ``fsdp`` and ``expert`` (configs/base.yml
@@ -136,7 +145,11 @@ def _shapes(scenario: Scenario) -> dict[str, tuple[tuple[int, ...], tuple]]:
             layer["wgate"] = ((d, f), (_EMBED, "tensor"))
     if not m.parallel_block:
         layer["norm2"] = ((d,), (None,))
-    out = {f"layers.{k}": ((n, *s), (None, *spec)) for k, (s, spec) in layer.items()}
+    stages = scenario.parallelism.pipeline
+    if stages > 1:  # MaxText's "layers" -> "stage" rule: each stage holds its layers' weights
+        out = {f"layers.{k}": ((stages, n // stages, *s), ("stage", None, *spec)) for k, (s, spec) in layer.items()}
+    else:
+        out = {f"layers.{k}": ((n, *s), (None, *spec)) for k, (s, spec) in layer.items()}
     out["embed"] = ((v, d), ("tensor", _EMBED))
     out["final_norm"] = ((d,), (None,))
     if not m.tied_embeddings:
@@ -302,28 +315,60 @@ def build_program(scenario: Scenario) -> XlaProgram:
         return constrain(x, batch, None, "tensor")
 
     body = layer
+    cp = jax.checkpoint_policies
+    policy = {
+        "none": cp.everything_saveable,
+        "full": cp.nothing_saveable,
+        "minimal": cp.checkpoint_dots_with_no_batch_dims,
+        "selective": cp.save_only_these_names(*_SELECTIVE_NAMES),
+    }[tr.remat]
     if tr.remat != "none":
-        cp = jax.checkpoint_policies
-        policy = {
-            "full": cp.nothing_saveable,
-            "minimal": cp.checkpoint_dots_with_no_batch_dims,
-            "selective": cp.save_only_these_names(*_SELECTIVE_NAMES),
-        }[tr.remat]
         body = jax.checkpoint(layer, policy=policy, prevent_cse=False)
+
+    def layer_stack(x, layers):
+        x, _ = jax.lax.scan(lambda c, p: (body(c, p), None), x, layers)
+        return x
+
+    stages, micro = scenario.parallelism.pipeline, tr.microbatches
+
+    def pipeline(x, layers):
+        """MaxText's pipeline loop (layers/pipeline.py): ``microbatches + stages - 1`` iterations; in each, every stage
+        runs its layers on the microbatch it holds (``vmap`` over the ``stage``-sharded state), then the state shifts
+        one stage on (``roll``: a collective permute) and the first stage takes the next microbatch. Each iteration is
+        rematerialised as MaxText does it: it saves the stages' inputs (``iteration_input``) and what the remat policy
+        saves, for every iteration of the loop (GPipe's memory)."""
+        b, t, d = x.shape
+        mb = x.reshape(micro, b // micro, t, d)
+        state = constrain(jnp.zeros((stages, b // micro, t, d), compute), "stage", batch, None, "tensor")
+
+        def iteration(state, i):
+            state = state.at[0].set(jnp.where(i < micro, mb[jnp.minimum(i, micro - 1)], 0).astype(compute))
+            state = name(state, "iteration_input")
+            state = constrain(jax.vmap(layer_stack)(state, layers), "stage", batch, None, "tensor")
+            out = state[stages - 1]
+            return jnp.roll(state, 1, axis=0), out
+
+        saved = cp.save_from_both_policies(policy, cp.save_only_these_names("iteration_input"))
+        iteration = jax.checkpoint(iteration, policy=saved, prevent_cse=False)
+        _, outs = jax.lax.scan(iteration, state, jnp.arange(micro + stages - 1))
+        return outs[stages - 1 :].reshape(b, t, d)
+
+    # outside the pipeline the batch shards over the stages too (MaxText's activation_embed_and_logits_batch rule)
+    outer = ("stage", *batch) if stages > 1 else batch
 
     def loss_fn(params, tokens, labels):
         layers = {k.split(".", 1)[1]: w for k, w in params.items() if k.startswith("layers.")}
-        x = constrain(params["embed"].astype(compute)[tokens], batch, None, "tensor")
-        x, _ = jax.lax.scan(lambda c, p: (body(c, p), None), x, layers)
+        x = constrain(params["embed"].astype(compute)[tokens], outer, None, "tensor")
+        x = constrain(pipeline(x, layers), outer, None, "tensor") if stages > 1 else layer_stack(x, layers)
         y = rms_norm(x, params["final_norm"])
         unembed = params["embed"].T if m.tied_embeddings else params["unembed"]
-        logits = constrain(jnp.einsum("btd,dv->btv", y, unembed.astype(compute)).astype(f32), batch, None, "tensor")
+        logits = constrain(jnp.einsum("btd,dv->btv", y, unembed.astype(compute)).astype(f32), outer, None, "tensor")
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
 
     state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
 
-    rows = ns(batch, None)
+    rows = ns(outer, None)
     tokens = jax.ShapeDtypeStruct((tr.global_batch, s_len), jnp.int32, sharding=rows)
     count = jax.ShapeDtypeStruct((), f32, sharding=ns())
     fn = jax.jit(step, donate_argnums=(0, 1))

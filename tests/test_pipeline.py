@@ -65,7 +65,7 @@ class TestBubble:
 
 class TestMemory:
     def test_in_flight_microbatches(self):
-        assert in_flight_microbatches(4, 8, "gpipe") == 8
+        assert in_flight_microbatches(4, 8, "gpipe") == 11  # MaxText's loop: 8 microbatches + 3 bubble iterations
         assert in_flight_microbatches(4, 8, "1f1b") == 4
         assert in_flight_microbatches(4, 8, "interleaved", 2) == pytest.approx(4 * (1 + 3 / 8))
 
@@ -74,8 +74,29 @@ class TestMemory:
         f = simulate(scenario_from_dict(_llm()))
         ga, fa = (x.facts.extra["hbm_pipeline_activation_bytes"] for x in (g, f))
         assert ga > fa
-        layer_share = ga / 8  # GPipe: 8 microbatches in flight
+        layer_share = ga / 11  # MaxText's loop: 8 microbatches + 3 bubble iterations in flight
         assert fa == pytest.approx(4 * layer_share, rel=0.05)
+
+    def test_maxtexts_loop_under_full_remat_keeps_each_iterations_stage_input_and_recomputes_twice(self):
+        """Under full remat MaxText's loop saves one stage input per iteration (11 of them: 8 microbatches + 3 bubble
+        iterations), not each layer's input for 8 microbatches; its backward reruns a stage's forward and each layer's
+        again inside it: a layer runs 5 passes, not full remat's 4."""
+        from engine.memory.activations import transformer_layer_activation_bytes
+
+        full = {"pipeline_schedule": "gpipe"}
+        g = simulate(scenario_from_dict(_llm(parallelism=full, training={"remat": "full"})))
+        f = simulate(scenario_from_dict(_llm(training={"remat": "full"})))
+        s = scenario_from_dict(_llm())
+        layer_input = transformer_layer_activation_bytes(s.model, 64 // 4 // 8, "bf16", "full")  # one microbatch
+
+        def at_loss(r):  # what the forward pass left saved
+            t = r.trace.extra["memory_timeline"].to_pandas()
+            return float(t[(t.phase == "loss") & (t.category == "activations")].bytes.iloc[0])
+
+        # 1F1B: 4 microbatches of the stage's 4 layers, 16 layer inputs; both keep the final norm's input and output
+        assert at_loss(f) - at_loss(g) == pytest.approx((16 - 11) * layer_input)
+        ratio = g.facts.hardware_flops_per_step / f.facts.hardware_flops_per_step
+        assert 1.2 < ratio < 1.25 + 11 / 8  # a fifth pass of the layers, and the bubble iterations' work
 
 
 class TestGradientAccumulation:

@@ -91,6 +91,7 @@ def test_mesh_puts_the_second_tensorcore_on_the_batch_axis(parallelism, chip, ax
     [
         ({"model": {"experts": 4}}, "model.moe_dispatch 'grouped'"),
         ({"model": {"experts": 4, "moe_dispatch": "dense", "moe_layer_interval": 2}}, "moe_layer_interval = 2"),
+        ({"parallelism": {"fsdp": 2, "pipeline": 2}, "training": {"microbatches": 2}}, "pipeline_schedule '1f1b'"),
         ({"parallelism": {"fsdp": 2, "context": 2}}, "parallelism.context"),
         ({"training": {"microbatches": 2}}, "gradient accumulation"),
         ({"parallelism": {"fsdp": 4, "fsdp_shard": "optimizer"}}, "ZeRO-3"),
@@ -328,6 +329,23 @@ def test_xla_check_compiles_a_resnet_scenario_with_pooled_batch_norm(live, tmp_p
     assert out["xla_compile"]["memory"]["alias_bytes"] >= 8 * n  # fp32 weights and momentum on every device
     assert 0 < out["flops_diff_pct"] < 5
     assert out["xla_compile"]["estimated_cycles_per_device"] > 0
+
+
+def test_xla_check_compiles_maxtexts_pipeline_loop(live, tmp_path):
+    """Two stages x fsdp 2 on 4 v5p chips, 4 microbatches under full remat: the stage axis is on the mesh, the stages
+    hold their layers (the embeddings on every stage), and the FLOPs are Podscope's: five passes of each layer (the
+    loop's iteration remat reruns a stage, the layer checkpoint each layer again) over 4 + 2 - 1 iterations."""
+    toml, out = _xla_check_json(
+        tmp_path / "pp.toml",
+        'name = "pp"\n[pod]\nchip = "tpu-v5p"\ntopology = "2x2x1"\n[model]\nkind = "transformer"\nlayers = 4\n'
+        'd_model = 256\nheads = 4\nd_ff = 1024\nvocab = 4096\nseq_len = 256\nattention = "standard"\n[training]\n'
+        'global_batch = 16\nsteps = 2\nmicrobatches = 4\nremat = "full"\n[parallelism]\nfsdp = 2\npipeline = 2\n'
+        'pipeline_schedule = "gpipe"\n',
+    )
+    assert out["xla_compile"]["mesh"] == {"data": 1, "stage": 2, "fsdp": 2, "expert": 1, "tensor": 1}
+    assert not out["xla"]["oom"] and out["verdicts_agree"]
+    assert abs(out["flops_diff_pct"]) < 2
+    assert abs(out["hbm_diff_pct"]) < 15
 
 
 def test_xla_check_refuses_a_family_without_a_program_with_exit_2():

@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from ..model.models import ModelCost, layer_units
 from ..trace import TABLES
-from .activations import unit_activations
+from .activations import transformer_layer_activation_bytes, unit_activations
 from .layout import transformer_weight_padding
 from ..units import BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_ELEMENT
 
@@ -142,6 +142,29 @@ class MemoryPlan:
         return max(self.breakdown_bytes, key=self.breakdown_bytes.get)
 
 
+def _pipeline_activations(cost: ModelCost, model, saved: np.ndarray, recompute: np.ndarray, b: int, precision: str,
+                          remat: str, tensor: int, context: int, pipeline: int, in_flight: float,
+                          stage_remat: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """A stage's activations through its microbatches in flight, as MaxText's pipeline loop keeps them (layers/pipeline.py).
+
+    Each loop iteration is rematerialised with ``save_from_both_policies(remat policy, "iteration_input")``: it keeps
+    its stage's input and what the remat policy saves of the stage's layers, for every iteration in flight. Under
+    ``vmap`` over the stages a weight matmul has a batch dimension, so ``minimal`` (dots with no batch dimensions)
+    saves nothing more than ``full``: the stage's input alone. The iteration whose backward runs then recomputes its
+    layers, each keeping its input (and ``full``'s recomputed layer materialising its intermediates) beside it.
+    ``none`` and ``selective`` keep their residuals per layer (the names ``selective`` saves survive ``vmap``).
+    """
+    if not stage_remat or cost.kind != "transformer" or remat not in ("full", "minimal"):
+        return saved * (in_flight / pipeline), recompute  # this stage's layers, for every microbatch in flight
+    n_layers = len(saved) - 2
+    layer_input = transformer_layer_activation_bytes(model, b, precision, "full", tensor, context)
+    out = saved.copy()
+    out[1:-1] = layer_input * in_flight / n_layers  # the stage's input per iteration, spread over its layer units
+    rec = recompute.copy()
+    rec[1:-1] += layer_input * n_layers / pipeline  # the recomputed stage's layer inputs
+    return out, rec
+
+
 def _unit_weight_tensors(cost: ModelCost, units, p_unit: np.ndarray, expert: int = 1, model=None) -> list[np.ndarray]:
     """Parameters of each weight tensor of each unit (the granularity XLA gathers and reduce-scatters).
 
@@ -188,6 +211,7 @@ def hbm_plan(
     expert: int = 1,
     pipeline: int = 1,
     in_flight: float = 1.0,
+    stage_remat: bool = False,
     grad_accumulator: bool = False,
     timeline: bool = True,
     context: int = 1,
@@ -217,6 +241,8 @@ def hbm_plan(
         Pipeline stages (each chip holds ``1 / pipeline`` of the layers and their states) and the
         microbatches whose activations the busiest stage holds at once (engine/model/pipeline.py);
         ``per_chip_batch`` is then one microbatch.
+    stage_remat
+        The pipeline is MaxText's loop (``gpipe``), whose iterations are rematerialised (:func:`_pipeline_activations`).
     grad_accumulator
         Gradient accumulation: the gradients of the whole step live from the first
         microbatch's backward pass to the update, so they are counted at every point.
@@ -257,8 +283,11 @@ def hbm_plan(
     p_here = p_unit / float(expert)
     p_chip = p_here / float(fsdp * tensor)  # the optimizer state's shard, whatever the ZeRO stage
     p_tensor = p_here / float(tensor)  # a shard replicated over fsdp
-    if pipeline > 1:
-        p_chip, p_tensor = p_chip / pipeline, p_tensor / pipeline
+    if pipeline > 1:  # each stage holds its layers; MaxText keeps the embedding and unembedding on every stage
+        staged = np.ones(n, dtype=bool)
+        if cost.kind == "transformer":
+            staged[[0, -1]] = False
+        p_chip, p_tensor = np.where(staged, p_chip / pipeline, p_chip), np.where(staged, p_tensor / pipeline, p_tensor)
     if cost.kind == "transformer" and model is not None:  # weight-shaped arrays as XLA's TPU layouts pad them
         embed_pad, layer_pad, head_pad = transformer_weight_padding(
             model, fsdp * devices_per_chip if fsdp > 1 else 1, tensor, expert, pipeline)
@@ -270,7 +299,8 @@ def hbm_plan(
     grads_unit = (p_chip if grads_sharded else p_tensor) * bpp.grads
     saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context)
     if pipeline > 1:
-        saved = saved * (in_flight / pipeline)  # this stage's layers, for every microbatch in flight
+        saved, recompute = _pipeline_activations(cost, model, saved, recompute, per_chip_batch, precision, remat, tensor,
+                                                 context, pipeline, in_flight, stage_remat)  # fmt: skip
     # GSPMD gathers (or casts) weights one tensor at a time: each dot's weight operand gets its own
     # all-gather, and XLA's scheduler prefetches the next while the current one computes. So two
     # weight tensors are in compute form at once (in use + prefetched): gathered under FSDP, else cast.

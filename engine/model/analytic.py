@@ -53,7 +53,7 @@ from ..units import BYTES_PER_ELEMENT, GB_BYTES, WEIGHT_BYTES_PER_ELEMENT
 from .batch_norm import plan_batch_norm_sync
 from .compute import ComputeCost, step_compute
 from .context import RingAttention, plan_ring_attention
-from .models import ModelCost, model_cost
+from .models import ModelCost, layer_units, model_cost
 from .moe import plan_routing
 from .pipeline import in_flight_microbatches
 from .step import Segment, seeded_rng
@@ -90,8 +90,16 @@ class StepCosts:
     work: float = 1.0  # microbatches / pipeline stages: the chip's passes through the whole model
     micro_batch: int = 1  # samples per chip per microbatch
     bubble_s: float = 0.0  # a pipeline stage's fill + drain wait (engine/model/pipeline.py)
+    # FLOPs the chip executes beyond its passes through the model, as a share of them: MaxText's pipeline loop
+    # (``gpipe``) runs every stage's layers in all microbatches + stages - 1 iterations, on zeros in the bubble
+    bubble_flops_frac: float = 0.0
     pipeline_send_s: float = 0.0  # stage-to-stage sends on the critical path
     ring: RingAttention | None = None  # context parallelism's K/V ring, one pass (engine/model/context.py)
+
+    @property
+    def hardware_flops_per_chip(self) -> float:
+        """FLOPs the chip executes per step: its passes through the model and MaxText's bubble iterations."""
+        return self.comp.hardware_flops * self.work * (1.0 + self.bubble_flops_frac)
 
     def segments(self, noise: np.ndarray | float = 1.0, forward_s=None, backward_s=None) -> list[Segment]:
         """The step's device work as segments; ``noise`` multiplies forward and backward compute.
@@ -148,7 +156,8 @@ def step_costs(
         comp = scenario_compute(scenario, cost, cal, b_mb, chip)
     else:  # everything step_compute reads, with the cost and calibration by identity
         key = ("compute", id(cost), id(cal), chip, b_mb, tr.precision, tr.remat, par.tensor, par.expert, par.context,
-               getattr(scenario.model, "attention_kernel", None), tuple(getattr(scenario.model, "gmm_tiling", ())))  # fmt: skip
+               getattr(scenario.model, "attention_kernel", None), tuple(getattr(scenario.model, "gmm_tiling", ())),
+               par.pipeline > 1 and par.pipeline_schedule == "gpipe")  # fmt: skip
         if key not in memo:
             memo[key] = scenario_compute(scenario, cost, cal, b_mb, chip)
         comp = memo[key]
@@ -249,6 +258,7 @@ def step_costs(
             usable_bytes=chip.usable_hbm_bytes(cal.hbm_reserved_frac), sparse_off_chip=use_ps,
             timeline=tables, expert=par.expert, pipeline=stages, grad_accumulator=n_mb > 1 and stages == 1,
             in_flight=in_flight_microbatches(stages, n_mb, par.pipeline_schedule, par.virtual_stages),
+            stage_remat=stages > 1 and par.pipeline_schedule == "gpipe",
             context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state, weight_dtype=tr.weight_dtype,
             ring_buffer_bytes=ring.buffer_bytes if ring is not None else (0.0, 0.0),
             devices_per_chip=chip.devices_per_chip,
@@ -274,7 +284,7 @@ def step_costs(
         work=work,
         micro_batch=b_mb,
         ring=ring,
-        **(_pipeline_totals(scenario, pod, cal, comp, comm, b_mb) if stages > 1 else {}),
+        **(_pipeline_totals(scenario, pod, cal, comp, comm, b_mb, cost) if stages > 1 else {}),
     )
 
 
@@ -291,7 +301,8 @@ def scenario_compute(scenario: Scenario, cost: ModelCost, cal: Calibration, micr
     grouped = getattr(model, "moe", False) and model.moe_dispatch == "grouped"
     return step_compute(cost, chip or scenario.chip_spec(), cal, micro_batch, tr.precision, tr.remat, tensor=par.tensor,
                         flash=flash, expert=par.expert, context=par.context,
-                        gmm_tiling=tuple(model.gmm_tiling) if grouped else None)  # fmt: skip
+                        gmm_tiling=tuple(model.gmm_tiling) if grouped else None,
+                        stage_recompute=par.pipeline > 1 and par.pipeline_schedule == "gpipe")  # fmt: skip
 
 
 def activation_send_bytes(s: Scenario, micro_batch: float) -> float:
@@ -300,8 +311,10 @@ def activation_send_bytes(s: Scenario, micro_batch: float) -> float:
     return out / s.parallelism.context if s.parallelism.context > 1 else out
 
 
-def _pipeline_totals(s: Scenario, pod: Pod, cal: Calibration, comp: ComputeCost, comm: StepComm, b_mb: int) -> dict:
-    """A pipeline stage's bubble (fill + drain) and the stage-to-stage sends on the critical path."""
+def _pipeline_totals(s: Scenario, pod: Pod, cal: Calibration, comp: ComputeCost, comm: StepComm, b_mb: int,
+                     cost: ModelCost) -> dict:  # fmt: skip
+    """A pipeline stage's bubble (fill + drain), the stage-to-stage sends on the critical path, and under ``gpipe``
+    (MaxText's loop) the layers' FLOPs its stages compute in the bubble."""
     par, chip = s.parallelism, pod.chip
     v = par.virtual_stages if par.pipeline_schedule == "interleaved" else 1
     send_bytes = activation_send_bytes(s, b_mb)
@@ -313,9 +326,11 @@ def _pipeline_totals(s: Scenario, pod: Pod, cal: Calibration, comp: ComputeCost,
     over_dcn = (pod.slices - 1) * v if s.pipeline_spans_slices else 0
     # one microbatch through one stage: its compute and its per-layer collectives
     slot_s = (comp.fwd_bwd_s + comm.forward_s + comm.backward_s) / par.pipeline
+    layer_frac = sum(u.flops_frac for u in layer_units(cost) if u.name.startswith("layer"))
     return {
         "bubble_s": (par.pipeline - 1) * slot_s / v,
         "pipeline_send_s": 2.0 * ((boundaries - over_dcn) * ici_s + over_dcn * dcn_s),
+        "bubble_flops_frac": layer_frac * (par.pipeline - 1) / s.training.microbatches if par.pipeline_schedule == "gpipe" else 0.0,
     }
 
 

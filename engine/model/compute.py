@@ -27,7 +27,7 @@ __all__ = ["ComputeCost", "grouped_matmul_rows", "kernel_tiled", "pad_to_mxu", "
 PASSES_BY_REMAT = {"none": 3.0, "full": 4.0, "selective": 3.0, "minimal": 3.0}
 
 
-def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
+def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = False) -> np.ndarray:
     """Forward-pass equivalents each op runs per training step under a remat policy.
 
     ``selective`` and ``minimal`` recompute the attention core (the ops whose right
@@ -49,7 +49,16 @@ def passes_per_op(ops, remat: str, flash: bool = False) -> np.ndarray:
     (``tests/fixtures/remat/remat_flops.json``, made by ``scripts/fixtures/make_remat_flops.py``):
     a full-remat layer recomputes 0.767 of its forward FLOPs where the forward without the
     down-projection is 0.765, and a parallel block 0.708 where without both projections it is 0.706.
+
+    ``stage_recompute``: the layers run inside MaxText's pipeline loop (``pipeline_schedule = "gpipe"``), whose
+    iterations are rematerialised too (they save their stages' inputs). Under ``full`` or ``minimal`` (whose weight
+    matmuls have a batch dimension under the loop's ``vmap`` over stages, so it saves nothing more) the backward
+    reruns a stage's forward, then each layer's forward again inside it: one more pass of every layer op than
+    ``full``. XLA's FLOP count of the compiled loop agrees (the TPU compiler grid's pipeline configurations).
     """
+    if stage_recompute and remat in ("full", "minimal"):
+        passes = passes_per_op(ops, "full", flash)
+        return passes + np.array([name.startswith("layer.") for name in ops.names], dtype=np.float64)
     attn = np.asarray(ops.is_attention, dtype=bool)
     passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
     if remat == "full" and ops.residual_out is not None:
@@ -135,6 +144,7 @@ def step_compute(
     expert: int = 1,
     context: int = 1,
     gmm_tiling: tuple[int, int, int] | list[int] | None = None,
+    stage_recompute: bool = False,
 ) -> ComputeCost:
     """Roofline compute time of forward + backward for one chip.
 
@@ -162,6 +172,8 @@ def step_compute(
         groups. The backward's two grouped matmuls are MaxText's with the same tiling
         (kernels/megablox/ops.py ``_gmm_bwd``), so they are taken to pad as the forward does.
         None: every GEMM pads to the MXU edge only.
+    stage_recompute
+        The layers run in MaxText's rematerialised pipeline loop (:func:`passes_per_op`).
     """
     ops = cost.ops
     b = float(per_chip_batch)
@@ -214,7 +226,7 @@ def step_compute(
     byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency
     t_flops, t_bytes = roofline_terms_s(flops_padded, bytes_, flop_rate, byte_rate)
     per_pass = np.maximum(t_flops, t_bytes)
-    passes = passes_per_op(ops, remat, flash)
+    passes = passes_per_op(ops, remat, flash, stage_recompute)
     overhead = float((ops.launches * passes).sum()) * cal.op_overhead_s
     flop_bound = t_flops >= t_bytes
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s

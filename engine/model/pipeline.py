@@ -15,7 +15,8 @@ after its last it waits for the pipeline to fill and drain, the **bubble**:
 Stage ``s`` waits ``s`` slots while the pipeline fills and ``P - 1 - s`` while it
 drains (a slot: one microbatch's forward + backward of one virtual stage), so the
 Timeline shows the staircase. Activations in flight on the busiest stage (the
-first): GPipe holds all ``M`` microbatches' activations; 1F1B at most ``P``;
+first): GPipe as MaxText runs it (one SPMD loop of ``M + P - 1`` iterations in which every stage
+computes, layers/pipeline.py) keeps every iteration's, ``M + P - 1``; 1F1B at most ``P``;
 interleaved ``P (1 + (P - 1) / (P V))`` virtual-stage microbatches
 (Narayanan et al. 2021, sec. 2.2; Korthikanti et al. 2022, sec. 4.2.3).
 
@@ -44,8 +45,8 @@ def in_flight_microbatches(stages: int, microbatches: int, schedule: str, virtua
     """Microbatches whose activations the first stage holds at once, in units of its whole layer share."""
     if stages <= 1:
         return 1.0
-    if schedule == "gpipe":
-        return float(microbatches)
+    if schedule == "gpipe":  # MaxText's loop: every stage computes and keeps all microbatches + stages - 1 iterations
+        return float(microbatches + stages - 1)
     if schedule == "interleaved":
         return min(float(microbatches), stages * (1.0 + (stages - 1) / (stages * virtual_stages)))
     return float(min(microbatches, stages))
