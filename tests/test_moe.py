@@ -77,6 +77,17 @@ class TestMoeLayerCost:
         assert with_moves.memory_s - without.memory_s == pytest.approx(3 * moved_bytes / chip.hbm_bytes_per_s)
         assert with_moves.matmul_s == without.matmul_s
 
+    def test_minimal_remat_recomputes_the_batched_expert_and_routing_dots(self):
+        """checkpoint_dots_with_no_batch_dims saves no dot with a batch dimension: the routed experts' GEMMs (batched over
+        the experts) and the dense dispatch and combine einsums run a fourth pass, the router and the attention
+        projections keep three."""
+        from engine.model.compute import passes_per_op
+
+        c = model_cost(TransformerModel(**{**TINY, "moe_dispatch": "dense"}))
+        p = dict(zip(c.ops.names, passes_per_op(c.ops, "minimal")))
+        assert p["layer.expert_in"] == p["layer.expert_out"] == p["layer.dispatch"] == p["layer.combine"] == 4
+        assert p["layer.router"] == p["layer.qkv"] == 3
+
     def test_moe_layer_interval_keeps_dense_mlps(self):
         c = model_cost(TransformerModel(**{**TINY, "layers": 4, "moe_layer_interval": 2}))
         counts = dict(zip(c.ops.names, c.ops.count))

@@ -142,7 +142,9 @@ def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
     The router logits (``experts``), the dispatched tokens and the combined outputs at
     capacity (``2 d`` per routed copy, ``model.routed_copies_per_token`` copies), and the experts'
     MLP activations for those routed plus the shared copies instead of
-    the dense MLP's.
+    the dense MLP's. Under ``minimal`` (``checkpoint_dots_with_no_batch_dims``) the router's and the
+    shared experts' matmul outputs are saved, but not the routed experts' nor the dispatch and combine
+    einsums': each has the experts (or the batch) as a batch dimension, so they are recomputed.
     """
     d, e, sh = model.d_model, model.experts, model.shared_experts
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
@@ -150,7 +152,7 @@ def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
     ff_e_in = ff_e * (2 if model.mlp == "swiglu" else 1)
     copies = model.routed_copies_per_token
     if remat == "minimal":
-        return copies * (ff_e_in + 2 * d) + sh * (ff_e_in + d) + e - (ff_in + d)
+        return sh * (ff_e_in + d) + e - (ff_in + d)
     return e + 2 * d * copies + (copies + sh) * mlp_saved_elements(model.mlp, ff_e, elem_bytes) - mlp_saved_elements(model.mlp, model.d_ff, elem_bytes)
 
 

@@ -31,7 +31,9 @@ def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = 
     """Forward-pass equivalents each op runs per training step under a remat policy.
 
     ``selective`` and ``minimal`` recompute the attention core (the ops whose right
-    operand is an activation) in the backward pass. The flash kernel's backward
+    operand is an activation) in the backward pass; ``minimal`` also a mixture of experts' routed-expert
+    GEMMs and its dispatch and combine einsums, dots with a batch dimension (the experts, or the batch)
+    that ``checkpoint_dots_with_no_batch_dims`` does not save. The flash kernel's backward
     (Dao et al. 2022, "FlashAttention", Algorithm 4) recomputes the scores ``S = Q K^T``
     block by block from Q, K and the saved softmax statistics, but not ``P V``: the
     output O is saved. So the scores op runs one more pass than the policy gives and
@@ -67,6 +69,8 @@ def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = 
         passes[ops.outside_remat] = PASSES_BY_REMAT["none"]
     if remat in ("selective", "minimal"):
         passes[attn] = 4.0
+    if remat == "minimal":  # batched dots (over the experts, or the batch): checkpoint_dots_with_no_batch_dims keeps none
+        passes[ops.is_expert | ops.is_routing] = 4.0
     if flash:
         scores = attn & np.concatenate([attn[1:], [False]])  # the first op of each attention pair
         if remat == "selective":
