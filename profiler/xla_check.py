@@ -1,4 +1,4 @@
-"""Podscope's HBM peak and FLOPs of a transformer scenario beside the TPU compiler's, for the same program.
+"""Podscope's HBM peak and FLOPs of a built-in scenario beside the TPU compiler's, for the same program.
 
 :func:`compile_numbers` compiles the scenario's JAX program (:mod:`profiler.xla_reference`) for its
 target with libtpu and keeps XLA's side: memory analysis per device, FLOPs per device with every
