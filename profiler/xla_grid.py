@@ -1,4 +1,4 @@
-"""Podscope's HBM model and FLOP count against the TPU compiler over a committed grid of transformer and MLP scenarios.
+"""Podscope's HBM model and FLOP count against the TPU compiler over a committed grid of built-in scenarios.
 
 ``data/reference/xla_grid.json`` (written by ``scripts/fixtures/make_xla_grid.py``) holds, per
 configuration, a scenario dict and what libtpu's compiler said of its JAX program
@@ -18,14 +18,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine import scenario_from_dict
+from engine import Scenario, scenario_from_dict
 from engine.scenario.calibration import Calibration
 from engine.data_files import DATA_DIR
 from engine.errors import ReferenceFileError
 
 from .xla_check import compare, podscope_numbers
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "block_of", "grid_frame", "load_grid", "grid_rows", "xla_block", "xla_table"]
+__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
+           "xla_table"]  # fmt: skip
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
 
@@ -60,6 +61,17 @@ def load_grid(path: str | Path | None = None) -> list[dict[str, Any]]:
     return list(configs)
 
 
+def family_of(scenario: Scenario) -> str:
+    """The grid's family of a scenario: its model kind; ``moe`` for a transformer with experts, ``pipeline``
+    for a transformer over pipeline stages."""
+    m = scenario.model
+    if m.kind != "transformer":
+        return m.kind
+    if m.experts:
+        return "moe"
+    return "pipeline" if scenario.parallelism.pipeline > 1 else "transformer"
+
+
 def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = None) -> list[dict[str, Any]]:
     """One comparison per configuration: id, chip, remat, :func:`profiler.xla_check.compare`'s keys, and
     the argument-like and temporary-like parts of Podscope's breakdown against XLA's (percent)."""
@@ -84,25 +96,26 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
             limit_ratio = oom["required_bytes"] / oom["available_bytes"]
         else:
             limit_ratio = None
-        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": scenario.model.kind, "remat": scenario.training.remat, **cmp, **terms,
-                     "hbm_limit_ratio": limit_ratio})  # fmt: skip
+        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "remat": scenario.training.remat,
+                     **cmp, **terms, "hbm_limit_ratio": limit_ratio})  # fmt: skip
     return rows
 
 
 def grid_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """:func:`grid_rows` of the configurations XLA compiled, for the dashboard: ``id``, ``chip``, ``remat``,
+    """:func:`grid_rows` of the configurations XLA compiled, for the dashboard: ``id``, ``chip``, ``family``, ``remat``,
     ``podscope_gib`` and ``xla_gib`` (peak per chip), ``hbm_diff_pct``."""
     rows = [r for r in rows if r["hbm_diff_pct"] is not None]
     return pd.DataFrame(
         {
             "id": [r["id"] for r in rows],
             "chip": [r["chip"] for r in rows],
+            "family": [r["family"] for r in rows],
             "remat": [r["remat"] for r in rows],
             "podscope_gib": [r["podscope"]["peak_hbm_bytes"] / 2**30 for r in rows],
             "xla_gib": [r["xla"]["peak_hbm_bytes"] / 2**30 for r in rows],
             "hbm_diff_pct": [r["hbm_diff_pct"] for r in rows],
         },
-        columns=["id", "chip", "remat", "podscope_gib", "xla_gib", "hbm_diff_pct"],
+        columns=["id", "chip", "family", "remat", "podscope_gib", "xla_gib", "hbm_diff_pct"],
     )
 
 
@@ -135,7 +148,7 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         usable HBM), ``near_limit_refused``, ``near_limit_hbm_median_abs_pct`` and
         ``near_limit_verdict_agreement`` over them, ``false_fits``
         (Podscope says it fits, XLA refuses), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
-        ``families``: per model family (``transformer``, ``mlp``) ``n``, ``compiled``, the HBM median
+        ``families``: per family (:func:`family_of`: ``transformer``, ``moe``, ``pipeline``, ``mlp``, ``resnet50``) ``n``, ``compiled``, the HBM median
         and p90 absolute errors, ``verdict_agreement`` and ``false_fits``; and ``by_remat``: per policy,
         over the transformers, ``n``, ``hbm_median_pct`` and the signed median errors of
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like

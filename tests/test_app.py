@@ -90,7 +90,7 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     _no_exceptions(at)
     labels = {m.label for m in at.metric}
     assert {"End-to-end cases", "Median |error|", "90th pct |error|"} <= labels
-    assert len(at.dataframe) == 2  # the per-step cases, then the MLPerf times to train
+    assert len(at.dataframe) == 3  # the per-step cases, the MLPerf times to train, the compiler grid's families
     n_all = len(at.dataframe[0].value)
     at.multiselect(key="val_chips").set_value(["tpu-v3"]).run()
     _no_exceptions(at)
@@ -111,3 +111,6 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     assert shown_metrics["Configurations"] == str(block["n"])
     assert shown_metrics["Fits / out of memory agree"] == f"{100 * block['verdict_agreement']:.1f}%"
     assert shown_metrics["Near the limit, verdicts agree"] == f"{100 * block['near_limit_verdict_agreement']:.1f}%"
+    families = at.dataframe[2].value
+    assert list(families["family"]) == list(block["families"])
+    assert list(families["false_fits"]) == [g["false_fits"] for g in block["families"].values()]

@@ -31,7 +31,7 @@ def test_the_block_covers_every_configuration_of_the_committed_grid(block):
 def test_the_grid_records_only_scenarios_and_xlas_numbers():
     for c in xla_grid.load_grid():
         assert set(c) == {"id", "scenario", "xla"}
-        assert c["scenario"]["model"]["kind"] in ("transformer", "mlp")
+        assert c["scenario"]["model"]["kind"] in ("transformer", "mlp", "resnet50")
         x = c["xla"]
         assert (x["memory"] is None) == (x["oom"] is not None), c["id"]
         assert x["jax_version"] and x["libtpu_version"] and x["compile_s"] > 0
@@ -86,11 +86,42 @@ def test_the_grid_sits_near_the_hbm_limit_on_both_sides(block):
         assert r["hbm_limit_ratio"] > 1.0, r["id"]
 
 
+def test_a_resnet_sample_costs_more_at_a_small_per_chip_batch_for_the_compiler_and_for_podscope():
+    """The TPU compiler's own estimate of a ResNet-50 step (its estimated cycles per op) makes a sample dearer at 32
+    images per chip than at 256 on the chips whose two TensorCores share the step (v4, v5p, TPU7x), and within 10% of
+    it on the one-TensorCore chips (v5e, v6e); Podscope's compute makes it dearer on every chip."""
+    from engine import scenario_from_dict
+    from engine.model.analytic import evaluate
+    from engine.pod.catalog import load_catalog
+
+    catalog = load_catalog()
+    by_id = {c["id"]: c for c in xla_grid.load_grid()}
+    pairs = [(c["scenario"]["pod"]["chip"], c["id"].removesuffix("-b32")) for c in by_id.values()
+             if c["id"].endswith("resnet50-none-data-b32") and c["id"].removesuffix("32") + "256" in by_id]  # fmt: skip
+    assert {chip for chip, _ in pairs} >= {"tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e"}
+
+    def per_sample(cid: str, batch: int) -> tuple[float, float]:
+        rec = by_id[f"{cid}-b{batch}"]
+        scenario = scenario_from_dict(rec["scenario"])
+        return rec["xla"]["estimated_cycles_per_device"] / batch, evaluate(scenario).costs.comp.fwd_bwd_s / batch
+
+    for chip, cid in pairs:
+        (xla_small, pod_small), (xla_large, pod_large) = per_sample(cid, 32), per_sample(cid, 256)
+        if catalog[chip].tensorcores_per_chip == 2:
+            assert xla_small > 1.05 * xla_large, cid
+        else:
+            assert abs(xla_small / xla_large - 1.0) < 0.10, cid
+        assert pod_small > pod_large, cid
+
+
 def test_each_family_is_reported_on_its_own(block):
+    from engine import scenario_from_dict
+
     configs = xla_grid.load_grid()
-    kinds = {c["scenario"]["model"]["kind"] for c in configs}
-    assert kinds == {"transformer", "mlp"} == set(block["families"])
+    families = [xla_grid.family_of(scenario_from_dict(c["scenario"])) for c in configs]
+    assert set(families) == {"transformer", "moe", "pipeline", "mlp", "resnet50"} == set(block["families"])
     for kind, g in block["families"].items():
-        assert g["n"] == sum(1 for c in configs if c["scenario"]["model"]["kind"] == kind)
+        assert g["n"] == families.count(kind)
         assert g["compiled"] <= g["n"] and g["hbm_p90_abs_pct"] >= g["hbm_median_abs_pct"]
     assert sum(g["false_fits"] for g in block["families"].values()) == block["false_fits"]
+

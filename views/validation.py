@@ -113,6 +113,17 @@ def _xla():
     return xla_grid.block_of(rows), xla_grid.grid_frame(rows)
 
 
+_FAMILY_CONFIG = {
+    "family": st.column_config.TextColumn("Family"),
+    "n": st.column_config.NumberColumn("Configurations"),
+    "compiled": st.column_config.NumberColumn("Compiled"),
+    "hbm_median_abs_pct": st.column_config.NumberColumn("HBM peak, median |error|", format="%.1f%%"),
+    "hbm_p90_abs_pct": st.column_config.NumberColumn("p90 |error|", format="%.1f%%"),
+    "verdict_agreement": st.column_config.NumberColumn("Verdicts agree", format="percent"),
+    "false_fits": st.column_config.NumberColumn("False fits", help="Podscope says it fits, XLA refuses"),
+}
+
+
 def _against_the_compiler() -> None:
     """The HBM model against libtpu's compiler over the committed grid (``validate --json``'s ``xla`` block)."""
     block, frame = _xla()
@@ -135,6 +146,8 @@ def _against_the_compiler() -> None:
     st.caption("Each configuration's JAX program (profiler/xla_reference.py) compiled by libtpu for its chip and "
                "slice on a CPU (data/reference/xla_grid.json, scripts/fixtures/make_xla_grid.py); XLA's peak is its "
                f"memory analysis's. FLOPs per chip agree within {_pct(block['flops_median_abs_pct'])} (median).")  # fmt: skip
+    families = pd.DataFrame([{"family": f, **g} for f, g in block["families"].items()])
+    st.dataframe(families, hide_index=True, column_config=_FAMILY_CONFIG)
     st.plotly_chart(figures.xla_hbm_scatter(frame), width="stretch")
 
 
