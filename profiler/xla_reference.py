@@ -39,6 +39,7 @@ __all__ = [
     "build_program",
     "devices_per_chip",
     "generation_of",
+    "kernel_attention",
     "mesh_axes",
     "program_params",
     "refusal",
@@ -438,6 +439,23 @@ def _mlp_shapes(scenario: Scenario) -> dict[str, tuple[tuple[int, ...], tuple]]:
     return out
 
 
+#: the Pallas TPU flash kernel's smallest block along the sequence (jax.experimental.pallas.ops.tpu.flash_attention)
+FLASH_BLOCK = 128
+
+
+def flash_kernel_tiles(seq_len: int) -> bool:
+    """Whether the program runs a flash-attention scenario's attention in the Pallas kernel (its sequence
+    tiles into the kernel's blocks) rather than as standard attention."""
+    return seq_len % FLASH_BLOCK == 0
+
+
+def kernel_attention(scenario: Scenario) -> bool:
+    """Whether the scenario's program computes its attention core inside Pallas kernels: custom calls whose
+    FLOPs the compiled module does not count."""
+    m = scenario.model
+    return m.kind == "transformer" and m.attention_kernel == "flash" and flash_kernel_tiles(m.seq_len)
+
+
 def _flash_attention(jax, mesh, batch, notes, seq_len, head_dim):
     """The Pallas TPU flash-attention kernel inside ``jax.shard_map`` over the batch and head axes, or
     None (with a note) where this JAX has no such kernel or the shapes do not tile."""
@@ -448,8 +466,8 @@ def _flash_attention(jax, mesh, batch, notes, seq_len, head_dim):
     except ImportError as e:  # pragma: no cover - depends on the installed JAX
         notes.append(f"Pallas TPU flash attention unavailable ({e})")
         return None
-    if seq_len % 128:
-        notes.append(f"seq_len {seq_len} is not a multiple of 128, the flash kernel's block: standard attention")
+    if not flash_kernel_tiles(seq_len):
+        notes.append(f"seq_len {seq_len} is not a multiple of {FLASH_BLOCK}, the flash kernel's block: standard attention")
         return None
     block = min(512, seq_len)
     while seq_len % block:

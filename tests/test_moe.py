@@ -40,7 +40,8 @@ class TestMoeLayerCost:
 
     def test_dense_dispatch_adds_the_dispatch_and_combine_einsums_by_hand(self):
         """GShard's einsums BSM,BSEC->EBCM and EBCM,BSEC->BSM with C = ceil(seq x k / E) x capacity factor
-        slots per expert: executed FLOPs, not model FLOPs, and not attention (flash leaves them alone)."""
+        slots per expert: executed FLOPs, not model FLOPs, and not attention (flash leaves them alone). The dispatch
+        mask takes no gradient (one backward GEMM, the combine's two), and the experts' GEMMs run over every slot."""
         m = TransformerModel(**{**TINY, "seq_len": 64, "capacity_factor": 1.5, "moe_dispatch": "dense"})
         assert m.expert_capacity_per_sequence == 48  # ceil(64 x 2 / 4) x 1.5
         dense, grouped = model_cost(m), model_cost(m.model_copy(update={"moe_dispatch": "grouped"}))
@@ -53,7 +54,10 @@ class TestMoeLayerCost:
         from engine.scenario.calibration import Calibration
 
         a, b = (step_compute(c, chip, Calibration(), 8, "bf16", "none", flash=True) for c in (dense, grouped))
-        assert a.model_flops == b.model_flops and a.hardware_flops == pytest.approx(b.hardware_flops + 3 * 8 * 2 * flops["layer.dispatch"])
+        slots_over_routed = 4 * 48 / (64 * 2)
+        experts = flops["layer.expert_in"] + flops["layer.expert_out"]
+        extra = 8 * ((2 + 3) * flops["layer.dispatch"] + 3 * (slots_over_routed - 1) * experts)
+        assert a.model_flops == b.model_flops and a.hardware_flops == pytest.approx(b.hardware_flops + extra)
         assert a.attention_forward_s == b.attention_forward_s
 
     def test_grouped_dispatch_moves_the_routed_copies_through_hbm_by_hand(self, ideal_calibration):
@@ -80,13 +84,15 @@ class TestMoeLayerCost:
     def test_minimal_remat_recomputes_the_batched_expert_and_routing_dots(self):
         """checkpoint_dots_with_no_batch_dims saves no dot with a batch dimension: the routed experts' GEMMs (batched over
         the experts) and the dense dispatch and combine einsums run a fourth pass, the router and the attention
-        projections keep three."""
+        projections keep three; the dispatch, whose mask takes no gradient, one fewer throughout."""
         from engine.model.compute import passes_per_op
 
         c = model_cost(TransformerModel(**{**TINY, "moe_dispatch": "dense"}))
         p = dict(zip(c.ops.names, passes_per_op(c.ops, "minimal")))
-        assert p["layer.expert_in"] == p["layer.expert_out"] == p["layer.dispatch"] == p["layer.combine"] == 4
-        assert p["layer.router"] == p["layer.qkv"] == 3
+        assert p["layer.expert_in"] == p["layer.expert_out"] == p["layer.combine"] == 4
+        assert p["layer.router"] == p["layer.qkv"] == p["layer.dispatch"] == 3
+        none = dict(zip(c.ops.names, passes_per_op(c.ops, "none")))
+        assert none["layer.dispatch"] == 2 and none["layer.combine"] == 3
 
     def test_moe_layer_interval_keeps_dense_mlps(self):
         c = model_cost(TransformerModel(**{**TINY, "layers": 4, "moe_layer_interval": 2}))

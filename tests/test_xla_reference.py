@@ -334,7 +334,8 @@ def test_xla_check_compiles_a_resnet_scenario_with_pooled_batch_norm(live, tmp_p
 def test_xla_check_compiles_maxtexts_pipeline_loop(live, tmp_path):
     """Two stages x fsdp 2 on 4 v5p chips, 4 microbatches under full remat: the stage axis is on the mesh, the stages
     hold their layers (the embeddings on every stage), and the FLOPs are Podscope's: five passes of each layer (the
-    loop's iteration remat reruns a stage, the layer checkpoint each layer again) over 4 + 2 - 1 iterations."""
+    loop's iteration remat reruns a stage, the layer checkpoint each layer again) over 4 + 2 - 1 iterations, short only
+    of the elementwise FLOPs XLA counts too (norms, GELU, softmax and the loss: 2-4% of a model this narrow)."""
     toml, out = _xla_check_json(
         tmp_path / "pp.toml",
         'name = "pp"\n[pod]\nchip = "tpu-v5p"\ntopology = "2x2x1"\n[model]\nkind = "transformer"\nlayers = 4\n'
@@ -344,7 +345,7 @@ def test_xla_check_compiles_maxtexts_pipeline_loop(live, tmp_path):
     )
     assert out["xla_compile"]["mesh"] == {"data": 1, "stage": 2, "fsdp": 2, "expert": 1, "tensor": 1}
     assert not out["xla"]["oom"] and out["verdicts_agree"]
-    assert abs(out["flops_diff_pct"]) < 2
+    assert -5 < out["flops_diff_pct"] < 0
     assert abs(out["hbm_diff_pct"]) < 15
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model.models import ModelCost
+from .layout import feature_map_padding
 from ..units import BYTES_PER_ELEMENT
 
 __all__ = [
@@ -156,7 +157,7 @@ def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
     return e + 2 * d * copies + (copies + sh) * mlp_saved_elements(model.mlp, ff_e, elem_bytes) - mlp_saved_elements(model.mlp, model.d_ff, elem_bytes)
 
 
-def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int) -> tuple[np.ndarray, np.ndarray, float]:
+def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int, devices_per_chip: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
     """What XLA keeps of a ResNet-50 step (:mod:`profiler.xla_resnet`'s program; the TPU compiler grid's ResNet-50
     configurations), per unit (one per convolution, then the classifier).
 
@@ -167,18 +168,23 @@ def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int) -> tu
     normalisation chain too (``jax.ad_checkpoint.print_saved_residuals``: about seven times as much); XLA fuses it.
     Under ``full`` remat (one ``jax.checkpoint`` per block) the stem's tensors and each block's input stay, and the
     block in its backward holds its convolutions' outputs and its own output again. While a convolution's backward
-    runs, the gradients of its output and input are live.
+    runs, the gradients of its output and input are live. Each map takes its TPU layout's lanes
+    (:func:`~engine.memory.layout.feature_map_padding` at the device's batch: libtpu's two devices per chip on v4
+    and TPU7x each hold half of the chip's images).
     """
     names = ops.names
-    out = ops.m * ops.n * ops.count
+    n_dev = float(b) / max(devices_per_chip, 1)
+    channels_in = ops.in_channels if ops.in_channels is not None else ops.n
+    out = ops.m * ops.n * ops.count * feature_map_padding(ops.n, n_dev)
+    inputs = ops.in_elems_per_repeat * feature_map_padding(channels_in, n_dev)
     block_of = np.array([name.split(".")[0] if "." in name else name for name in names])
     is_block_end = np.array([name.endswith(".conv3") for name in names])
     stem = np.array([name == "stem" for name in names])
     first_block = np.flatnonzero(np.char.startswith(block_of.astype(str), "s0b0"))
-    pool_out = float(ops.in_elems_per_repeat[first_block[0]]) if first_block.size else 0.0
+    pool_out = float(inputs[first_block[0]]) if first_block.size else 0.0
     scale = float(b) * elem / tensor
     kept = np.where(ops.w_is_activation, 0.0, out) + np.where(is_block_end, out, 0.0) + np.where(stem, out + pool_out, 0.0)
-    grad_io = (ops.in_elems_per_repeat + out) * scale
+    grad_io = (inputs + out) * scale
     n = len(names)
     if remat != "full":
         return kept * scale, grad_io, 0.0
@@ -186,15 +192,16 @@ def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int) -> tu
     recompute = grad_io.copy()
     for block in dict.fromkeys(block_of[~stem & (block_of != "fc")]):
         rows = np.flatnonzero(block_of == block)
-        saved[rows[0]] += ops.in_elems_per_repeat[rows[0]]  # the block's input, its checkpoint
+        saved[rows[0]] += inputs[rows[0]]  # the block's input, its checkpoint
         recompute[rows] += kept[rows].sum() * scale
     return saved * scale, recompute, 0.0 if n else 0.0
 
 
 def unit_activations(
-    cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units, context: int = 1
+    cost: ModelCost, model, b: int, precision: str, remat: str, tensor: int, units, context: int = 1, devices_per_chip: int = 1
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes)."""
+    """(saved bytes per unit, recompute bytes per unit during its backward, loss temporary bytes) per chip at ``b``
+    samples per chip, which its ``devices_per_chip`` JAX devices split."""
     n = len(units)
     elem = BYTES_PER_ELEMENT[precision]
     saved = np.zeros(n)
@@ -230,7 +237,7 @@ def unit_activations(
         recompute[:] = grad_io + (masks if remat == "full" else 0.0)
         return saved, recompute, 0.0
     if cost.kind == "resnet50":
-        return _resnet_activations(ops, b, elem, remat, tensor)
+        return _resnet_activations(ops, b, elem, remat, tensor, devices_per_chip)
     # The weight gradient needs each GEMM's input as stored: a convolution's input feature map, not the
     # kh*kw-times larger im2col matrix (XLA convolves in place; in_elems_per_repeat is the map).
     per_row = ops.in_elems_per_repeat * ops.count + np.where(ops.w_is_activation, ops.k * ops.n * ops.count, 0.0)

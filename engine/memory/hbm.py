@@ -297,7 +297,8 @@ def hbm_plan(
     params_b = float((p_chip if weights_sharded else p_tensor).sum()) * bpp.params
     opt_b = float(p_chip.sum()) * bpp.optimizer
     grads_unit = (p_chip if grads_sharded else p_tensor) * bpp.grads
-    saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context)
+    saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context,
+                                                devices_per_chip)  # fmt: skip
     if pipeline > 1:
         saved, recompute = _pipeline_activations(cost, model, saved, recompute, per_chip_batch, precision, remat, tensor,
                                                  context, pipeline, in_flight, stage_remat)  # fmt: skip

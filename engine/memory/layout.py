@@ -13,6 +13,12 @@ dimension of 128 or more and is laid out ``{3,2,1,0:T(4,128)}``, twice its eleme
 So a transformer whose device-local weight shards have every dimension under 128 (a head dimension
 of 64 with few heads per chip and ``d_model / fsdp`` under 128) holds its weights, their
 gradients and optimizer moments padded. :func:`transformer_weight_padding` gives the factor.
+
+A convolution's NHWC feature maps take the channels or the device's batch as their minor dimension,
+whichever pads least: ResNet-50's 64-channel maps are ``bf16[32,56,56,64]{3,0,2,1:T(8,128)(2,1)}`` at 32
+images per device (channels minor, twice their elements) and ``bf16[509,56,56,64]{0,3,2,1:T(8,128)(2,1)}`` at
+509 (the batch minor, padded to 512) in libtpu 0.0.42.1's modules of :mod:`profiler.xla_resnet`'s step.
+:func:`feature_map_padding` gives the factor.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-__all__ = ["LANES", "tiled_elements", "transformer_weight_padding"]
+import numpy as np
+
+__all__ = ["LANES", "feature_map_padding", "tiled_elements", "transformer_weight_padding"]
 
 #: lanes of a TPU vector register and of an HBM tile's minor dimension (``T(8,128)``)
 LANES = 128
@@ -37,6 +45,16 @@ def tiled_elements(shape: Iterable[int]) -> int:
         return 1
     logical = math.prod(dims)
     return min(logical // d * (math.ceil(d / LANES) * LANES) for d in dims)
+
+
+def feature_map_padding(channels, batch_per_device: float) -> np.ndarray:
+    """HBM elements over logical elements of NHWC feature maps with ``channels`` channels (an array) at
+    ``batch_per_device`` images: the channels or the batch padded to :data:`LANES`, whichever is less."""
+    c = np.maximum(np.asarray(channels, dtype=np.float64), 1.0)
+    n = max(float(batch_per_device), 1.0)
+    by_channels = np.ceil(c / LANES) * LANES / c
+    by_batch = math.ceil(n / LANES) * LANES / n
+    return np.minimum(by_channels, by_batch)
 
 
 def _shard(n: int, ways: int) -> int:

@@ -101,6 +101,11 @@ class StepCosts:
         """FLOPs the chip executes per step: its passes through the model and MaxText's bubble iterations."""
         return self.comp.hardware_flops * self.work * (1.0 + self.bubble_flops_frac)
 
+    @property
+    def attention_flops_per_chip(self) -> float:
+        """The attention core's share of :attr:`hardware_flops_per_chip`."""
+        return self.comp.attention_hardware_flops * self.work * (1.0 + self.bubble_flops_frac)
+
     def segments(self, noise: np.ndarray | float = 1.0, forward_s=None, backward_s=None) -> list[Segment]:
         """The step's device work as segments; ``noise`` multiplies forward and backward compute.
 

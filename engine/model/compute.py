@@ -47,10 +47,13 @@ def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = 
     gradient reads its inputs, not its output, so an op whose output only adds into the residual
     stream (``GemmOps.residual_out``: a transformer's MLP down-projection, and the attention output
     projection of a parallel block) is not rerun: 3 passes; nor is an op outside the checkpointed blocks
-    (``GemmOps.outside_remat``: ResNet-50's stem and classifier). XLA's own FLOP count agrees
+    (``GemmOps.outside_remat``: ResNet-50's stem and classifier, a transformer's unembedding). XLA's own FLOP count agrees
     (``tests/fixtures/remat/remat_flops.json``, made by ``scripts/fixtures/make_remat_flops.py``):
     a full-remat layer recomputes 0.767 of its forward FLOPs where the forward without the
     down-projection is 0.765, and a parallel block 0.708 where without both projections it is 0.706.
+
+    An op whose ``m x k`` operand takes no gradient (``GemmOps.no_input_grad``: dense dispatch's one-hot mask) runs
+    one backward GEMM, one pass fewer.
 
     ``stage_recompute``: the layers run inside MaxText's pipeline loop (``pipeline_schedule = "gpipe"``), whose
     iterations are rematerialised too (they save their stages' inputs). Under ``full`` or ``minimal`` (whose weight
@@ -76,6 +79,8 @@ def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = 
         if remat == "selective":
             passes[attn] = 3.0
         passes[scores] += 1.0
+    if ops.no_input_grad is not None:  # one backward GEMM, not two
+        passes[ops.no_input_grad] -= 1.0
     return passes
 
 
@@ -120,7 +125,7 @@ class ComputeCost:
 
     fwd_bwd_s: float
     model_flops: float  # useful FLOPs per chip per step (forward + backward, no remat)
-    hardware_flops: float  # FLOPs the chip executes (padding excluded, remat and MoE routing einsums included)
+    hardware_flops: float  # FLOPs the chip executes (MXU padding excluded; remat, MoE routing einsums and dense dispatch's empty capacity slots included)
     matmul_s: float  # part of fwd_bwd_s bound by FLOPs
     memory_s: float  # part bound by HBM bandwidth
     overhead_s: float
@@ -132,6 +137,9 @@ class ComputeCost:
     # ring-attention K/V send hides behind (engine/model/context.py)
     attention_forward_s: float = 0.0
     attention_fwd_bwd_s: float = 0.0
+    # FLOPs the attention core executes (remat included): under flash attention, the FLOPs of the Pallas
+    # kernels, which the compiler's module does not count (a custom call is opaque to XLA)
+    attention_hardware_flops: float = 0.0
     # the routed-expert GEMMs' executed work (whole MXU edges, whole grouped-matmul tiles) over their FLOPs
     expert_work_over_flops: float = 1.0
 
@@ -237,6 +245,7 @@ def step_compute(
     total = float((per_pass * passes).sum()) + overhead
     ex, attn = ops.is_expert, ops.is_attention
     useful = np.where(ops.is_routing, 0.0, flops_useful)  # the MoE routing einsums move tokens: not model FLOPs
+    flops_executed = flops_useful * ops.executed_rows_factor if ops.executed_rows_factor is not None else flops_useful
     expert_flops = float(flops_useful[ex].sum())
     return ComputeCost(
         expert_work_over_flops=float(flops_padded[ex].sum()) / expert_flops if expert_flops > 0 else 1.0,
@@ -244,9 +253,10 @@ def step_compute(
         expert_fwd_bwd_s=float((per_pass * passes)[ex].sum()),
         attention_forward_s=float(per_pass[attn].sum()),
         attention_fwd_bwd_s=float((per_pass * passes)[attn].sum()),
+        attention_hardware_flops=float((flops_useful * passes)[attn].sum()),
         fwd_bwd_s=total,
         model_flops=float(useful.sum()) * 3.0,
-        hardware_flops=float((flops_useful * passes).sum()),
+        hardware_flops=float((flops_executed * passes).sum()),
         matmul_s=float((per_pass * passes)[flop_bound].sum()),
         memory_s=float((per_pass * passes)[~flop_bound].sum()),
         overhead_s=overhead,

@@ -67,8 +67,20 @@ class GemmOps:
     # gate and up projections: two grouped-matmul calls, each tiled on its own). None: one each.
     n_parts: np.ndarray | None = None
     # True for ops outside the blocks a full remat checkpoints (ResNet-50's stem and classifier: one
-    # jax.checkpoint per bottleneck block), which it does not rerun. None: none.
+    # jax.checkpoint per bottleneck block; a transformer's unembedding: one per layer), which it does not rerun.
+    # None: none.
     outside_remat: np.ndarray | None = None
+    # Channels of each op's input feature map (a convolution's; the map's minor dimension in NHWC), which with
+    # the output's channels (``n``) sets the lanes a TPU layout pads the maps to. None: not a convolutional model.
+    in_channels: np.ndarray | None = None
+    # Rows the chip computes over ``m`` (its useful rows) where they differ: GShard's dense dispatch runs each
+    # expert GEMM over every capacity slot, filled or not (``experts x capacity`` rows for ``seq_len x k`` routed
+    # tokens). None: every op computes its useful rows.
+    executed_rows_factor: np.ndarray | None = None
+    # True where the op's ``m x k`` operand takes no gradient, so its backward is one GEMM: dense dispatch's one-hot
+    # mask, a comparison's result (MaxText layers/moe.py generate_masks: the dispatch mask is the combine
+    # weights' nonzeros, cast). None: none.
+    no_input_grad: np.ndarray | None = None
 
     @property
     def is_routing(self) -> np.ndarray:
@@ -166,6 +178,9 @@ def _ops(
     routing: set[str] | frozenset[str] = frozenset(),
     n_parts: dict[str, int] | None = None,
     outside_remat: set[str] | frozenset[str] = frozenset(),
+    in_channels: list[int] | None = None,
+    executed_rows_factor: dict[str, float] | None = None,
+    no_input_grad: set[str] | frozenset[str] = frozenset(),
 ) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
@@ -183,6 +198,10 @@ def _ops(
         routing=np.array([name in routing for name in names], dtype=bool) if routing else None,
         n_parts=np.array([n_parts.get(name, 1) for name in names], dtype=np.float64) if n_parts else None,
         outside_remat=np.array([name in outside_remat for name in names], dtype=bool) if outside_remat else None,
+        in_channels=np.asarray(in_channels, dtype=np.float64) if in_channels is not None else None,
+        executed_rows_factor=(np.array([executed_rows_factor.get(name, 1.0) for name in names], dtype=np.float64)
+                              if executed_rows_factor else None),  # fmt: skip
+        no_input_grad=np.array([name in no_input_grad for name in names], dtype=bool) if no_input_grad else None,
     )
 
 
@@ -202,6 +221,7 @@ def _mlp(model: MlpModel) -> ModelCost:
 def _resnet50(model: ResNet50Model) -> ModelCost:
     rows: list[tuple[str, int, int, int, int, bool, int]] = []
     in_elems: list[int] = []
+    in_channels: list[int] = []
     params = 0
 
     def conv(name: str, hw_out: int, kernel: int, c_in: int, c_out: int, hw_in: int | None = None) -> None:
@@ -211,6 +231,7 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
         rows.append((name, hw_out * hw_out, kernel * kernel * c_in, c_out, 1, False, 2 * hw_out * hw_out * c_out))
         hw_read = hw_in if hw_in is not None else hw_out
         in_elems.append(hw_read * hw_read * c_in)
+        in_channels.append(c_in)
 
     size = model.image_size
     hw = -(-size // 2)  # 7x7 stride-2 stem, 'same' padding
@@ -234,9 +255,16 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
     params += c_in * model.classes + model.classes
     rows.append(("fc", 1, c_in, model.classes, 1, False, model.classes))
     in_elems.append(c_in)
+    in_channels.append(c_in)
     bn_ops = tuple(i for i, r in enumerate(rows) if r[0] != "fc")  # every convolution is followed by a batch norm
-    ops = _ops(rows, in_elems=in_elems, outside_remat={"stem", "fc"})
+    ops = _ops(rows, in_elems=in_elems, outside_remat={"stem", "fc"}, in_channels=in_channels)
     return ModelCost("resnet50", params, ops, None, blocks, batch_norm_ops=bn_ops)
+
+
+#: a transformer's ops outside its layers' checkpoints: remat wraps each decoder layer (MaxText layers/decoders.py
+#: applies ``nn.remat`` to the layer the scan repeats; profiler/xla_reference.py checkpoints the scanned layer), so
+#: ``full`` does not rerun the unembedding and its softmax cross-entropy
+_OUTSIDE_REMAT = frozenset({"unembed"})
 
 
 def _tp_all_reduces(model: TransformerModel) -> int:
@@ -287,7 +315,8 @@ def _transformer(model: TransformerModel) -> ModelCost:
         rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
         launches = [n_l] * 6 + [1]
         # the input embedding is the sparse part: each token looks up one d-wide row
-        return ModelCost("transformer", params, _ops(rows, launches, residual_out=_residual_out(model)), t, model.layers,
+        return ModelCost("transformer", params, _ops(rows, launches, residual_out=_residual_out(model), outside_remat=_OUTSIDE_REMAT),
+                         t, model.layers,
                          model.vocab * d, float(t * d), tp_all_reduces_per_layer=_tp_all_reduces(model),
                          tp_all_reduces_recomputed_per_layer=_tp_recomputed(model))  # fmt: skip
     return _moe_transformer(model, rows, params)
@@ -308,7 +337,10 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     2020, appendix A.2; MaxText layers/moe.py dense_matmul: ``BSM,BSEC->EBCM`` and
     ``EBCM,BSEC->BSM``): one-hot masks of ``seq_len x experts x C`` (C slots per expert,
     :attr:`~engine.scenario.TransformerModel.expert_capacity_per_sequence`) contracted with the tokens,
-    ``2 seq_len x experts x C x d_model`` FLOPs each, executed (``GemmOps.routing``) but not model FLOPs.
+    ``2 seq_len x experts x C x d_model`` FLOPs each, executed (``GemmOps.routing``) but not model FLOPs (the
+    dispatch mask takes no gradient, so the dispatch's backward is one such GEMM: ``GemmOps.no_input_grad``); and the
+    expert GEMMs execute over all ``experts x C`` slots, the empty ones too (``GemmOps.executed_rows_factor``: the
+    chip's hardware FLOPs, not the model's).
 
     ``moe_dispatch = "grouped"`` moves the tokens instead (MaxText layers/moe.py ``permute`` and
     ``unpermute``): a gather reads each token's ``k`` copies and writes them sorted by expert
@@ -339,6 +371,7 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
         moe = [router, ("layer.dispatch", slots, t, d, n_moe, True, 0), expert_in, expert_out,
                ("layer.combine", t, slots, d, n_moe, True, 2 * t * d)]  # weighted combine + residual add  # fmt: skip
         routing = frozenset({"layer.dispatch", "layer.combine"})
+        executed = {name: slots / (t * k) for name in ("layer.expert_in", "layer.expert_out")}
     else:
         moe = [router,
                ("layer.permute", t * k, d, 0, n_moe, False, t * k * d),  # read k copies, write them sorted
@@ -347,6 +380,7 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
                # weighted sum, then the sum and residual add (2 t d, as the dense combine)
                ("layer.unpermute", t * k, d, 0, n_moe, False, 2 * t * k * d + 2 * t * d)]  # fmt: skip
         routing = frozenset()
+        executed = None
     if sh:
         moe += [
             ("layer.shared_in", t, d, sh * ff_e_in, n_moe, False, t * sh * ff_e_in),
@@ -358,7 +392,8 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
     return ModelCost(
         "transformer", params,
         _ops(rows, launches, copies=copies, residual_out=_residual_out(model), routing=routing,
-             n_parts={"layer.expert_in": 2} if model.mlp == "swiglu" else None),  # fmt: skip
+             n_parts={"layer.expert_in": 2} if model.mlp == "swiglu" else None, executed_rows_factor=executed,
+             no_input_grad={"layer.dispatch"} if model.moe_dispatch == "dense" else frozenset(), outside_remat=_OUTSIDE_REMAT),  # fmt: skip
         t, model.layers,
         model.vocab * d, float(t * d), expert_params=expert_params, active_params=active, moe_layers=n_moe,
         tp_all_reduces_per_layer=_tp_all_reduces(model), tp_all_reduces_recomputed_per_layer=_tp_recomputed(model),
