@@ -99,6 +99,23 @@ class TestMemory:
         assert 1.2 < ratio < 1.25 + 11 / 8  # a fifth pass of the layers, and the bubble iterations' work
 
 
+    def test_maxtexts_loop_holds_the_stages_weight_gradients_twice_in_its_backward(self):
+        """Each iteration of MaxText's loop runs the stage's weights, so its backward accumulates their gradient in the
+        loop's carry beside the iteration's stacked gradient (two fp32 copies in XLA's buffer assignment); a 1F1B
+        schedule holds one. The embedding and unembedding, outside the loop, are held once by both."""
+
+        def backward_grads(r):
+            t = r.trace.extra["memory_timeline"].to_pandas()
+            return float(t[(t.phase == "backward") & (t.category == "grads")].bytes.max())
+
+        g = simulate(scenario_from_dict(_llm(parallelism={"pipeline_schedule": "gpipe"}, training={"remat": "full"})))
+        f = simulate(scenario_from_dict(_llm(training={"remat": "full"})))
+        s = scenario_from_dict(_llm())
+        m = s.model
+        stage_layer_params = m.layers / 4 * (4 * m.d_model**2 + 2 * m.d_model * m.d_ff)  # 4 stages of 4 layers
+        extra_per_chip = stage_layer_params / 4 * 4.0  # sharded over fsdp 4, fp32
+        assert backward_grads(g) - backward_grads(f) == pytest.approx(extra_per_chip, rel=0.02)
+
 class TestGradientAccumulation:
     def test_one_microbatch_of_activations_and_one_sync(self):
         base = _llm(parallelism={"pipeline": 1, "fsdp": 16}, training={"microbatches": 1})

@@ -232,6 +232,10 @@ def test_experts_shard_over_expert_and_their_model_dimension_over_fsdp(live):
 # --- what autodiff saves per layer, against Podscope's count (JAX, no compile) ------------------
 
 
+#: a mixture of experts with MaxText's dense dispatch in every layer
+_DENSE_MOE = {"experts": 8, "experts_per_token": 2, "capacity_factor": 1.25, "moe_dispatch": "dense"}
+
+
 @pytest.mark.parametrize(
     "model, remat",
     [
@@ -245,15 +249,20 @@ def test_experts_shard_over_expert_and_their_model_dimension_over_fsdp(live):
         ({"mlp": "swiglu"}, "minimal"),
         ({}, "selective"),
         ({}, "full"),
+        (_DENSE_MOE, "none"),
+        (_DENSE_MOE, "minimal"),
+        ({**_DENSE_MOE, "seq_len": 512, "capacity_factor": 2.0}, "none"),
+        ({**_DENSE_MOE, "mlp": "swiglu", "shared_experts": 1}, "none"),
+        ({**_DENSE_MOE, "mlp": "swiglu", "shared_experts": 1}, "minimal"),
     ],
 )
 def test_stacked_residuals_per_layer_are_podscopes_count(live, model, remat):
     """``jax.ad_checkpoint``'s residuals of the program's layer scan, per token and layer, equal
-    :func:`engine.memory.activations.layer_residual_bytes_per_token` plus, with no remat, the layer's weights
-    cast to bf16 (which Podscope counts once for the whole stack)."""
+    :func:`engine.memory.activations.transformer_layer_activation_bytes` per token plus, with no remat, the
+    layer's weights cast to bf16 (which Podscope counts once for the whole stack)."""
     from jax._src.ad_checkpoint import saved_residuals
 
-    from engine.memory.activations import layer_residual_bytes_per_token
+    from engine.memory.activations import transformer_layer_activation_bytes
 
     s = _scenario(model=model, training={"remat": remat}, parallelism={"data": 4})
     prog = xla_reference.build_program(s)
@@ -265,7 +274,8 @@ def test_stacked_residuals_per_layer_are_podscopes_count(live, model, remat):
     layer_weights = sum(math.prod(x.shape) for k, x in params.items() if k.startswith("layers.w")) / m.layers
     casts = 2.0 * layer_weights / (s.training.global_batch * m.seq_len) if remat == "none" else 0.0
     norm_scales = 4.0 * m.d_model * (1 if m.parallel_block else 2) / (s.training.global_batch * m.seq_len) if remat == "none" else 0.0
-    assert per_token_layer == pytest.approx(layer_residual_bytes_per_token(m, "bf16", remat) + casts + norm_scales, rel=1e-9)
+    podscope = transformer_layer_activation_bytes(m, 1, "bf16", remat) / m.seq_len
+    assert per_token_layer == pytest.approx(podscope + casts + norm_scales, rel=1e-9)
 
 
 # --- live: compile and compare ----------------------------------------------------------------

@@ -40,8 +40,7 @@ def transformer_layer_activation_bytes(
     tokens = float(per_chip_batch) * model.seq_len / context
     per_token = layer_residual_bytes_per_token(model, precision, remat)
     if getattr(model, "moe_layers", 0) and remat != "full":
-        elem = BYTES_PER_ELEMENT[precision]
-        per_token += model.moe_layers / model.layers * _moe_extra_per_token(model, remat, elem) * elem
+        per_token += model.moe_layers / model.layers * _moe_extra_bytes_per_token(model, remat, BYTES_PER_ELEMENT[precision])
     return tokens * per_token / tensor
 
 
@@ -68,8 +67,10 @@ def layer_residual_bytes_per_token(model, precision: str, remat: str) -> float:
       default) and SwiGLU keep six ``d_ff``-wide tensors (the projections' outputs and the
       activation's intermediates), ReLU its output and a one-byte mask (JAX's ``relu`` derivative is
       ``select(x > 0, g, 0)``).
-    - ``minimal`` (``checkpoint_dots_with_no_batch_dims``): the outputs of the weight matmuls, Q, K,
-      V, the MLP's first projection(s) and the two ``d``-wide projections, ``e ((h + 2 kv) q + ff_in + 2 d)``.
+    - ``minimal`` (``checkpoint_dots_with_no_batch_dims``): the outputs of the weight matmuls Q, K, V,
+      the attention's output projection and the MLP's first projection(s), and the layer's input,
+      ``e ((h + 2 kv) q + ff_in + 2 d)``; the MLP's projection back to ``d`` feeds only the residual
+      add, whose gradient needs no value, so autodiff does not save it.
     - ``selective``: the names it saves (:data:`profiler.xla_reference._SELECTIVE_NAMES`) and the
       layer's input: four ``d``-wide tensors (two with a parallel block), Q, K, V, the attention
       output, the MLP's pre-activation(s) and activation.
@@ -137,25 +138,37 @@ def mlp_saved_elements(mlp: str, d_ff: int, elem_bytes: float) -> float:
     return _GATED_MLP_SAVED * d_ff
 
 
-def _moe_extra_per_token(model, remat: str, elem_bytes: float) -> float:
-    """Elements per token a MoE layer saves beyond a dense layer's (its MLP terms replaced).
+def _moe_extra_bytes_per_token(model, remat: str, elem_bytes: float) -> float:
+    """Bytes per token a MoE layer saves beyond a dense layer's (its MLP terms replaced), as
+    ``jax.ad_checkpoint.print_saved_residuals`` lists them for :mod:`profiler.xla_reference`'s layer
+    (``tests/test_xla_reference.py`` holds the two equal).
 
-    The router logits (``experts``), the dispatched tokens and the combined outputs at
-    capacity (``2 d`` per routed copy, ``model.routed_copies_per_token`` copies), and the experts'
-    MLP activations for those routed plus the shared copies instead of
-    the dense MLP's. Under ``minimal`` (``checkpoint_dots_with_no_batch_dims``) the router's and the
-    shared experts' matmul outputs are saved, but not the routed experts' nor the dispatch and combine
-    einsums': each has the experts (or the batch) as a batch dimension, so they are recomputed.
+    With no remat: the router's logits, its fp32 softmax with the softmax's two fp32 row scalars; the
+    dispatched tokens and the experts' outputs at capacity (``d`` each per routed copy,
+    ``model.routed_copies_per_token`` copies) and the experts' MLP activations for those routed plus the
+    shared copies instead of the dense MLP's. Dense dispatch (MaxText's ``generate_masks``) also keeps its
+    ``[experts, capacity]`` tensors per token: the one-hot slot (``capacity + 1`` wide), the combine weights
+    and the dispatch mask; each grows with the sequence, since the capacity is a sequence's slots per expert.
+
+    Under ``minimal`` (``checkpoint_dots_with_no_batch_dims``) the router's and the shared experts' first
+    matmul outputs are saved, but not the routed experts' nor the dispatch and combine einsums': each has
+    the experts (or the batch) as a batch dimension, so they are recomputed. A projection back to ``d``
+    is saved by no layer: its output feeds only the residual add, whose gradient needs no value.
     """
     d, e, sh = model.d_model, model.experts, model.shared_experts
     ff_in = model.d_ff * (2 if model.mlp == "swiglu" else 1)
     ff_e = model.d_ff_expert_eff
     ff_e_in = ff_e * (2 if model.mlp == "swiglu" else 1)
-    copies = model.routed_copies_per_token
     if remat == "minimal":
-        return sh * (ff_e_in + d) + e - (ff_in + d)
-    return e + 2 * d * copies + (copies + sh) * mlp_saved_elements(model.mlp, ff_e, elem_bytes) - mlp_saved_elements(model.mlp, model.d_ff, elem_bytes)
-
+        return elem_bytes * (sh * ff_e_in + e - ff_in)
+    copies = model.routed_copies_per_token
+    mlp = (copies + sh) * mlp_saved_elements(model.mlp, ff_e, elem_bytes) - mlp_saved_elements(model.mlp, model.d_ff, elem_bytes)
+    router = elem_bytes * e + BYTES_PER_ELEMENT["fp32"] * e + _SOFTMAX_ROW_BYTES_PER_HEAD
+    masks = 0.0
+    if model.moe_dispatch == "dense":
+        slots = e * model.expert_capacity_per_sequence
+        masks = elem_bytes * (3 * slots + e)
+    return router + masks + elem_bytes * (2 * d * copies + mlp)
 
 def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int, devices_per_chip: int = 1) -> tuple[np.ndarray, np.ndarray, float]:
     """What XLA keeps of a ResNet-50 step (:mod:`profiler.xla_resnet`'s program; the TPU compiler grid's ResNet-50

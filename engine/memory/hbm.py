@@ -242,7 +242,8 @@ def hbm_plan(
         microbatches whose activations the busiest stage holds at once (engine/model/pipeline.py);
         ``per_chip_batch`` is then one microbatch.
     stage_remat
-        The pipeline is MaxText's loop (``gpipe``), whose iterations are rematerialised (:func:`_pipeline_activations`).
+        The pipeline is MaxText's loop (``gpipe``), whose iterations are rematerialised (:func:`_pipeline_activations`)
+        and whose backward holds the stage's weight gradients twice (the loop's accumulator and an iteration's).
     grad_accumulator
         Gradient accumulation: the gradients of the whole step live from the first
         microbatch's backward pass to the update, so they are counted at every point.
@@ -351,6 +352,11 @@ def hbm_plan(
     arr[n + 1, [1, 3, 4]] = (0.0, float(cum[-1]), weights_tmp + compute_copies + loss_b)
     if scanned:
         arr[n + 2 : 2 * n + 2, 1] = grads_done
+        if stage_remat:
+            # Every iteration of MaxText's pipeline loop runs each stage's weights: the backward loop accumulates
+            # their gradient in its carry while each iteration's layer scan writes the stage's stacked gradient
+            # beside it, two copies in the gradients' dtype (XLA's buffer assignment of the loop's program)
+            arr[n + 2 : 2 * n + 2, 1] += float(grads_unit[staged].sum())
         held = np.full(n, float(cum[-1]))
         held[0] = float(saved[0])  # the embedding's backward runs after the loop has freed the stacks
         arr[n + 2 : 2 * n + 2, 3] = (held + recompute)[::-1]
