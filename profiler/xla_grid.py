@@ -25,7 +25,7 @@ from engine.errors import ReferenceFileError
 
 from .xla_check import compare, podscope_numbers
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
+__all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
            "xla_table"]  # fmt: skip
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
@@ -39,6 +39,9 @@ NEAR_LIMIT_RATIO = (0.8, 1.25)
 #: programs whose XLA peak reaches this per chip are reported apart: below it, buffers XLA keeps in
 #: on-chip memory and its fusion choices on tiny tensors weigh as much as what the model counts
 LARGE_PROGRAM_BYTES = 2**30
+#: a false fit counts apart when XLA asks for more than this share of the usable HBM beyond it: a plan sized
+#: by Podscope within a few percent of the limit is one any margin of the user's absorbs
+FALSE_FIT_MARGIN = 0.05
 _TEMP_TERMS = ("grads", "activations", "temporary")
 
 
@@ -147,7 +150,8 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         XLA peak, or the HBM XLA asked for when it refused, is within :data:`NEAR_LIMIT_RATIO` of the
         usable HBM), ``near_limit_refused``, ``near_limit_hbm_median_abs_pct`` and
         ``near_limit_verdict_agreement`` over them, ``false_fits``
-        (Podscope says it fits, XLA refuses), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
+        (Podscope says it fits, XLA refuses), ``false_fits_beyond_margin`` (those XLA refuses by more than
+        :data:`FALSE_FIT_MARGIN` of the usable HBM), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
         ``families``: per family (:func:`family_of`: ``transformer``, ``moe``, ``pipeline``, ``mlp``, ``resnet50``) ``n``, ``compiled``, the HBM median
         and p90 absolute errors, ``verdict_agreement`` and ``false_fits``; and ``by_remat``: per policy,
         over the transformers, ``n``, ``hbm_median_pct`` and the signed median errors of
@@ -202,6 +206,8 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "near_limit_verdict_agreement": sum(r["verdicts_agree"] for r in near) / len(near) if near else None,
         "verdict_agreement": sum(r["verdicts_agree"] for r in rows) / len(rows) if rows else None,
         "false_fits": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]),
+        "false_fits_beyond_margin": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]
+                                        and r["hbm_limit_ratio"] is not None and r["hbm_limit_ratio"] > 1.0 + FALSE_FIT_MARGIN),
         "false_ooms": sum(1 for r in rows if r["podscope"]["oom"] and not r["xla"]["oom"]),
         "flops_median_abs_pct": _median(flops),
         "by_remat": by_remat,
@@ -240,6 +246,7 @@ def xla_table(block: dict[str, Any]) -> str:
         f"| near the limit: verdicts that agree | {_pct(_share(block['near_limit_verdict_agreement']))} |",
         f"| fits / out-of-memory verdicts that agree | {100 * block['verdict_agreement']:.1f}% |",
         f"| Podscope fits, XLA refuses (false fits) | {block['false_fits']} |",
+        f"| false fits XLA refuses by more than {FALSE_FIT_MARGIN:.0%} of the usable HBM | {block['false_fits_beyond_margin']} |",
         f"| Podscope out of memory, XLA compiles | {block['false_ooms']} |",
         f"| FLOPs per chip per step, median absolute error | {_pct(block['flops_median_abs_pct'])} |",
         "",

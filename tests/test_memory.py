@@ -282,6 +282,40 @@ def test_resnet_full_remat_keeps_block_inputs_and_recomputes_one_block():
     assert block_inputs < full < 0.55 * none
 
 
+
+def _resnet_v5e(per_chip_batch: int, remat: str = "none"):
+    from engine import scenario_from_dict
+
+    return scenario_from_dict({"name": "r50", "pod": {"chip": "tpu-v5e", "topology": "2x2"}, "model": {"kind": "resnet50"},
+                               "training": {"global_batch": 4 * per_chip_batch, "steps": 2, "optimizer": "momentum", "remat": remat},
+                               "parallelism": {"data": 4}})  # fmt: skip
+
+
+@pytest.mark.parametrize("per_chip_batch", [560, 700])
+def test_resnet_past_the_limit_fits_by_xlas_rematerialization_down_to_one_checkpoint_per_block(per_chip_batch):
+    """Without remat, ResNet-50 past the usable HBM is what XLA's rematerialization brings under it: ``podscope
+    xla-check`` of this program at 560 and 700 images per chip compiles both, at 93% and 94% of the usable HBM,
+    where Podscope's plan without rematerialization needs 124% and 153%; the floor is what one checkpoint per block
+    keeps."""
+    from engine.model.analytic import evaluate
+
+    none, full = evaluate(_resnet_v5e(per_chip_batch)), evaluate(_resnet_v5e(per_chip_batch, "full"))
+    assert full.peak_hbm_bytes < none.usable_hbm_bytes
+    assert not none.oom and none.peak_hbm_bytes == pytest.approx(none.usable_hbm_bytes)
+    below = evaluate(_resnet_v5e(400))  # under the limit XLA keeps everything: nothing is recomputed
+    assert below.peak_hbm_bytes < 0.95 * below.usable_hbm_bytes
+
+
+def test_resnet_past_its_per_block_checkpoints_is_called_out_of_memory():
+    """Podscope counts on XLA's rematerialization only down to one checkpoint per block, and calls a program past
+    that out of memory; XLA may recompute more (``podscope xla-check`` of this program at 1,120 images per chip,
+    whose per-block plan needs 109% of the usable HBM, compiles at 97% of it with 23% more FLOPs per image)."""
+    from engine.model.analytic import evaluate
+
+    none, full = evaluate(_resnet_v5e(1400)), evaluate(_resnet_v5e(1400, "full"))
+    assert full.oom and none.oom
+    assert none.peak_hbm_bytes == pytest.approx(full.peak_hbm_bytes, rel=0.05)
+
 def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     """GSPMD gathers one weight at a time: the forward's temporaries are the two largest weights.
 

@@ -45,6 +45,14 @@ def test_false_fits_count_podscope_fits_where_xla_refuses():
     assert not c["verdicts_agree"] and c["hbm_diff_pct"] is None and c["xla"]["oom"]
 
 
+
+def test_false_fits_beyond_the_margin_are_those_xla_refuses_by_more_than_it(block):
+    rows = xla_grid.grid_rows(xla_grid.load_grid())
+    false_fits = [r for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]]
+    beyond = [r for r in false_fits if r["hbm_limit_ratio"] > 1.0 + xla_grid.FALSE_FIT_MARGIN]
+    assert block["false_fits"] == len(false_fits) and block["false_fits_beyond_margin"] == len(beyond)
+    assert all(r["hbm_limit_ratio"] is not None for r in false_fits)  # XLA states what it asked for
+
 def test_xlas_own_peak_is_the_reference_where_it_reports_one():
     mem = {"argument_bytes": 10, "output_bytes": 10, "alias_bytes": 10, "temp_bytes": 30, "peak_bytes": 75}
     assert xla_peak_bytes(mem) == 75

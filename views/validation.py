@@ -137,7 +137,8 @@ def _against_the_compiler() -> None:
     cols[2].metric("Programs of 1 GiB and more", _pct(block["hbm_large_median_abs_pct"]),
                    help=f"median |error| over {block['large_n']} programs; 90th percentile {_pct(block['hbm_large_p90_abs_pct'])}")
     cols[3].metric("Fits / out of memory agree", f"{100 * block['verdict_agreement']:.1f}%",
-                   help=f"{block['false_fits']} where Podscope says it fits and XLA refuses")  # fmt: skip
+                   help=f"{block['false_fits']} where Podscope says it fits and XLA refuses, "
+                        f"{block['false_fits_beyond_margin']} of them by more than {xla_grid.FALSE_FIT_MARGIN:.0%} of the usable HBM")  # fmt: skip
     near = block["near_limit_verdict_agreement"]
     cols[4].metric("Near the limit, verdicts agree", "-" if near is None else f"{100 * near:.1f}%",
                    help=f"{block['near_limit_n']} configurations whose XLA peak (or what XLA asked for) is 80-125% of "
