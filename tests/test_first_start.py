@@ -38,8 +38,9 @@ def test_fresh_database_scaling_shows_a_curve(tmp_path, monkeypatch, capfd):
     curve = max((t for t in step["data"] if t.get("mode") == "lines+markers"), key=lambda t: _n(t["x"]))
     assert _n(curve["x"]) >= 4  # a curve, not one point per series
     assert step["layout"]["yaxis"]["rangemode"] == "tozero"
-    oom = [w.value for w in at.warning if "do not fit in HBM" in w.value]
-    assert oom and "4, 8-chip" in oom[0]
+    # 8,192 images on 4 and 8 chips pass the usable HBM without remat; XLA's rematerialization fits them (down to
+    # one checkpoint per block), so no point of the sweep is out of memory
+    assert not [w.value for w in at.warning if "do not fit in HBM" in w.value]
     # every series the page offers on the fresh database is one job: one model, recipe and mesh on one chip
     from profiler import queries
     from profiler.store import Database

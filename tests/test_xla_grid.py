@@ -138,13 +138,15 @@ def test_each_family_is_reported_on_its_own(block):
 def test_flash_attention_flops_are_compared_outside_the_pallas_kernels():
     """The compiled module counts no FLOPs inside a custom call: the flash configurations' attention core runs in
     Pallas kernels, so Podscope's FLOPs outside them are what XLA's count is compared with."""
-    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if "-flash-" in r["id"] and r["flops_diff_pct"] is not None]
+    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if "-flash-" in r["id"] and r["flops_diff_pct"] is not None
+            and r["hbm_limit_ratio"] < 0.9]  # near the limit XLA's rematerialization adds FLOPs (below)
     assert len(rows) >= 10
     for r in rows:
         p, x = r["podscope"], r["xla"]
         assert p["kernel_flops_per_chip"] > 0.0, r["id"]
         assert p["flops_per_chip"] == pytest.approx(p["hardware_flops_per_chip"] - p["kernel_flops_per_chip"])
-        assert p["hardware_flops_per_chip"] > 1.1 * x["flops_per_chip"], r["id"]  # the kernels' FLOPs are not in XLA's count
+        # the kernels' FLOPs are not in XLA's count
+        assert p["hardware_flops_per_chip"] - x["flops_per_chip"] > 0.4 * p["kernel_flops_per_chip"], r["id"]
         assert abs(r["flops_diff_pct"]) < 5.0, r["id"]
 
 
@@ -154,19 +156,15 @@ def test_transformer_flops_agree_with_xlas_count_at_every_depth_and_capacity():
     capacity slot while its mask takes no gradient (so capacity factors 1.25 and 2 agree alike). Programs whose peak XLA
     holds within 10% of the usable HBM are left out: there XLA's own rematerialization recomputes what does not fit,
     which Podscope does not model. So are microbatches of fewer samples than the slice has devices (a 2-stage TPU7x
-    pipeline's 4 samples over libtpu's 8 devices): XLA's devices then each compute as much as a v5p device of the
+    or v4 pipeline's 4 samples over libtpu's 8 devices): XLA's devices then each compute as much as a v5p device of the
     same program does over 4, which Podscope does not model either."""
     from engine import scenario_from_dict
-    from engine.pod.catalog import load_catalog
-
-    catalog = load_catalog()
-
-    def samples_per_device(raw: dict) -> float:
-        s = scenario_from_dict(raw)
-        return s.per_chip_batch / s.training.microbatches / catalog[s.pod.chip].devices_per_chip
+    def samples_per_device(rec: dict) -> float:
+        s = scenario_from_dict(rec["scenario"])
+        return s.per_chip_batch / s.training.microbatches / rec["xla"]["devices_per_chip"]  # libtpu's devices per chip
 
     configs = xla_grid.load_grid()
-    whole = {c["id"] for c in configs if samples_per_device(c["scenario"]) >= 1}
+    whole = {c["id"] for c in configs if samples_per_device(c) >= 1}
     rows = [r for r in xla_grid.grid_rows(configs) if r["family"] in ("transformer", "moe", "pipeline")
             and r["flops_diff_pct"] is not None and r["hbm_limit_ratio"] < 0.9 and r["id"] in whole]  # fmt: skip
     assert len(whole) > 0.9 * len(configs)

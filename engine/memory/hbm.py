@@ -390,8 +390,9 @@ def hbm_plan(
         # memory limit) recomputes activations instead of keeping them. ResNet-50 programs Podscope would put at
         # 110% to 153% of the usable HBM compile at 91-94% of it, their FLOPs per image up 1-3% (the compiler
         # grid's near-limit points; xla-check on v5e at 560-700 images per chip). Podscope counts on it down to
-        # what one checkpoint per block keeps; XLA may recompute more (at 1,120 images per v5e chip, past that
-        # floor, it compiles with 23% more FLOPs per image). The recomputation's FLOPs are not added.
+        # what one checkpoint per block keeps; XLA's own floor is a little lower (on v5e it compiles 1,120 images
+        # per chip, 9% past that floor, at 23% more FLOPs per image, and refuses 1,131, 10% past it). The
+        # recomputation's FLOPs are not added.
         saved_f, recompute_f, _ = unit_activations(cost, model, per_chip_batch, precision, "full", tensor, units, context,
                                                    devices_per_chip)  # fmt: skip
         cum_f = np.cumsum(saved_f)
