@@ -338,6 +338,22 @@ def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     assert bwd.max() == 2 * 128 * 256 * 2 + 2 * 128 * 256 * 2 + 822_528
 
 
+@pytest.mark.parametrize("fsdp, devices_per_chip, fsdp_shard, buffers", [
+    (1, 1, "all", 1), (4, 1, "all", 1), (4, 2, "all", 2), (8, 1, "all", 2), (256, 1, "all", 2),
+    (8, 1, "optimizer", 1),  # gradients all-reduced, not reduce-scattered: no loop over the shards
+])
+def test_logits_gradient_is_a_buffer_beside_the_logits_from_eight_fsdp_devices(fsdp, devices_per_chip, fsdp_shard, buffers):
+    """At the loss XLA holds the logits in the compute dtype; from 8 devices on the FSDP axis, where it loops over
+    the shards for the unembedding's weight gradient, their gradient beside them (libtpu's buffer assignment)."""
+    model = _lane_aligned_gpt(layers=2, vocab=4096)
+    cost = model_cost(model)
+    logits = 4 * model.seq_len * model.vocab * 2.0  # per_chip_batch 4, bf16
+    df = _plan(cost, model, fsdp=fsdp, devices_per_chip=devices_per_chip, fsdp_shard=fsdp_shard).timeline.to_pandas()
+    fwd = df.query("phase == 'forward' and category == 'temporary'")["bytes"].iloc[-1]
+    loss = df.query("phase == 'loss' and category == 'temporary'")["bytes"].iloc[0]
+    assert loss - fwd == buffers * logits
+
+
 class TestUnrolled:
     """An unrolled model (MLP): gradients live from their matmul to their in-place update; under FSDP the
     forward's gathered weights stay until their backward use (XLA's CSE of the two all-gathers)."""
