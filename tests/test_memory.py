@@ -379,6 +379,23 @@ class TestUnrolled:
         full = self._frame(fsdp=4, remat="full").query("phase == 'forward' and category == 'temporary'")["bytes"]
         assert full.nunique() == 1 and full.iloc[0] < fwd[-1]
 
+    @pytest.mark.parametrize("fsdp, remat, all_held", [(4, "none", False), (8, "none", True), (8, "full", False), (16, "none", True)])
+    def test_over_eight_fsdp_devices_without_remat_every_input_and_output_gradient_waits_for_the_weight_loops(
+            self, fsdp, remat, all_held):  # fmt: skip
+        """From 8 FSDP devices XLA computes each weight gradient as a loop over the shards, scheduled (without remat)
+        after the chain of input gradients: at the first layer's backward every layer's input is still held, and the
+        output gradient of every layer after it, beside what two FSDP devices' schedule holds there."""
+        b = 8
+
+        def first_layer_backward(fsdp: int) -> float:
+            bwd = self._frame(fsdp=fsdp, remat=remat).query("phase == 'backward' and category == 'activations'")["bytes"]
+            return float(bwd.iloc[-1])
+
+        later_inputs = 2 * b * (4096 + 4096)  # bf16 inputs of the second and third layers
+        later_out_grads = 2 * b * (4096 + 1024)  # the second and third layers' output gradients
+        extra = later_inputs + later_out_grads if all_held else 0
+        assert first_layer_backward(fsdp) - first_layer_backward(2) == extra
+
     def test_rematerialization_gathers_again_rather_than_pass_the_limit(self):
         deep = MlpModel(kind="mlp", layer_sizes=[1024, *[4096] * 8, 1024])
         cost = model_cost(deep)

@@ -78,15 +78,20 @@ OPTIMIZER_STATE_BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0}
 COMPUTE_COPY_BYTES_PER_PARAM = {"fp32": 0.0, "bf16": 2.0, "int8": 2.0, "fp8": 1.0}
 #: logits are upcast to fp32 for the softmax cross-entropy (as in MaxText / t5x losses)
 LOGIT_BYTES = 4.0
-#: From this many devices on the FSDP axis, XLA:TPU computes the unembedding's weight gradient as a loop over
-#: the shards (a windowed einsum, the collective matmul of Wang et al. 2023, ASPLOS, "Overlap Communication with
-#: Dependent Computation via Decomposition in Large Deep Learning Models"), which overlaps its reduce-scatter.
-#: The loop reads the logits' gradient as a buffer, so XLA materialises it beside the logits, where with fewer
-#: devices it fuses it into both of the gradient's matmuls. Measured with libtpu 0.0.42.1 on the compiler's
-#: buffer assignment of a 1024-wide model at 118 sequences of 2,048 per device: v5p with FSDP over 2 or 4
-#: devices holds one bf16[118, 2048, 32000] buffer, over 8 or 16 devices two (the second is the gradient),
-#: as do v4 and TPU7x over their 8 TensorCore devices; data x FSDP 2 x 4 holds one.
-LOGIT_GRAD_LOOP_MIN_FSDP_DEVICES = 8
+#: From this many devices on the FSDP axis, XLA:TPU computes a weight's gradient as a loop over the shards that
+#: overlaps its reduce-scatter (a windowed einsum, the collective matmul of Wang et al. 2023, ASPLOS, "Overlap
+#: Communication with Dependent Computation via Decomposition in Large Deep Learning Models"; the loops are
+#: ``windowed_dot_general_body_rs`` in the compiled module). The loop reads the output's gradient from HBM, so
+#: XLA materialises it. Measured with libtpu 0.0.42.1 on the compiler's buffer assignment:
+#: - the unembedding: a 1024-wide model at 118 sequences of 2,048 per device holds one bf16[118, 2048, 32000]
+#:   buffer with FSDP over 2 or 4 devices (it fuses the logits' gradient into both of its matmuls) and two over 8
+#:   or 16 (the second is the gradient), as do v4 and TPU7x over their 8 TensorCore devices; data x FSDP 2 x 4
+#:   and FSDP 4 x tensor 2 hold one, FSDP 8 x tensor 2 two;
+#: - an unrolled MLP without remat (8 layers of 1024, 300,000 samples per device, v5e): over 8 devices XLA
+#:   schedules the layers' loops after the backward's chain of input gradients, so every layer's input and output
+#:   gradient is live at once (10.9 GiB per device, over 4 devices 6.9 GiB); with each layer checkpointed
+#:   (``full``) the recomputation interleaves them (6.4 GiB).
+WINDOWED_EINSUM_MIN_FSDP_DEVICES = 8
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "temporary")
 MEMORY_TIMELINE = TABLES["extra_memory_timeline"]
@@ -309,8 +314,9 @@ def hbm_plan(
     grads_unit = (p_chip if grads_sharded else p_tensor) * bpp.grads
     saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context,
                                                 devices_per_chip)  # fmt: skip
-    if cost.kind == "transformer" and grads_sharded and fsdp * devices_per_chip >= LOGIT_GRAD_LOOP_MIN_FSDP_DEVICES:
-        loss_b *= 2.0  # the logits' gradient beside the logits (LOGIT_GRAD_LOOP_MIN_FSDP_DEVICES)
+    windowed = grads_sharded and fsdp * devices_per_chip >= WINDOWED_EINSUM_MIN_FSDP_DEVICES
+    if cost.kind == "transformer" and windowed:
+        loss_b *= 2.0  # the logits' gradient beside the logits (WINDOWED_EINSUM_MIN_FSDP_DEVICES)
     if pipeline > 1:
         saved, recompute = _pipeline_activations(cost, model, saved, recompute, per_chip_batch, precision, remat, tensor,
                                                  context, pipeline, in_flight, stage_remat)  # fmt: skip
@@ -392,6 +398,12 @@ def hbm_plan(
         arr[n + 1, 4] = held_w_b[-1] + loss_b
         arr[n + 2 : 2 * n + 2, 1] = 0.0
         arr[n + 2 : 2 * n + 2, 4] = (held_w_b + live_grad_b)[::-1] + ring_bwd_b
+        if cost.kind == "mlp" and windowed and remat == "none":
+            # the weight gradients' loops run after the chain of input gradients (WINDOWED_EINSUM_MIN_FSDP_DEVICES):
+            # every layer's input and the output gradient of every layer already through its backward stay
+            out_grad_b = cost.ops.n * BYTES_PER_ELEMENT[precision] * per_chip_batch / tensor
+            later_b = np.r_[np.cumsum(out_grad_b[::-1])[::-1][1:], 0.0]
+            arr[n + 2 : 2 * n + 2, 3] = (cum[-1] + later_b + recompute)[::-1]
         arr[-1, 1] = 0.0
         if kept:
             regather_b = np.r_[0.0, held_w_b, held_w_b[-1], held_w_b[::-1], 0.0] - weights_tmp
