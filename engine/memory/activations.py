@@ -230,6 +230,11 @@ def unit_activations(
             tokens = float(b) * model.seq_len / context
             recompute[1:-1] = max(0.0, tokens * materialized_layer_elements(model) * elem / tensor - layer)
         tokens = float(b) * model.seq_len / context
+        if model.attention_kernel != "flash":
+            # The attention's backward writes the probabilities' gradient (dO V^T, a matmul's output as large as the
+            # probabilities) to HBM beside them; the scores' gradient, elementwise in the two, XLA fuses into the
+            # two matmuls that read it (dQ and dK), as it fuses the logits' gradient into the unembedding's
+            recompute[1:-1] += tokens * model.heads * model.seq_len * elem / tensor
         # the final norm's input and output: outside the scan XLA fuses its fp32 arithmetic into them
         saved[-1] = tokens * 2 * model.d_model * elem / tensor
         # the logits in the compute dtype: XLA fuses the fp32 log-softmax and its gradient into the
