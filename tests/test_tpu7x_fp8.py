@@ -66,3 +66,19 @@ def test_every_precision_a_scenario_accepts_has_a_stated_recipe():
 
     accepted = set(typing.get_args(TrainingSection.model_fields["precision"].annotation))
     assert accepted == set(PRECISION_RECIPES)
+
+
+def test_one_sample_per_chip_is_computed_on_both_tensorcores():
+    """TPU7x's two TensorCores are two JAX devices: GSPMD cannot split one sample between them, so each computes it
+    (a replicated shard), and a chip computes and holds as much at one sample as at two."""
+    from engine.model.analytic import evaluate
+
+    def costs(per_chip: int):
+        raw = _llm("tpu7x", "bf16")
+        raw["training"]["global_batch"] = 64 * per_chip
+        return evaluate(scenario_from_dict(raw)).costs
+
+    one, two, four = costs(1), costs(2), costs(4)
+    assert one.hardware_flops_per_chip == pytest.approx(two.hardware_flops_per_chip)
+    assert one.mem.breakdown_bytes["activations"] == pytest.approx(two.mem.breakdown_bytes["activations"])
+    assert four.hardware_flops_per_chip == pytest.approx(2 * two.hardware_flops_per_chip, rel=0.05)

@@ -157,14 +157,17 @@ def step_costs(
     # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/model/pipeline.py)
     work = n_mb / stages
 
+    # GSPMD splits the microbatch over the chip's devices in shards of ceil(b / devices) samples, padding the last and
+    # replicating a microbatch smaller than the devices (engine/memory/hbm.py): each device computes its whole shard
+    b_computed = chip.devices_per_chip * -(-b_mb // chip.devices_per_chip)
     if memo is None:
-        comp = scenario_compute(scenario, cost, cal, b_mb, chip)
+        comp = scenario_compute(scenario, cost, cal, b_computed, chip)
     else:  # everything step_compute reads, with the cost and calibration by identity
-        key = ("compute", id(cost), id(cal), chip, b_mb, tr.precision, tr.remat, par.tensor, par.expert, par.context,
+        key = ("compute", id(cost), id(cal), chip, b_computed, tr.precision, tr.remat, par.tensor, par.expert, par.context,
                getattr(scenario.model, "attention_kernel", None), tuple(getattr(scenario.model, "gmm_tiling", ())),
                par.pipeline > 1 and par.pipeline_schedule == "gpipe")  # fmt: skip
         if key not in memo:
-            memo[key] = scenario_compute(scenario, cost, cal, b_mb, chip)
+            memo[key] = scenario_compute(scenario, cost, cal, b_computed, chip)
         comp = memo[key]
     fwd_s = comp.forward_s * work
     bwd_s = (comp.fwd_bwd_s - comp.forward_s) * work
