@@ -51,7 +51,7 @@ import pyarrow as pa
 from ..model.models import ModelCost, layer_units
 from ..trace import TABLES
 from .activations import transformer_layer_activation_bytes, unit_activations
-from .layout import transformer_weight_padding
+from .layout import device_padded_batch, transformer_weight_padding
 from ..units import BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_ELEMENT
 
 __all__ = [
@@ -285,10 +285,7 @@ def hbm_plan(
     MemoryPlan
         Bytes by category at the peak and the whole timeline.
     """
-    # GSPMD splits a batch of b samples over the chip's devices in shards of ceil(b / devices), padding the last
-    # (and replicating a batch smaller than the devices): 4 samples per microbatch over v4's 8 TensorCore devices
-    # hold one sample per device, twice the activations of 0.5 (libtpu's compiled pipeline loops)
-    per_chip_batch = devices_per_chip * -(-per_chip_batch // devices_per_chip)
+    per_chip_batch = device_padded_batch(per_chip_batch, devices_per_chip)
     units = layer_units(cost)
     n = len(units)
     bpp = bytes_per_param(optimizer, precision, optimizer_state, weight_dtype)

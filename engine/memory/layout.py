@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["LANES", "feature_map_padding", "tiled_elements", "transformer_weight_padding"]
+__all__ = ["LANES", "device_padded_batch", "feature_map_padding", "tiled_elements", "transformer_weight_padding"]
 
 #: lanes of a TPU vector register and of an HBM tile's minor dimension (``T(8,128)``)
 LANES = 128
@@ -45,6 +45,14 @@ def tiled_elements(shape: Iterable[int]) -> int:
         return 1
     logical = math.prod(dims)
     return min(logical // d * (math.ceil(d / LANES) * LANES) for d in dims)
+
+
+def device_padded_batch(per_chip_batch: int, devices_per_chip: int) -> int:
+    """Samples a chip holds and computes of ``per_chip_batch``: GSPMD splits a batch over the chip's devices in
+    shards of ``ceil(b / devices)`` samples, padding the last and replicating a batch smaller than the devices (4
+    samples per microbatch over v4's 8 TensorCore devices hold one sample per device in libtpu's compiled pipeline
+    loops, where half a sample each would be half the activations and FLOPs)."""
+    return devices_per_chip * -(-per_chip_batch // devices_per_chip)
 
 
 def feature_map_padding(channels, batch_per_device: float) -> np.ndarray:

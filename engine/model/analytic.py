@@ -44,6 +44,7 @@ from ..comm import (
 from ..errors import SimulationError
 from ..idle.stragglers import straggler_factors
 from ..memory.hbm import MemoryPlan, hbm_plan, optimizer_state_bytes_per_param
+from ..memory.layout import device_padded_batch
 from ..pod.mesh import Mesh, resolve_mesh, whole_torus_axes
 from ..pod.catalog import ChipSpec
 from ..pod.topology import Pod, build_pod
@@ -157,9 +158,7 @@ def step_costs(
     # a chip runs n_mb microbatches through its 1 / stages of the layers (engine/model/pipeline.py)
     work = n_mb / stages
 
-    # GSPMD splits the microbatch over the chip's devices in shards of ceil(b / devices) samples, padding the last and
-    # replicating a microbatch smaller than the devices (engine/memory/hbm.py): each device computes its whole shard
-    b_computed = chip.devices_per_chip * -(-b_mb // chip.devices_per_chip)
+    b_computed = device_padded_batch(b_mb, chip.devices_per_chip)  # each device computes its whole shard
     if memo is None:
         comp = scenario_compute(scenario, cost, cal, b_computed, chip)
     else:  # everything step_compute reads, with the cost and calibration by identity
