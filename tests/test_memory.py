@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from engine import scenario_from_dict, simulate
 from engine.memory.activations import transformer_layer_activation_bytes
 from engine.memory.hbm import CATEGORIES, bytes_per_param, hbm_plan
-from engine.model.models import model_cost
+from engine.model.models import layer_units, model_cost
 from engine.pod.catalog import load_catalog
 from engine.scenario import MlpModel, TransformerModel
 
@@ -193,9 +193,24 @@ class TestPlan:
     def test_scanned_backward_holds_the_whole_gradient_from_its_first_layer(self):
         model = _lane_aligned_gpt(layers=4)
         cost = model_cost(model)
+        units = layer_units(cost)
+        embed, unembed = units[0].params, units[-1].params
+        layers = cost.params - embed - unembed
         df = _plan(cost, model).timeline.to_pandas()
         grads = df.query("phase == 'backward' and category == 'grads'")["bytes"].to_numpy()
-        assert (grads == cost.params * 4.0).all()  # the loop's carry: every layer's fp32 gradient
+        # the loop's carry is every layer's fp32 gradient from its first iteration; the unembedding's gradient is
+        # its matmul's bf16 output, made at the loss; the embedding's (bf16) comes after the loop, at its own row
+        assert (grads[:-1] == layers * 4.0 + unembed * 2.0).all()
+        assert grads[-1] == layers * 4.0 + unembed * 2.0 + embed * 2.0
+        update = df.query("phase == 'optimizer' and category == 'grads'")["bytes"].item()
+        assert update == grads[-1]
+
+    def test_gradients_of_the_embeddings_stay_in_the_stored_dtype_under_accumulation_or_bf16_weights(self):
+        model = _lane_aligned_gpt(layers=4)
+        cost = model_cost(model)
+        for kw, per_param in (({"grad_accumulator": True}, 4.0), ({"weight_dtype": "bf16"}, 2.0)):
+            df = _plan(cost, model, **kw).timeline.to_pandas()
+            assert df.query("phase == 'optimizer' and category == 'grads'")["bytes"].item() == cost.params * per_param
 
     def test_mlp_activations_are_layer_inputs(self):
         model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 1024])
@@ -328,7 +343,7 @@ def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     128x128 each, out 128x128, MLP in 128x256 and MLP out 256x128; the (un)embedding 128x128. The
     two largest are the MLP matrices, 2 x 32,768 params, gathered in bf16 (2 B): 131,072 bytes,
     whatever the layer count (two whole layers would be 2 x 131,072 params). Beside them, the bf16
-    copy of every weight's shard (the scanned stack's cast): 822,528 params / 2 x 2 B.
+    copy of every layer weight's shard (the scanned stack's cast): the layers' params / 2 x 2 B.
     """
     model = _lane_aligned_gpt(layers=6)
     cost = model_cost(model)
@@ -336,10 +351,14 @@ def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     plan = _plan(cost, model, fsdp=2)
     df = plan.timeline.to_pandas()
     fwd = df[(df.phase == "forward") & (df.category == "temporary")]["bytes"]
-    assert (fwd == 2 * 128 * 256 * 2 + 822_528).all()
+    # the cast stack holds the layers' weights only: the (un)embedding is cast where it is used, outside the loop
+    units = layer_units(cost)
+    layers_params = sum(u.params for u in units[1:-1])
+    assert layers_params == 6 * (4 * 128 * 128 + 2 * 128 * 256)  # Q, K, V, out, MLP (norms go with the embedding unit)
+    assert (fwd == 2 * 128 * 256 * 2 + layers_params).all()
     # backward: plus one layer's two largest weight gradients, unsharded, in the wire dtype (bf16)
     bwd = df[(df.phase == "backward") & (df.category == "temporary")]["bytes"].to_numpy()
-    assert bwd.max() == 2 * 128 * 256 * 2 + 2 * 128 * 256 * 2 + 822_528
+    assert bwd.max() == 2 * 128 * 256 * 2 + 2 * 128 * 256 * 2 + layers_params
 
 
 @pytest.mark.parametrize("fsdp, devices_per_chip, fsdp_shard, buffers", [

@@ -331,10 +331,28 @@ def hbm_plan(
     # A transformer's layers run under jax.lax.scan (MaxText's default ``scan_layers``): the weights cast to
     # the compute dtype are one stacked residual (saved by the forward loop, or hoisted out of the backward
     # loop under remat), the stacked residuals live until the backward loop ends, and the backward loop's
-    # carry is the whole gradient of the layer stack from its first iteration.
+    # carry is the whole gradient of the layer stack from its first iteration. The embedding and unembedding
+    # run outside the loops (units 0 and -1), where they are used:
+    # - the weights in flight inside a loop are the layer's own, so the two tensors in compute form there are
+    #   the layer's two largest; the (un)embedding's cast or gathered copy exists at its own unit and the loss;
+    # - the stacked cast holds the layers' weights; the (un)embedding is cast at its use (libtpu's memory-usage
+    #   report lists bf16[L, ...] stacks of the layers' weights at the peak and no cast of the tables);
+    # - their gradients are the gather's transpose and the unembedding matmul's outputs, in the compute dtype:
+    #   the cast back to fp32 fuses into the optimizer's update, while the layers' gradients accumulate in the
+    #   loop's fp32 carry (libtpu's buffer assignment: bf16[512, 8192] for the unembedding of 8 layers of width
+    #   512, bf16[256, 32000] per device for 24 of 1,024 over FSDP 4);
+    # - the input embedding's backward (a scatter-add into the table) runs after the backward loop (libtpu's
+    #   live ranges, for both of those models), so its gradient is not in the loop's carry.
     scanned = cost.kind == "transformer"
+    unit_wt = np.full(n, weights_tmp)  # weight tensors in compute form while each unit runs
+    if scanned and n > 2:
+        unit_wt[1:-1] = float(np.sort(tensors[1])[-2:].sum()) / tensor * copy_bytes * devices_per_chip
+    model_grads_b = float(grads_unit.sum()) * (devices_per_chip if fsdp == 1 and devices_per_chip > 1 else 1)
+    if scanned and precision == "bf16" and bpp.compute_copy and not grad_accumulator:
+        grads_unit = grads_unit.copy()
+        grads_unit[[0, -1]] *= bpp.compute_copy / bpp.grads
     stored = p_chip if weights_sharded else p_tensor
-    compute_copies = float(stored.sum()) * bpp.compute_copy if scanned else 0.0
+    compute_copies = float(stored[1:-1].sum()) * bpp.compute_copy if scanned else 0.0
     if fsdp == 1 and devices_per_chip > 1:  # replicated over the batch axis: one copy per device
         params_b, opt_b = params_b * devices_per_chip, opt_b * devices_per_chip
         grads_unit = grads_unit * devices_per_chip
@@ -366,7 +384,7 @@ def hbm_plan(
     arr[0, [1, 3, 4]] = 0.0
     arr[1 : n + 1, 1] = 0.0
     arr[1 : n + 1, 3] = cum
-    arr[1 : n + 1, 4] = weights_tmp + compute_copies + ring_fwd_b
+    arr[1 : n + 1, 4] = unit_wt + compute_copies + ring_fwd_b
     arr[n + 1, [1, 3, 4]] = (0.0, float(cum[-1]), weights_tmp + compute_copies + loss_b)
     if scanned:
         arr[n + 2 : 2 * n + 2, 1] = grads_done
@@ -375,13 +393,14 @@ def hbm_plan(
             # their gradient in its carry while each iteration's layer scan writes the stage's stacked gradient
             # beside it, two copies in the gradients' dtype (XLA's buffer assignment of the loop's program)
             arr[n + 2 : 2 * n + 2, 1] += float(grads_unit[staged].sum())
+        arr[n + 2 : 2 * n + 1, 1] -= float(grads_unit[0])  # the embedding's gradient comes after the loop
         held = np.full(n, float(cum[-1]))
         held[0] = float(saved[0])  # the embedding's backward runs after the loop has freed the stacks
         arr[n + 2 : 2 * n + 2, 3] = (held + recompute)[::-1]
     else:
         arr[n + 2 : 2 * n + 2, 1] = grads_after
         arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
-    arr[n + 2 : 2 * n + 2, 4] = weights_tmp + compute_copies + grad_tmp[::-1] + ring_bwd_b
+    arr[n + 2 : 2 * n + 2, 4] = unit_wt[::-1] + compute_copies + grad_tmp[::-1] + ring_bwd_b
     arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
     if not scanned and not grad_accumulator:
         # Unrolled layers: XLA updates each weight in place (parameters and moments donated) once its gradient
@@ -442,7 +461,7 @@ def hbm_plan(
         peak_phase=phases[k],
         capacity_bytes=float(capacity_bytes),
         usable_bytes=float(usable_bytes),
-        model_state_bytes=params_b + opt_b + grads_done,
+        model_state_bytes=params_b + opt_b + model_grads_b,
         timeline=table,
     )
 
