@@ -3,10 +3,11 @@
 ``data/reference/xla_grid.json`` (written by ``scripts/fixtures/make_xla_grid.py``) holds, per
 configuration, a scenario dict and what libtpu's compiler said of its JAX program
 (:mod:`profiler.xla_reference`): memory analysis per device, FLOPs per device with every loop trip,
-and its out-of-memory verdict. :func:`xla_block` simulates every scenario with the engine (the
-analytic step a summary-mode run reports) and compares per chip: the HBM peak against XLA's
-arguments + outputs - aliased + temporaries (times libtpu's devices per chip: two TensorCores on v4
-and tpu7x), the fits verdict, and the FLOPs. Validation only: nothing here sets the model.
+and its out-of-memory verdict; for programs under :data:`HBM_ONLY_MAX_BYTES` per chip also the memory analysis of
+the same program compiled with memory-space assignment off (``xla_hbm_only``: no buffer placed in on-chip memory).
+:func:`xla_block` simulates every scenario with the engine (the analytic step a summary-mode run reports) and
+compares per chip: the HBM peak against XLA's peak (times libtpu's devices per chip: two TensorCores on v4 and
+tpu7x), the fits verdict, and the FLOPs. Validation only: nothing here sets the model.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from engine.scenario.calibration import Calibration
 from engine.data_files import DATA_DIR
 from engine.errors import ReferenceFileError
 
-from .xla_check import compare, podscope_numbers
+from .xla_check import compare, podscope_numbers, xla_peak_bytes
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
+__all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "HBM_ONLY_MAX_BYTES", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
            "xla_table"]  # fmt: skip
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
@@ -39,6 +40,9 @@ NEAR_LIMIT_RATIO = (0.8, 1.25)
 #: programs whose XLA peak reaches this per chip are reported apart: below it, buffers XLA keeps in
 #: on-chip memory and its fusion choices on tiny tensors weigh as much as what the model counts
 LARGE_PROGRAM_BYTES = 2**30
+#: the programs the grid also records compiled with memory-space assignment off (``xla_hbm_only``: every buffer in HBM,
+#: ``scripts/fixtures/make_xla_grid.py --hbm-only``): XLA's peak per chip below this
+HBM_ONLY_MAX_BYTES = 2**30
 #: a false fit counts apart when XLA asks for more than this share of the usable HBM beyond it: a plan sized
 #: by Podscope within a few percent of the limit is one any margin of the user's absorbs
 FALSE_FIT_MARGIN = 0.05
@@ -99,8 +103,11 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
             limit_ratio = oom["required_bytes"] / oom["available_bytes"]
         else:
             limit_ratio = None
+        only = (rec.get("xla_hbm_only") or {}).get("memory")
+        only_peak = xla_peak_bytes(only) * rec["xla"]["devices_per_chip"] if only else None
         rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "remat": scenario.training.remat,
-                     **cmp, **terms, "hbm_limit_ratio": limit_ratio})  # fmt: skip
+                     **cmp, **terms, "hbm_limit_ratio": limit_ratio, "xla_hbm_only_peak_bytes": only_peak,
+                     "hbm_only_diff_pct": None if only_peak is None else 100.0 * (cmp["podscope"]["peak_hbm_bytes"] / only_peak - 1.0)})  # fmt: skip
     return rows
 
 
@@ -124,6 +131,10 @@ def grid_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def _median(values: list[float]) -> float | None:
     return float(np.median(np.abs(values))) if values else None
+
+
+def _p90(values: list[float]) -> float | None:
+    return float(np.percentile(np.abs(values), 90)) if values else None
 
 
 def _signed_median(values: list[float]) -> float | None:
@@ -156,7 +167,10 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         and p90 absolute errors, ``verdict_agreement`` and ``false_fits``; and ``by_remat``: per policy,
         over the transformers, ``n``, ``hbm_median_pct`` and the signed median errors of
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
-        terms (grads + activations + temporary against XLA's temporaries).
+        terms (grads + activations + temporary against XLA's temporaries); ``hbm_only_n``: the programs also compiled
+        with memory-space assignment off (``xla_hbm_only``, under :data:`HBM_ONLY_MAX_BYTES`), and over them
+        ``hbm_only_median_abs_pct`` and ``hbm_only_p90_abs_pct`` (Podscope's peak against that program's) beside
+        ``hbm_only_default_median_abs_pct`` and ``hbm_only_default_p90_abs_pct`` (against XLA's default peak).
     """
     compiled = [r for r in rows if r["hbm_diff_pct"] is not None]
     hbm = [r["hbm_diff_pct"] for r in compiled]
@@ -185,21 +199,23 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "n": len(group),
             "compiled": len(fam_hbm),
             "hbm_median_abs_pct": _median(fam_hbm),
-            "hbm_p90_abs_pct": float(np.percentile(np.abs(fam_hbm), 90)) if fam_hbm else None,
+            "hbm_p90_abs_pct": _p90(fam_hbm),
             "verdict_agreement": sum(r["verdicts_agree"] for r in group) / len(group),
             "false_fits": sum(1 for r in group if not r["podscope"]["oom"] and r["xla"]["oom"]),
         }
+    only = [r for r in compiled if r["hbm_only_diff_pct"] is not None]
+    only_diff, only_default = [r["hbm_only_diff_pct"] for r in only], [r["hbm_diff_pct"] for r in only]
     return {
         "n": len(rows),
         "generations": dict(sorted(generations.items())),
         "families": by_family,
         "compiled": len(compiled),
         "hbm_median_abs_pct": _median(hbm),
-        "hbm_p90_abs_pct": float(np.percentile(np.abs(hbm), 90)) if hbm else None,
+        "hbm_p90_abs_pct": _p90(hbm),
         "hbm_median_pct": _signed_median(hbm),
         "large_n": len(large),
         "hbm_large_median_abs_pct": _median(large),
-        "hbm_large_p90_abs_pct": float(np.percentile(np.abs(large), 90)) if large else None,
+        "hbm_large_p90_abs_pct": _p90(large),
         "near_limit_n": len(near),
         "near_limit_refused": sum(1 for r in near if r["xla"]["oom"]),
         "near_limit_hbm_median_abs_pct": _median(near_hbm),
@@ -210,6 +226,11 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                         and r["hbm_limit_ratio"] is not None and r["hbm_limit_ratio"] > 1.0 + FALSE_FIT_MARGIN),
         "false_ooms": sum(1 for r in rows if r["podscope"]["oom"] and not r["xla"]["oom"]),
         "flops_median_abs_pct": _median(flops),
+        "hbm_only_n": len(only),
+        "hbm_only_median_abs_pct": _median(only_diff),
+        "hbm_only_p90_abs_pct": _p90(only_diff),
+        "hbm_only_default_median_abs_pct": _median(only_default),
+        "hbm_only_default_p90_abs_pct": _p90(only_default),
         "by_remat": by_remat,
     }
 
@@ -249,6 +270,12 @@ def xla_table(block: dict[str, Any]) -> str:
         f"| false fits XLA refuses by more than {FALSE_FIT_MARGIN:.0%} of the usable HBM | {block['false_fits_beyond_margin']} |",
         f"| Podscope out of memory, XLA compiles | {block['false_ooms']} |",
         f"| FLOPs per chip per step, median absolute error | {_pct(block['flops_median_abs_pct'])} |",
+        f"| programs under {HBM_ONLY_MAX_BYTES // 2**30} GiB per chip also compiled with every buffer in HBM (memory-space assignment off) "
+        f"| {block['hbm_only_n']} |",
+        f"| their HBM peak against that program's, median / p90 absolute error "
+        f"| {_pct(block['hbm_only_median_abs_pct'])} / {_pct(block['hbm_only_p90_abs_pct'])} |",
+        f"| the same programs against XLA's default peak, median / p90 absolute error "
+        f"| {_pct(block['hbm_only_default_median_abs_pct'])} / {_pct(block['hbm_only_default_p90_abs_pct'])} |",
         "",
         "| transformer remat | compiled | HBM peak, median | params + optimizer vs XLA arguments | grads + activations + temporary vs XLA temporaries |",
         "| --- | ---: | ---: | ---: | ---: |",
