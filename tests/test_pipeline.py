@@ -74,8 +74,13 @@ class TestMemory:
         f = simulate(scenario_from_dict(_llm()))
         ga, fa = (x.facts.extra["hbm_pipeline_activation_bytes"] for x in (g, f))
         assert ga > fa
-        layer_share = ga / 11  # MaxText's loop: 8 microbatches + 3 bubble iterations in flight
-        assert fa == pytest.approx(4 * layer_share, rel=0.05)
+
+        def at_loss(r):  # what the forward pass left saved
+            t = r.trace.extra["memory_timeline"].to_pandas()
+            return float(t[(t.phase == "loss") & (t.category == "activations")].bytes.iloc[0])
+
+        layer_share = at_loss(g) / 11  # MaxText's loop: 8 microbatches + 3 bubble iterations in flight
+        assert at_loss(f) == pytest.approx(4 * layer_share, rel=0.05)
 
     def test_maxtexts_loop_under_full_remat_keeps_each_iterations_stage_input_and_recomputes_twice(self):
         """Under full remat MaxText's loop saves one stage input per iteration (11 of them: 8 microbatches + 3 bubble
@@ -115,6 +120,25 @@ class TestMemory:
         stage_layer_params = m.layers / 4 * (4 * m.d_model**2 + 2 * m.d_model * m.d_ff)  # 4 stages of 4 layers
         extra_per_chip = stage_layer_params / 4 * 4.0  # sharded over fsdp 4, fp32
         assert backward_grads(g) - backward_grads(f) == pytest.approx(extra_per_chip, rel=0.02)
+
+    def test_maxtexts_loop_without_remat_copies_the_iterations_residuals_in_its_backward(self):
+        """Without remat each iteration of MaxText's loop keeps every layer's residuals, stacked over the iterations; the
+        backward of an iteration slices its own out of the stack for the loop over the stage's layers, a copy of one
+        microbatch's residuals for the stage's 4 layers beside the stack (XLA's memory-usage report)."""
+        from engine.memory.activations import transformer_layer_activation_bytes
+
+        g = simulate(scenario_from_dict(_llm(parallelism={"pipeline_schedule": "gpipe"})))
+        s = scenario_from_dict(_llm())
+        layer = transformer_layer_activation_bytes(s.model, 64 // 4 // 8, "bf16", "none")  # one microbatch
+        t = g.trace.extra["memory_timeline"].to_pandas()
+        acts = t[t.category == "activations"]
+        at_loss = float(acts[acts.phase == "loss"].bytes.iloc[0])
+        backward = acts[acts.phase == "backward"].bytes.to_numpy()[1:-1]  # the stage's layers
+        stack = 11 * 4 * layer  # 8 microbatches + 3 bubble iterations of the stage's 4 layers
+        assert at_loss == pytest.approx(stack, rel=0.05)
+        # each layer's backward: the stack, the iteration's copy, and its own transient beside them
+        assert (backward >= stack + 4 * layer * 0.99).all()
+
 
 class TestGradientAccumulation:
     def test_one_microbatch_of_activations_and_one_sync(self):
