@@ -24,7 +24,7 @@ from engine.scenario.calibration import Calibration
 from engine.data_files import DATA_DIR
 from engine.errors import ReferenceFileError
 
-from .xla_check import compare, podscope_numbers, xla_peak_bytes
+from .xla_check import ON_CHIP_PLACEMENT_BYTES, compare, podscope_numbers, xla_peak_bytes
 
 __all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "HBM_ONLY_MAX_BYTES", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
            "xla_table"]  # fmt: skip
@@ -42,7 +42,7 @@ NEAR_LIMIT_RATIO = (0.8, 1.25)
 LARGE_PROGRAM_BYTES = 2**30
 #: the programs the grid also records compiled with memory-space assignment off (``xla_hbm_only``: every buffer in HBM,
 #: ``scripts/fixtures/make_xla_grid.py --hbm-only``): XLA's peak per chip below this
-HBM_ONLY_MAX_BYTES = 2**30
+HBM_ONLY_MAX_BYTES = ON_CHIP_PLACEMENT_BYTES
 #: a false fit counts apart when XLA asks for more than this share of the usable HBM beyond it: a plan sized
 #: by Podscope within a few percent of the limit is one any margin of the user's absorbs
 FALSE_FIT_MARGIN = 0.05

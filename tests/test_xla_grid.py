@@ -236,3 +236,17 @@ def test_transformer_flops_agree_with_xlas_count_at_every_depth_and_capacity():
     assert shallow and deep and abs(float(np.median(shallow)) - float(np.median(deep))) < 2.0
     cf2 = [r["flops_diff_pct"] for r in rows if "-cf2-" in r["id"]]
     assert cf2 and max(abs(x) for x in cf2) < 4.0
+
+
+@pytest.mark.parametrize("peak_gib, noted", [(0.5, True), (2.0, False)])
+def test_xla_check_says_when_on_chip_placement_weighs_on_the_peak(peak_gib, noted):
+    from profiler.xla_check import format_check
+
+    gib = 2**30
+    pod = {"peak_hbm_bytes": 1.1 * peak_gib * gib, "breakdown_bytes": {"params": 0.1 * gib}, "peak_phase": "backward",
+           "usable_hbm_bytes": 15 * gib, "oom": False, "flops_per_chip": 0.0}  # fmt: skip
+    xla = {"peak_hbm_bytes": peak_gib * gib, "argument_bytes": 0.1 * gib, "output_bytes": 0.1 * gib, "alias_bytes": 0.1 * gib,
+           "temp_bytes": peak_gib * gib, "oom": False, "flops_per_chip": 0.0}  # fmt: skip
+    cmp = {"podscope": pod, "xla": xla, "hbm_diff_pct": 10.0, "verdicts_agree": True, "flops_diff_pct": None}
+    text = format_check("s", cmp, {"devices_per_chip": 1, "mesh": {"fsdp": 4}, "devices": 4, "compile_s": 1.0, "notes": []})
+    assert ("memory-space assignment" in text) is noted
