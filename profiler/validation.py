@@ -364,6 +364,16 @@ def format_report(v: Validation) -> str:
             f"{'TPU compiler HBM':<20} n={x['n']:<3} median |err| {x['hbm_median_abs_pct']:5.1f}%   p90 {x['hbm_p90_abs_pct']:5.1f}%   "
             f"verdicts agree {100 * x['verdict_agreement']:.0f}%, {x['false_fits']} false fits (data/reference/xla_grid.json)"
         )
+        if x.get("hbm_only_n"):
+            from .xla_check import ON_CHIP_PLACEMENT_BYTES
+
+            lines.append(
+                f"{'  with all in HBM':<20} n={x['hbm_only_n']:<3} median |err| {x['hbm_only_median_abs_pct']:5.1f}%   "
+                f"p90 {x['hbm_only_p90_abs_pct']:5.1f}%   programs under {ON_CHIP_PLACEMENT_BYTES // 2**30} GiB per chip "
+                "against the same program compiled "
+                f"with memory-space assignment off ({x['hbm_only_default_median_abs_pct']:.1f}% / "
+                f"{x['hbm_only_default_p90_abs_pct']:.1f}% against XLA's default peak)"
+            )
     rng = v.summary["step_time_range"]
     if rng["n"]:
         lines.append(

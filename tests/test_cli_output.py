@@ -63,6 +63,8 @@ def test_validate_puts_the_summary_last_and_skipped_behind_verbose():
     assert skipped_at < summary_at and lines[-1].startswith("(held out:")  # the summary, then its note, end it
     assert sum(line.startswith("  ") and "]:" in line for line in lines) == 0  # no skipped entries listed
     assert any("--verbose" in line for line in lines)
+    xla_at = next(i for i, line in enumerate(lines) if line.startswith("TPU compiler HBM"))
+    assert "with all in HBM" in lines[xla_at + 1] and "memory-space assignment off" in lines[xla_at + 1]
     verbose = cli("validate", "--verbose")
     listed = [line for line in verbose.stdout.splitlines() if line.startswith("  ") and "]:" in line]
     n = int(next(line for line in lines if line.startswith("not expressible")).split(":")[1].split()[0])
