@@ -3,7 +3,7 @@
 ``data/reference/xla_grid.json`` (written by ``scripts/fixtures/make_xla_grid.py``) holds, per
 configuration, a scenario dict and what libtpu's compiler said of its JAX program
 (:mod:`profiler.xla_reference`): memory analysis per device, FLOPs per device with every loop trip,
-and its out-of-memory verdict; for programs under :data:`HBM_ONLY_MAX_BYTES` per chip also the memory analysis of
+and its out-of-memory verdict; for programs under :data:`LARGE_PROGRAM_BYTES` per chip also the memory analysis of
 the same program compiled with memory-space assignment off (``xla_hbm_only``: no buffer placed in on-chip memory).
 :func:`xla_block` simulates every scenario with the engine (the analytic step a summary-mode run reports) and
 compares per chip: the HBM peak against XLA's peak (times libtpu's devices per chip: two TensorCores on v4 and
@@ -26,7 +26,7 @@ from engine.errors import ReferenceFileError
 
 from .xla_check import ON_CHIP_PLACEMENT_BYTES, compare, podscope_numbers, xla_peak_bytes
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "HBM_ONLY_MAX_BYTES", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
+__all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
            "xla_table"]  # fmt: skip
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
@@ -37,12 +37,10 @@ _ARGUMENT_TERMS = ("params", "optimizer")
 #: configurations whose XLA peak (or, refused, the HBM XLA asked for) over the HBM a program may use lies
 #: in this range are reported apart as near the limit, on either side of it
 NEAR_LIMIT_RATIO = (0.8, 1.25)
-#: programs whose XLA peak reaches this per chip are reported apart: below it, buffers XLA keeps in
-#: on-chip memory and its fusion choices on tiny tensors weigh as much as what the model counts
-LARGE_PROGRAM_BYTES = 2**30
-#: the programs the grid also records compiled with memory-space assignment off (``xla_hbm_only``: every buffer in HBM,
-#: ``scripts/fixtures/make_xla_grid.py --hbm-only``): XLA's peak per chip below this
-HBM_ONLY_MAX_BYTES = ON_CHIP_PLACEMENT_BYTES
+#: programs whose XLA peak reaches this per chip are reported apart; below it, buffers XLA keeps in on-chip memory
+#: weigh on the peak, and the grid also records each such program compiled with memory-space assignment off
+#: (``xla_hbm_only``: every buffer in HBM, ``scripts/fixtures/make_xla_grid.py --hbm-only``)
+LARGE_PROGRAM_BYTES = ON_CHIP_PLACEMENT_BYTES
 #: a false fit counts apart when XLA asks for more than this share of the usable HBM beyond it: a plan sized
 #: by Podscope within a few percent of the limit is one any margin of the user's absorbs
 FALSE_FIT_MARGIN = 0.05
@@ -168,7 +166,7 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         over the transformers, ``n``, ``hbm_median_pct`` and the signed median errors of
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
         terms (grads + activations + temporary against XLA's temporaries); ``hbm_only_n``: the programs also compiled
-        with memory-space assignment off (``xla_hbm_only``, under :data:`HBM_ONLY_MAX_BYTES`), and over them
+        with memory-space assignment off (``xla_hbm_only``, under :data:`LARGE_PROGRAM_BYTES`), and over them
         ``hbm_only_median_abs_pct`` and ``hbm_only_p90_abs_pct`` (Podscope's peak against that program's) beside
         ``hbm_only_default_median_abs_pct`` and ``hbm_only_default_p90_abs_pct`` (against XLA's default peak).
     """
@@ -270,7 +268,7 @@ def xla_table(block: dict[str, Any]) -> str:
         f"| false fits XLA refuses by more than {FALSE_FIT_MARGIN:.0%} of the usable HBM | {block['false_fits_beyond_margin']} |",
         f"| Podscope out of memory, XLA compiles | {block['false_ooms']} |",
         f"| FLOPs per chip per step, median absolute error | {_pct(block['flops_median_abs_pct'])} |",
-        f"| programs under {HBM_ONLY_MAX_BYTES // 2**30} GiB per chip also compiled with every buffer in HBM (memory-space assignment off) "
+        f"| programs under {LARGE_PROGRAM_BYTES // 2**30} GiB per chip also compiled with every buffer in HBM (memory-space assignment off) "
         f"| {block['hbm_only_n']} |",
         f"| their HBM peak against that program's, median / p90 absolute error "
         f"| {_pct(block['hbm_only_median_abs_pct'])} / {_pct(block['hbm_only_p90_abs_pct'])} |",

@@ -361,6 +361,23 @@ def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     assert bwd.max() == 2 * 128 * 256 * 2 + 2 * 128 * 256 * 2 + layers_params
 
 
+def test_inside_the_loops_the_weights_in_flight_are_the_layers_not_the_vocabulary_tables():
+    """With a vocabulary table larger than any layer weight, the forward rows of the layers hold the layer's two largest
+    weights gathered (the MLP matrices, 2 x 128 x 256 params in bf16), the loss row the two tables (2 x 4096 x 128)."""
+    model = _lane_aligned_gpt(layers=4, vocab=4096)
+    cost = model_cost(model)
+    units = layer_units(cost)
+    layers_params = sum(u.params for u in units[1:-1])
+    df = _plan(cost, model, fsdp=2).timeline.to_pandas()
+    tmp = df[df.category == "temporary"]
+    forward = tmp[tmp.phase == "forward"]["bytes"].to_numpy()
+    assert (forward[1:-1] == 2 * 128 * 256 * 2 + layers_params).all()  # the layers' units
+    tables_b = (units[0].params + units[-1].params) * 2  # the embedding unit (its table and the norms) and the unembedding
+    assert units[-1].params == 4096 * 128
+    assert forward[0] == forward[-1] == tables_b + layers_params
+    assert tmp[tmp.phase == "loss"]["bytes"].item() >= tables_b + layers_params
+
+
 @pytest.mark.parametrize("fsdp, devices_per_chip, fsdp_shard, buffers", [
     (1, 1, "all", 1), (4, 1, "all", 1), (4, 2, "all", 2), (8, 1, "all", 2), (256, 1, "all", 2),
     (8, 1, "optimizer", 1),  # gradients all-reduced, not reduce-scattered: no loop over the shards

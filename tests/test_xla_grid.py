@@ -45,9 +45,9 @@ def test_the_grid_records_only_scenarios_and_xlas_numbers():
 
 def test_every_program_under_a_gib_is_also_compiled_with_every_buffer_in_hbm():
     rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if r["hbm_diff_pct"] is not None]
-    small = [r for r in rows if r["xla"]["peak_hbm_bytes"] < xla_grid.HBM_ONLY_MAX_BYTES]
+    small = [r for r in rows if r["xla"]["peak_hbm_bytes"] < xla_grid.LARGE_PROGRAM_BYTES]
     assert small and all(r["hbm_only_diff_pct"] is not None for r in small)
-    assert all(r["hbm_only_diff_pct"] is None for r in rows if r["xla"]["peak_hbm_bytes"] >= xla_grid.HBM_ONLY_MAX_BYTES)
+    assert all(r["hbm_only_diff_pct"] is None for r in rows if r["xla"]["peak_hbm_bytes"] >= xla_grid.LARGE_PROGRAM_BYTES)
 
 
 def test_small_programs_land_on_the_program_xla_holds_in_hbm(block):

@@ -148,7 +148,7 @@ def _against_the_compiler() -> None:
                "slice on a CPU (data/reference/xla_grid.json, scripts/fixtures/make_xla_grid.py); XLA's peak is its "
                f"memory analysis's. FLOPs per chip agree within {_pct(block['flops_median_abs_pct'])} (median).")  # fmt: skip
     if block["hbm_only_n"]:
-        st.caption(f"Programs under {xla_grid.HBM_ONLY_MAX_BYTES // 2**30} GiB per chip are also compiled with every "
+        st.caption(f"Programs under {xla_grid.LARGE_PROGRAM_BYTES // 2**30} GiB per chip are also compiled with every "
                    f"buffer in HBM (XLA's placement of buffers in on-chip memory off): {block['hbm_only_n']} of them, "
                    f"Podscope's peak within {_pct(block['hbm_only_median_abs_pct'])} of that program's (median; 90th "
                    f"percentile {_pct(block['hbm_only_p90_abs_pct'])}), against {_pct(block['hbm_only_default_median_abs_pct'])} "

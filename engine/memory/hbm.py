@@ -172,12 +172,12 @@ def _pipeline_activations(cost: ModelCost, model, saved: np.ndarray, recompute: 
     of its own (libtpu's memory-usage report of 2 stages of 16 layers over 4 microbatches: each ``[5, 16, ...]``
     stack over the 5 iterations beside a ``[16, ...]`` copy).
     """
-    if not stage_remat or cost.kind != "transformer" or remat not in ("full", "minimal"):
-        rec = recompute
-        if stage_remat and cost.kind == "transformer":
-            rec = recompute.copy()
-            rec[1:-1] += float(saved[1:-1].sum()) / pipeline  # the iteration's residuals, sliced out of the stack
-        return saved * (in_flight / pipeline), rec  # this stage's layers, for every microbatch in flight
+    if not stage_remat or cost.kind != "transformer":
+        return saved * (in_flight / pipeline), recompute  # this stage's layers, for every microbatch in flight
+    if remat not in ("full", "minimal"):
+        rec = recompute.copy()
+        rec[1:-1] += float(saved[1:-1].sum()) / pipeline  # the iteration's residuals, sliced out of the stack
+        return saved * (in_flight / pipeline), rec
     n_layers = len(saved) - 2
     layer_input = transformer_layer_activation_bytes(model, b, precision, "full", tensor, context)
     out = saved.copy()
@@ -335,7 +335,11 @@ def hbm_plan(
     tensors = _unit_weight_tensors(cost, units, p_unit, expert, model)
     gathered = (fsdp > 1 or expert > 1) and weights_sharded
     copy_bytes = bpp.compute_copy if bpp.compute_copy else (bpp.params if gathered else 0.0)
-    weights_tmp = float(np.sort(np.concatenate(tensors))[-2:].sum()) / tensor * copy_bytes * devices_per_chip
+
+    def two_in_compute_b(sizes: np.ndarray) -> float:  # the two largest of these weight tensors in compute form
+        return float(np.sort(sizes)[-2:].sum()) / tensor * copy_bytes * devices_per_chip
+
+    weights_tmp = two_in_compute_b(np.concatenate(tensors))
     # A transformer's layers run under jax.lax.scan (MaxText's default ``scan_layers``): the weights cast to
     # the compute dtype are one stacked residual (saved by the forward loop, or hoisted out of the backward
     # loop under remat), the stacked residuals live until the backward loop ends, and the backward loop's
@@ -354,17 +358,17 @@ def hbm_plan(
     scanned = cost.kind == "transformer"
     unit_wt = np.full(n, weights_tmp)  # weight tensors in compute form while each unit runs
     if scanned and n > 2:
-        unit_wt[1:-1] = float(np.sort(tensors[1])[-2:].sum()) / tensor * copy_bytes * devices_per_chip
-    model_grads_b = float(grads_unit.sum()) * (devices_per_chip if fsdp == 1 and devices_per_chip > 1 else 1)
-    if scanned and precision == "bf16" and bpp.compute_copy and not grad_accumulator:
-        grads_unit = grads_unit.copy()
-        grads_unit[[0, -1]] *= bpp.compute_copy / bpp.grads
+        unit_wt[1:-1] = two_in_compute_b(tensors[1])
     stored = p_chip if weights_sharded else p_tensor
     compute_copies = float(stored[1:-1].sum()) * bpp.compute_copy if scanned else 0.0
     if fsdp == 1 and devices_per_chip > 1:  # replicated over the batch axis: one copy per device
         params_b, opt_b = params_b * devices_per_chip, opt_b * devices_per_chip
         grads_unit = grads_unit * devices_per_chip
         compute_copies *= devices_per_chip
+    model_grads_b = float(grads_unit.sum())  # the model states' gradients, in the stored dtype
+    if scanned and precision == "bf16" and bpp.compute_copy and not grad_accumulator:
+        grads_unit = grads_unit.copy()
+        grads_unit[[0, -1]] *= bpp.compute_copy / bpp.grads
     # Likewise a weight's gradient exists unsharded until its own reduce-scatter, which overlaps
     # the next weight's gradient: a unit's two largest weight gradients at once.
     scattered = (fsdp > 1 or expert > 1) and grads_sharded
