@@ -198,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--name", help="run name (default: the scenario's name)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scenario key (repeatable)")
     r.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
-    r.add_argument("--xla", action="store_true", help="a transformer scenario: compile its JAX program with the TPU compiler "
-                   "(needs podscope[tpu]) and take XLA's HBM peak and out-of-memory verdict")  # fmt: skip
+    r.add_argument("--xla", action="store_true", help="compile the scenario's JAX program (transformer, mlp or resnet50 "
+                   "family) with the TPU compiler (needs podscope[tpu]) and take XLA's HBM peak and out-of-memory verdict")  # fmt: skip
     r.set_defaults(func=_cmd_run)
 
     ls = sub.add_parser("runs", help="list stored runs")

@@ -105,14 +105,35 @@ def jax_module() -> Any:
         raise InputError(f"building the JAX program of a scenario needs jax[tpu]: {_HINT}") from e
 
 
-def train_step(jax, jnp, opt, loss_fn, params, sdtype, mesh, reduce_grads=None):
+def train_step(jax, jnp, opt, loss_fn, params, sdtype, mesh, reduce_grads=None, microbatches=1):
     """The optimizer's abstract state and ``step(params, state, inputs, labels, count)``: the gradient of
     ``loss_fn(params, inputs, labels)`` and one update. ``reduce_grads`` (a program written per device,
-    in ``jax.shard_map``) combines the devices' gradients before the update."""
+    in ``jax.shard_map``) combines the devices' gradients before the update.
+
+    With ``microbatches > 1`` the step accumulates gradients as MaxText's ``gradient_accumulation_steps`` does
+    (``train.py``): the batch split into strided microbatches (``reshape(B / M, M)`` then ``swapaxes``, so that each
+    device's rows stay on it), a ``jax.lax.scan`` over them, each microbatch's gradient added to an accumulator of
+    zeros shaped, typed and sharded as the parameters, and their mean used for the update."""
     state = optimizer_state(jax, jnp, opt, params, sdtype, mesh)
+    grad_fn = jax.grad(loss_fn)
+    shardings = {k: w.sharding for k, w in params.items()}
+
+    def split(x):
+        return jnp.swapaxes(x.reshape((x.shape[0] // microbatches, microbatches) + x.shape[1:]), 0, 1)
+
+    def accumulated(params, inputs, labels):
+        def body(acc, batch):
+            grads = grad_fn(params, *batch)
+            return jax.tree.map(lambda a, g: a + g.astype(a.dtype), acc, grads), None
+
+        zeros = {k: jnp.zeros_like(w) for k, w in params.items()}
+        if reduce_grads is None:  # a jit program: the accumulator is sharded as the parameters are
+            zeros = {k: jax.lax.with_sharding_constraint(z, shardings[k]) for k, z in zeros.items()}
+        acc, _ = jax.lax.scan(body, zeros, (split(inputs), split(labels)))
+        return jax.tree.map(lambda a: a / microbatches, acc)
 
     def step(params, state, inputs, labels, count):
-        grads = jax.grad(loss_fn)(params, inputs, labels)
+        grads = accumulated(params, inputs, labels) if microbatches > 1 else grad_fn(params, inputs, labels)
         if reduce_grads is not None:
             grads = reduce_grads(grads)
         c = count + 1

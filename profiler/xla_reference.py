@@ -82,7 +82,16 @@ def refusal(scenario: Scenario) -> str | None:
     if p.fsdp_shard != "all":
         return f"parallelism.fsdp_shard {p.fsdp_shard!r}: only ZeRO-3 (\"all\") is mapped; valid: all"
     if tr.microbatches > 1 and p.pipeline == 1:
-        return f"training.microbatches = {tr.microbatches}: gradient accumulation is not mapped yet; valid: 1"
+        # gradient accumulation splits each device's rows into the microbatches (xla_program.train_step)
+        if m.kind == "resnet50":
+            shards = scenario.total_chips * devices_per_chip(scenario)
+        else:
+            axes = mesh_axes(scenario)
+            shards = axes["data"] * axes["fsdp"] * axes["expert"]
+        rows = tr.global_batch // shards if tr.global_batch % shards == 0 else 0
+        if not rows or rows % tr.microbatches:
+            return (f"training.microbatches = {tr.microbatches}: each of libtpu's {shards} batch shards splits its rows into "
+                    f"the microbatches; valid: a count dividing the {tr.global_batch / shards:g} rows per shard")  # fmt: skip
     if tr.precision not in ("bf16", "fp32"):
         return f"training.precision {tr.precision!r}: valid: bf16 or fp32"
     if scenario.pod.chip not in GENERATION:
@@ -367,7 +376,8 @@ def build_program(scenario: Scenario) -> XlaProgram:
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[..., None], axis=-1))
 
-    state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
+    accumulation = tr.microbatches if stages == 1 else 1  # a pipeline's microbatches are its own
+    state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh, microbatches=accumulation)
 
     rows = ns(outer, None)
     tokens = jax.ShapeDtypeStruct((tr.global_batch, s_len), jnp.int32, sharding=rows)
@@ -419,7 +429,7 @@ def _build_mlp_program(scenario: Scenario, jax: Any) -> XlaProgram:
         logp = jax.nn.log_softmax(x.astype(f32), axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
-    state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh)
+    state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh, microbatches=tr.microbatches)
 
     x = jax.ShapeDtypeStruct((tr.global_batch, m.layer_sizes[0]), compute, sharding=ns(batch, None))
     labels = jax.ShapeDtypeStruct((tr.global_batch,), jnp.int32, sharding=ns(batch))

@@ -137,7 +137,7 @@ def build_resnet_program(scenario: Scenario, jax: Any) -> XlaProgram:
         return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
     state, step = train_step(jax, jnp, tr.optimizer, loss_fn, params, sdtype, mesh,
-                             reduce_grads=lambda g: jax.lax.pmean(g, ("data", "bn")))  # fmt: skip
+                             reduce_grads=lambda g: jax.lax.pmean(g, ("data", "bn")), microbatches=tr.microbatches)  # fmt: skip
     spec_of = lambda tree: jax.tree.map(lambda _: P(), tree)  # noqa: E731
     rows = P(("data", "bn"))
     local = jax.shard_map(step, mesh=mesh, in_specs=(spec_of(params), spec_of(state), rows, rows, P()),

@@ -212,6 +212,23 @@ class TestPlan:
             df = _plan(cost, model, **kw).timeline.to_pandas()
             assert df.query("phase == 'optimizer' and category == 'grads'")["bytes"].item() == cost.params * per_param
 
+    @pytest.mark.parametrize("fsdp", [1, 4])
+    def test_accumulation_holds_the_accumulator_beside_each_microbatchs_own_gradients(self, fsdp):
+        """The accumulator (zeros shaped, typed and sharded as the parameters) lives from the first microbatch to the
+        update; in a microbatch's backward its own gradients live beside it, as without accumulation."""
+        model = _lane_aligned_gpt(layers=4)
+        cost = model_cost(model)
+        plain = _plan(cost, model, fsdp=fsdp).timeline.to_pandas()
+        acc = _plan(cost, model, fsdp=fsdp, grad_accumulator=True).timeline.to_pandas()
+        params_b = cost.params * 4.0 / fsdp
+        grads = lambda df, phase: df.query("phase == @phase and category == 'grads'")["bytes"].to_numpy()  # noqa: E731
+        for phase in ("forward", "loss"):
+            assert (grads(acc, phase) == params_b).all() and (grads(plain, phase) == 0.0).all()
+        plain_bwd, acc_bwd = grads(plain, "backward"), grads(acc, "backward")
+        # the microbatch's gradients keep the stored dtype (fp32): its tables are added to the fp32 accumulator
+        assert (acc_bwd - params_b >= plain_bwd).all() and acc_bwd[-1] == 2 * params_b
+        assert grads(acc, "optimizer").item() == params_b
+
     def test_mlp_activations_are_layer_inputs(self):
         model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 1024])
         cost = model_cost(model)

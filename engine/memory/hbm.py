@@ -454,8 +454,11 @@ def hbm_plan(
         floor = np.r_[0.0, cum_f, cum_f[-1], (cum_f + recompute_f)[::-1], 0.0]
         spare = np.maximum(arr[:, 3] - floor, 0.0)
         arr[:, 3] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, spare)
-    if grad_accumulator:  # the gradient accumulator is present from the first microbatch to the update
-        arr[1:-1, 1] = grads_done
+    if grad_accumulator:
+        # Gradient accumulation (MaxText's gradient_accumulation_steps): the accumulator, zeros shaped, typed and
+        # sharded as the parameters, is the carry of the loop over microbatches from the first microbatch to the
+        # update, and in each microbatch's backward that microbatch's own gradients live beside it until they are added
+        arr[1:-1, 1] += params_b
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
