@@ -208,7 +208,7 @@ class TestPlan:
     def test_gradients_of_the_embeddings_stay_in_the_stored_dtype_under_accumulation_or_bf16_weights(self):
         model = _lane_aligned_gpt(layers=4)
         cost = model_cost(model)
-        for kw, per_param in (({"grad_accumulator": True}, 4.0), ({"weight_dtype": "bf16"}, 2.0)):
+        for kw, per_param in (({"accumulation": 4}, 4.0), ({"weight_dtype": "bf16"}, 2.0)):
             df = _plan(cost, model, **kw).timeline.to_pandas()
             assert df.query("phase == 'optimizer' and category == 'grads'")["bytes"].item() == cost.params * per_param
 
@@ -219,7 +219,7 @@ class TestPlan:
         model = _lane_aligned_gpt(layers=4)
         cost = model_cost(model)
         plain = _plan(cost, model, fsdp=fsdp).timeline.to_pandas()
-        acc = _plan(cost, model, fsdp=fsdp, grad_accumulator=True).timeline.to_pandas()
+        acc = _plan(cost, model, fsdp=fsdp, accumulation=4).timeline.to_pandas()
         params_b = cost.params * 4.0 / fsdp
         grads = lambda df, phase: df.query("phase == @phase and category == 'grads'")["bytes"].to_numpy()  # noqa: E731
         for phase in ("forward", "loss"):

@@ -156,6 +156,18 @@ class MemoryPlan:
         return max(self.breakdown_bytes, key=self.breakdown_bytes.get)
 
 
+def input_bytes_per_sample(cost: ModelCost, model, precision: str) -> float:
+    """A training sample's input and label as the family's JAX program takes them: a transformer's int32 tokens and
+    labels (one per position), an MLP's features and a ResNet-50's image in the compute dtype with an int32 label."""
+    if cost.kind == "transformer":
+        return 2 * 4.0 * model.seq_len
+    if cost.kind == "mlp":
+        return model.layer_sizes[0] * BYTES_PER_ELEMENT[precision] + 4.0
+    if cost.kind == "resnet50":
+        return model.image_size**2 * 3 * BYTES_PER_ELEMENT[precision] + 4.0
+    return 0.0
+
+
 def _pipeline_activations(cost: ModelCost, model, saved: np.ndarray, recompute: np.ndarray, b: int, precision: str,
                           remat: str, tensor: int, context: int, pipeline: int, in_flight: float,
                           stage_remat: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
@@ -234,7 +246,7 @@ def hbm_plan(
     pipeline: int = 1,
     in_flight: float = 1.0,
     stage_remat: bool = False,
-    grad_accumulator: bool = False,
+    accumulation: int = 1,
     timeline: bool = True,
     context: int = 1,
     fsdp_shard: str = "all",
@@ -266,9 +278,8 @@ def hbm_plan(
     stage_remat
         The pipeline is MaxText's loop (``gpipe``), whose iterations are rematerialised (:func:`_pipeline_activations`)
         and whose backward holds the stage's weight gradients twice (the loop's accumulator and an iteration's).
-    grad_accumulator
-        Gradient accumulation: the gradients of the whole step live from the first
-        microbatch's backward pass to the update, so they are counted at every point.
+    accumulation
+        Gradient accumulation over this many microbatches (1: none); ``per_chip_batch`` is then one microbatch.
     timeline
         False leaves the ``timeline`` table empty (the peak is the same; for fast evaluation).
     context
@@ -294,6 +305,7 @@ def hbm_plan(
         Bytes by category at the peak and the whole timeline.
     """
     per_chip_batch = device_padded_batch(per_chip_batch, devices_per_chip)
+    grad_accumulator = accumulation > 1
     units = layer_units(cost)
     n = len(units)
     bpp = bytes_per_param(optimizer, precision, optimizer_state, weight_dtype)
@@ -459,6 +471,12 @@ def hbm_plan(
         # sharded as the parameters, is the carry of the loop over microbatches from the first microbatch to the
         # update, and in each microbatch's backward that microbatch's own gradients live beside it until they are added
         arr[1:-1, 1] += params_b
+        # The step's whole input batch is its argument, and the split into strided microbatches copies it into
+        # microbatch order for the loop over them (libtpu's memory-usage report: bf16[B / M, M, ...] and [M, B / M, ...]);
+        # an MLP's first layer reads its microbatch's input from that copy
+        step_input_b = input_bytes_per_sample(cost, model, precision) * per_chip_batch * accumulation
+        arr[:, 3] += step_input_b
+        arr[1:-1, 3] += step_input_b - (saved[0] if cost.kind == "mlp" else 0.0)
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape

@@ -263,7 +263,7 @@ def step_costs(
             per_chip_batch=b_mb, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
             tensor=par.tensor, capacity_bytes=chip.hbm_bytes,
             usable_bytes=chip.usable_hbm_bytes(cal.hbm_reserved_frac), sparse_off_chip=use_ps,
-            timeline=tables, expert=par.expert, pipeline=stages, grad_accumulator=n_mb > 1 and stages == 1,
+            timeline=tables, expert=par.expert, pipeline=stages, accumulation=n_mb if stages == 1 else 1,
             in_flight=in_flight_microbatches(stages, n_mb, par.pipeline_schedule, par.virtual_stages),
             stage_remat=stages > 1 and par.pipeline_schedule == "gpipe",
             context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state, weight_dtype=tr.weight_dtype,
