@@ -154,7 +154,7 @@ class TestPlan:
         act = wide["activations"].to_numpy()
         fwd = phases[phases == "forward"].index
         bwd = phases[phases == "backward"].index
-        assert act[0] == 0 and act[-1] == 0
+        assert act[0] == act[-1] == 4 * 32 * 2 * 4  # only the step's int32 tokens and labels at the start and the update
         assert (np.diff(act[fwd]) >= 0).all()  # grow through the forward pass
         # a layer's backward holds the attention probabilities' gradient the unembedding's does not (4 x 32 x 4 heads
         # x 32 in bf16), then activations are released through the backward pass
@@ -188,7 +188,8 @@ class TestPlan:
         full = transformer_layer_activation_bytes(model, b, "bf16", "full")
         final_norm = b * 64 * 2 * 64 * 2  # the final norm's bf16 input and output
         recomputed = b * 64 * materialized_layer_elements(model) * 2 - full + b * 64 * model.heads * 64 * 2
-        assert last_layer == pytest.approx(model.layers * full + final_norm + recomputed)
+        tokens = b * 64 * 2 * 4  # the step's int32 tokens and labels
+        assert last_layer == pytest.approx(model.layers * full + final_norm + recomputed + tokens)
 
     def test_scanned_backward_holds_the_whole_gradient_from_its_first_layer(self):
         model = _lane_aligned_gpt(layers=4)
@@ -233,8 +234,9 @@ class TestPlan:
         model = MlpModel(kind="mlp", layer_sizes=[1024, 4096, 1024])
         cost = model_cost(model)
         plan = _plan(cost, model, per_chip_batch=8)
-        # saved per sample: each layer's input in bf16 (1024 + 4096); XLA derives ReLU's mask from the next input
-        expected = 8 * (1024 + 4096) * 2
+        # saved per sample: each layer's input in bf16 (1024 + 4096), the first of them the step's input; XLA derives
+        # ReLU's mask from the next input; and the int32 label
+        expected = 8 * (1024 + 4096) * 2 + 8 * 4
         assert plan.timeline.to_pandas().query("phase == 'loss' and category == 'activations'")["bytes"].item() == expected
 
     def test_usable_bytes_decide_oom_not_capacity(self):
@@ -286,7 +288,8 @@ def _resnet_v3(remat: str = "none"):
 def test_resnet_keeps_each_convolutions_output_and_each_blocks_output():
     """ResNet-50 without remat, 64 images per chip, bf16: at the peak, what XLA keeps of the step: each convolution's
     output (the batch norm and ReLU are recomputed from it), each block's output (the 16 conv3-sized outputs of the
-    residual add) and the stem's normalised (112 x 112 x 64) and max-pooled (56 x 56 x 64) outputs; not every
+    residual add) and the stem's normalised (112 x 112 x 64) and max-pooled (56 x 56 x 64) outputs, beside the step's
+    images (the program's argument); not every
     convolution's input too. With 64 channels and 64 images on the device, whichever is minor fills half of each
     128-lane tile: the first stage's maps take twice their elements."""
     from engine import simulate
@@ -300,8 +303,8 @@ def test_resnet_keeps_each_convolutions_output_and_each_blocks_output():
     blocks = float(sum(o for name, o in zip(ops.names, out) if name.endswith(".conv3")))
     per_image = convs + blocks + 2 * (112 * 112 * 64 + 56 * 56 * 64)
     got = simulate(s).facts.hbm_breakdown_bytes["activations"]
-    # the peak adds the last block's conv3 gradients in flight (under 1%)
-    assert got == pytest.approx(per_image * 64 * 2, rel=0.01)
+    # with the step's bf16 images and int32 labels; the peak adds the last block's conv3 gradients in flight (under 1%)
+    assert got == pytest.approx((per_image * 2 + 224 * 224 * 3 * 2 + 4) * 64, rel=0.01)
     inputs_and_outputs = float((ops.in_elems_per_repeat * ops.count * np.where(ops.in_channels < 128, 2.0, 1.0)).sum()) + convs
     assert got < 0.85 * inputs_and_outputs * 64 * 2
 

@@ -45,7 +45,7 @@ def test_fp8_runs_weight_matmuls_at_the_fp8_peak_and_halves_their_bytes():
     model = scenario_from_dict(_llm("tpu7x", "fp8")).model
     tokens = 128 // 64 * 2048
     for run, precision, e in ((bf16, "bf16", 2), (fp8, "fp8", 1)):
-        saved = tokens * (4 * layer_residual_bytes_per_token(model, precision, "none") + 2 * 4096 * e)
+        saved = tokens * (4 * layer_residual_bytes_per_token(model, precision, "none") + 2 * 4096 * e + 2 * 4)  # int32 tokens, labels
         assert run.facts.hbm_breakdown_bytes["activations"] == pytest.approx(saved)
     assert fp8.facts.hbm_breakdown_bytes["activations"] < 0.7 * bf16.facts.hbm_breakdown_bytes["activations"]
     assert fp8.facts.hbm_breakdown_bytes["params"] == bf16.facts.hbm_breakdown_bytes["params"]  # fp32 master weights

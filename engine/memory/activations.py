@@ -179,7 +179,8 @@ def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int, devic
     residual add and ReLU), the next block's input; the stem also keeps its normalised output, the max-pool's
     input, and the max-pool's output, the first block's input. JAX's autodiff alone would save the fp32
     normalisation chain too (``jax.ad_checkpoint.print_saved_residuals``: about seven times as much); XLA fuses it.
-    Under ``full`` remat (one ``jax.checkpoint`` per block) the stem's tensors and each block's input stay, and the
+    Under ``full`` remat (one ``jax.checkpoint`` per block) the stem's tensors and each block's input stay (the first
+    block's input is the max-pool's output the stem keeps), and the
     block in its backward holds its convolutions' outputs and its own output again. While a convolution's backward
     runs, the gradients of its output and input are live. Each map takes its TPU layout's lanes
     (:func:`~engine.memory.layout.feature_map_padding` at the device's batch: libtpu's two devices per chip on v4
@@ -205,7 +206,8 @@ def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int, devic
     recompute = grad_io.copy()
     for block in dict.fromkeys(block_of[~stem & (block_of != "fc")]):
         rows = np.flatnonzero(block_of == block)
-        saved[rows[0]] += inputs[rows[0]]  # the block's input, its checkpoint
+        if rows[0] != first_block[0]:  # the first block's input is the max-pool's output, which the stem keeps
+            saved[rows[0]] += inputs[rows[0]]  # the block's input, its checkpoint
         recompute[rows] += kept[rows].sum() * scale
     return saved * scale, recompute, 0.0 if n else 0.0
 

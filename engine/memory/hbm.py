@@ -156,11 +156,12 @@ class MemoryPlan:
         return max(self.breakdown_bytes, key=self.breakdown_bytes.get)
 
 
-def input_bytes_per_sample(cost: ModelCost, model, precision: str) -> float:
-    """A training sample's input and label as the family's JAX program takes them: a transformer's int32 tokens and
-    labels (one per position), an MLP's features and a ResNet-50's image in the compute dtype with an int32 label."""
+def input_bytes_per_sample(cost: ModelCost, model, precision: str, context: int = 1) -> float:
+    """A training sample's input and label on a chip as the family's JAX program takes them: a transformer's int32
+    tokens and labels (one per position of the chip's ``seq_len / context``), an MLP's features and a ResNet-50's image
+    in the compute dtype with an int32 label."""
     if cost.kind == "transformer":
-        return 2 * 4.0 * model.seq_len
+        return 2 * 4.0 * model.seq_len / context
     if cost.kind == "mlp":
         return model.layer_sizes[0] * BYTES_PER_ELEMENT[precision] + 4.0
     if cost.kind == "resnet50":
@@ -426,6 +427,18 @@ def hbm_plan(
         arr[n + 2 : 2 * n + 2, 3] = (cum + recompute)[::-1]
     arr[n + 2 : 2 * n + 2, 4] = unit_wt[::-1] + compute_copies + grad_tmp[::-1] + ring_bwd_b
     arr[-1, [1, 3, 4]] = (grads_done, 0.0, 0.0)
+    # The step's input batch is the program's argument, live from the start to the update (libtpu's live ranges at a
+    # ResNet-50 peak list the bf16 image batch): a transformer's int32 tokens and labels (a pipeline's counted for the
+    # microbatch in flight: bytes per sample, not per layer), an MLP's features, ResNet-50's images. Under gradient
+    # accumulation the split into strided microbatches copies it into microbatch order for the loop over them
+    # (libtpu's memory-usage report: bf16[B / M, M, ...] and [M, B / M, ...]). An MLP's first layer keeps as its
+    # saved input its microbatch of that argument or of the copy.
+    input_rows = np.full(2 * n + 3, input_bytes_per_sample(cost, model, precision, context) * per_chip_batch * accumulation)
+    if grad_accumulator:
+        input_rows[1:-1] *= 2.0
+    if cost.kind == "mlp":
+        input_rows[1:-1] -= saved[0]
+    arr[:, 3] += input_rows
     if not scanned and not grad_accumulator:
         # Unrolled layers: XLA updates each weight in place (parameters and moments donated) once its gradient
         # is reduced, so a gradient lives from its matmul to its update, unsharded in the compute dtype: this
@@ -447,7 +460,7 @@ def hbm_plan(
             # every layer's input and the output gradient of every layer already through its backward stay
             out_grad_b = cost.ops.n * BYTES_PER_ELEMENT[precision] * per_chip_batch / tensor
             later_b = np.r_[np.cumsum(out_grad_b[::-1])[::-1][1:], 0.0]
-            arr[n + 2 : 2 * n + 2, 3] = (cum[-1] + later_b + recompute)[::-1]
+            arr[n + 2 : 2 * n + 2, 3] = (cum[-1] + later_b + recompute)[::-1] + input_rows[n + 2 : 2 * n + 2]
         arr[-1, 1] = 0.0
         if kept:
             regather_b = np.r_[0.0, held_w_b, held_w_b[-1], held_w_b[::-1], 0.0] - weights_tmp
@@ -471,12 +484,6 @@ def hbm_plan(
         # sharded as the parameters, is the carry of the loop over microbatches from the first microbatch to the
         # update, and in each microbatch's backward that microbatch's own gradients live beside it until they are added
         arr[1:-1, 1] += params_b
-        # The step's whole input batch is its argument, and the split into strided microbatches copies it into
-        # microbatch order for the loop over them (libtpu's memory-usage report: bf16[B / M, M, ...] and [M, B / M, ...]);
-        # an MLP's first layer reads its microbatch's input from that copy
-        step_input_b = input_bytes_per_sample(cost, model, precision) * per_chip_batch * accumulation
-        arr[:, 3] += step_input_b
-        arr[1:-1, 3] += step_input_b - (saved[0] if cost.kind == "mlp" else 0.0)
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
