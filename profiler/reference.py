@@ -88,11 +88,17 @@ def _mlperf_round(e: Entry) -> tuple[int, ...] | None:
 def bert_eval_every_samples(global_batch: int, mlperf_round: tuple[int, ...]) -> float:
     """Training samples between two evaluations of MLPerf BERT under a round's rules (mlcommons/training_policies
     training_rules.adoc, "Evaluation frequency"): from v1.0 on ``FLOOR(0.05 * (230.23 * GBS + 3,000,000), 25000)``
-    (commit c5f9e48, 2021-04-26); in v0.7 every 500K samples, the first at 3M (the engine counts them from the
-    start: a few 10,000-sample evaluations more)."""
+    (commit c5f9e48, 2021-04-26); in v0.7 every 500K samples after the first at 3M (:func:`bert_eval_first_samples`)."""
     if mlperf_round < (1, 0):
         return 500_000.0
     return float(math.floor(0.05 * (230.23 * global_batch + 3_000_000) / 25_000) * 25_000)
+
+
+def bert_eval_first_samples(mlperf_round: tuple[int, ...]) -> float | None:
+    """The first evaluation's point of MLPerf BERT under a round's rules, in training samples: in v0.7 at 3M, so no run
+    stops before 3M samples (the v0.7 Google submissions' logs: every run of a batch up to 3,072 stops at 2,999,808 to
+    3,000,000 samples); None from v1.0 on (the first after one interval)."""
+    return 3_000_000.0 if mlperf_round < (1, 0) else None
 
 def reference_sha256(path: str | Path | None = None) -> str:
     """SHA-256 of a reference file's bytes: what a calibration's ``[fit]`` record was fitted on."""
@@ -270,10 +276,13 @@ def _map_time_to_train(e: Entry, step_case: Case | Skipped | None) -> Case | Ski
         convergence = {}
         eval_note = "no evaluation time (the source names no MLPerf round)"
         if rnd is not None:
-            every = bert_eval_every_samples(batch, rnd)
+            every, first = bert_eval_every_samples(batch, rnd), bert_eval_first_samples(rnd)
             convergence = {"eval_every_samples": every, "eval_samples": BERT_EVAL_SAMPLES}
             eval_note = (f"an evaluation of {BERT_EVAL_SAMPLES:,} samples every {every:,.0f} training samples (MLPerf "
                          f"v{rnd[0]}.{rnd[1]}'s rule)")
+            if first is not None:
+                convergence["eval_first_samples"] = first
+                eval_note += f", the first at {first:,.0f}: the earliest a run can stop"
         eval_note += "; Adam's state for LAMB; weight update sharded across replicas (Xu et al. 2020)"
     elif isinstance(step_case, Case) and step_case.family == "MLPerf GPT-3":
         task, family, label = "mlperf-gpt3-175b", "MLPerf GPT-3", "GPT-3 175B"

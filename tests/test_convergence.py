@@ -12,6 +12,7 @@ from engine.convergence import (
     ConvergenceSection,
     CriticalBatch,
     conformal_q,
+    convergence_problems,
     fit_critical_batch,
     leave_one_out,
     load_tasks,
@@ -135,3 +136,37 @@ class TestTimeToTrain:
                                 chips=16, hosts=4)  # fmt: skip
         lo, hi = plan.steps_range
         assert lo < plan.steps_to_target < hi
+
+
+class TestFirstEvaluation:
+    """A job that stops at its target stops at an evaluation: none comes before ``eval_first_samples``."""
+
+    def test_the_first_evaluation_is_the_earliest_stop(self):
+        # a fit of 2e6 samples at batch 1,000 (b_crit far above it): the first evaluation at 3e6 binds
+        sec = ConvergenceSection(e_min_samples=2e6, b_crit_samples=1e12, eval_every_samples=500_000,
+                                 eval_first_samples=3e6, eval_s=10.0)  # fmt: skip
+        plan = plan_convergence(sec, global_batch=1000, tokens_per_sample=None, chips=1, hosts=1)
+        assert plan.samples_to_target == 3e6 and plan.steps_to_target == 3000 and plan.evals == 1
+        assert time_to_train(plan, 1.0).eval_s == 10.0
+
+    def test_past_the_first_evaluation_the_fit_decides(self):
+        # 4.2e6 samples: evaluations at 3e6, 3.5e6 and 4e6 before the target
+        sec = ConvergenceSection(e_min_samples=4.2e6, b_crit_samples=1e12, eval_every_samples=500_000, eval_first_samples=3e6)
+        plan = plan_convergence(sec, global_batch=1000, tokens_per_sample=None, chips=1, hosts=1)
+        assert plan.samples_to_target == pytest.approx(4.2e6) and plan.evals == 3
+
+    def test_the_range_does_not_reach_below_the_first_evaluation(self):
+        sec = ConvergenceSection(task="mlperf-resnet50", eval_every_samples=4 * 1281167, eval_first_samples=60 * 1281167)
+        plan = plan_convergence(sec, global_batch=4096, tokens_per_sample=None, chips=16, hosts=4)
+        assert plan.steps_range[0] == plan.steps_to_target == math.ceil(60 * 1281167 / 4096)
+
+    @pytest.mark.parametrize(
+        ("section", "says"),
+        [
+            (dict(task="mlperf-resnet50", eval_first_samples=1e6), "needs how often the later ones run"),
+            (dict(samples=1e6, eval_every_samples=1e5, eval_first_samples=5e5), "a fixed budget stops at its budget"),
+        ],
+    )
+    def test_bad_first_evaluations_name_the_key(self, section, says):
+        problems = convergence_problems(ConvergenceSection(**section), "resnet50", None)
+        assert [k for k, _ in problems] == ["convergence.eval_first_samples"] and says in problems[0][1]

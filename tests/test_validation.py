@@ -103,21 +103,22 @@ class TestMapping:
         assert ttt.scenarios[0]["convergence"]["task"] == "mlperf-bert"
 
     @pytest.mark.parametrize(
-        "results_repo, batch, every",
+        "results_repo, batch, every, first",
         [
             # v1.0 on: FLOOR(0.05 * (230.23 * GBS + 3,000,000), 25000); 0.05 * (230.23 * 3072 + 3e6) = 185,363
-            ("training_results_v1.0", 3072, 175_000),
-            ("training_results_v2.0", 6912, 225_000),  # 0.05 * (230.23 * 6912 + 3e6) = 229,567
-            ("training_results_v0.7", 3072, 500_000),  # v0.7: every 500K samples
+            ("training_results_v1.0", 3072, 175_000, None),
+            ("training_results_v2.0", 6912, 225_000, None),  # 0.05 * (230.23 * 6912 + 3e6) = 229,567
+            ("training_results_v0.7", 3072, 500_000, 3_000_000),  # v0.7: every 500K samples after the first at 3M
         ],
     )
-    def test_a_bert_entry_evaluates_as_its_rounds_rules_say_and_shards_its_update(self, results_repo, batch, every):
+    def test_a_bert_entry_evaluates_as_its_rounds_rules_say_and_shards_its_update(self, results_repo, batch, every, first):
         entry = copy.deepcopy(TTT_ENTRY)
         entry["inputs"]["global_batch"] = batch
         entry["source"] = {"title": "MLPerf Training results", "where": f"github.com/mlcommons/{results_repo} @ abc"}
         (case,), _ = reference.map_entries([entry])
         sc = case.scenarios[0]
-        assert sc["convergence"] == {"task": "mlperf-bert", "eval_every_samples": every, "eval_samples": 10_000}
+        schedule = {"eval_every_samples": every, "eval_samples": 10_000} | ({"eval_first_samples": first} if first else {})
+        assert sc["convergence"] == {"task": "mlperf-bert", **schedule}
         assert sc["parallelism"]["shard_weight_update"] is True
         (bare,), _ = reference.map_entries([TTT_ENTRY])  # no round named: no evaluation priced
         assert bare.scenarios[0]["convergence"] == {"task": "mlperf-bert"}

@@ -8,7 +8,9 @@
 * ``samples = N`` or ``tokens = N``: a fixed budget (pre-training), whatever the batch.
 
 Optional evaluation: every ``eval_every_samples`` training samples the job evaluates, costing
-``eval_s`` seconds, or ``eval_samples`` forward-only samples priced from the step time.
+``eval_s`` seconds, or ``eval_samples`` forward-only samples priced from the step time. A job that
+stops at its target can only stop at an evaluation: ``eval_first_samples`` (the first evaluation's
+point, the later ones every ``eval_every_samples`` after it) is the earliest it can stop.
 ``[cost] usd_per_chip_hour`` prices the chip-hours; there is no built-in price list.
 """
 
@@ -45,6 +47,7 @@ class ConvergenceSection(BaseModel):
     samples: Samples | None = None
     tokens: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
     eval_every_samples: Samples | None = None
+    eval_first_samples: Samples | None = None  # the first evaluation's point; default: after eval_every_samples
     eval_s: Annotated[float, Field(ge=0, le=MAX_EVAL_S)] | None = None  # seconds per evaluation
     eval_samples: Samples | None = None  # samples per evaluation (forward only)
 
@@ -97,4 +100,10 @@ def convergence_problems(section: ConvergenceSection | None, model_kind: str, to
         problems.append(("convergence.eval_samples", "eval_s and eval_samples both price an evaluation; valid: one of them"))
     if (c.eval_s is not None or c.eval_samples is not None) and c.eval_every_samples is None:
         problems.append(("convergence.eval_every_samples", "an evaluation cost needs how often it runs; valid: > 0 samples"))
+    if c.eval_first_samples is not None and c.eval_every_samples is None:
+        problems.append(("convergence.eval_first_samples", "the first evaluation's point needs how often the later ones "
+                         "run; valid: eval_every_samples > 0 beside it"))  # fmt: skip
+    if c.eval_first_samples is not None and (c.samples is not None or c.tokens is not None):
+        problems.append(("convergence.eval_first_samples", "a fixed budget stops at its budget, not at an evaluation; "
+                         "valid: with task or e_min_samples + b_crit_samples"))  # fmt: skip
     return problems

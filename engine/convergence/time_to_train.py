@@ -117,11 +117,23 @@ def plan_convergence(
         Compile seconds the job pays once (what the simulated run compiled).
     """
     basis, samples, q, b_crit = _samples(section, global_batch, tokens_per_sample)
-    steps = max(1, math.ceil(samples / global_batch))
+    first = section.eval_first_samples
     steps_range = None
-    if q is not None:
-        steps_range = (max(1, math.floor(steps * math.exp(-q))), math.ceil(steps * math.exp(q)))
-    evals = math.ceil(samples / section.eval_every_samples) if section.eval_every_samples else 0
+    if q is not None:  # the fit's range, before the first evaluation bounds it from below
+        raw = max(1, math.ceil(samples / global_batch))
+        low, high = max(1, math.floor(raw * math.exp(-q))), math.ceil(raw * math.exp(q))
+        if first is not None:
+            floor_steps = math.ceil(first / global_batch)
+            low, high = max(low, floor_steps), max(high, floor_steps)
+        steps_range = (low, high)
+    if first is not None:  # the job stops at an evaluation that reaches the target: none comes before the first
+        samples = max(samples, first)
+    steps = max(1, math.ceil(samples / global_batch))
+    evals = 0
+    if section.eval_every_samples and first is not None:
+        evals = 1 + math.floor((samples - first) / section.eval_every_samples)
+    elif section.eval_every_samples:
+        evals = math.ceil(samples / section.eval_every_samples)
     write_s = rate = recovery_s = 0.0
     every = 0
     if failures is not None:
