@@ -100,6 +100,7 @@ def bert_eval_first_samples(mlperf_round: tuple[int, ...]) -> float | None:
     3,000,000 samples); None from v1.0 on (the first after one interval)."""
     return 3_000_000.0 if mlperf_round < (1, 0) else None
 
+
 def reference_sha256(path: str | Path | None = None) -> str:
     """SHA-256 of a reference file's bytes: what a calibration's ``[fit]`` record was fitted on."""
     return hashlib.sha256(Path(path if path is not None else DEFAULT_REFERENCE_PATH).read_bytes()).hexdigest()

@@ -159,7 +159,9 @@ class MemoryPlan:
 def input_bytes_per_sample(cost: ModelCost, model, precision: str, context: int = 1) -> float:
     """A training sample's input and label on a chip as the family's JAX program takes them: a transformer's int32
     tokens and labels (one per position of the chip's ``seq_len / context``), an MLP's features and a ResNet-50's image
-    in the compute dtype with an int32 label."""
+    in the compute dtype with an int32 label (0 without the model's section)."""
+    if model is None:
+        return 0.0
     if cost.kind == "transformer":
         return 2 * 4.0 * model.seq_len / context
     if cost.kind == "mlp":
