@@ -103,10 +103,24 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
             limit_ratio = None
         only = (rec.get("xla_hbm_only") or {}).get("memory")
         only_peak = xla_peak_bytes(only) * rec["xla"]["devices_per_chip"] if only else None
+        accumulated = scenario.training.microbatches > 1 and scenario.parallelism.pipeline == 1
         rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "remat": scenario.training.remat,
-                     **cmp, **terms, "hbm_limit_ratio": limit_ratio, "xla_hbm_only_peak_bytes": only_peak,
+                     "accumulation": accumulated, **cmp, **terms, "hbm_limit_ratio": limit_ratio, "xla_hbm_only_peak_bytes": only_peak,
                      "hbm_only_diff_pct": None if only_peak is None else 100.0 * (cmp["podscope"]["peak_hbm_bytes"] / only_peak - 1.0)})  # fmt: skip
     return rows
+
+
+def _group(group: list[dict[str, Any]]) -> dict[str, Any]:
+    """``n``, ``compiled``, the HBM median and p90 absolute errors, ``verdict_agreement`` and ``false_fits`` of some rows."""
+    hbm = [r["hbm_diff_pct"] for r in group if r["hbm_diff_pct"] is not None]
+    return {
+        "n": len(group),
+        "compiled": len(hbm),
+        "hbm_median_abs_pct": _median(hbm),
+        "hbm_p90_abs_pct": _p90(hbm),
+        "verdict_agreement": sum(r["verdicts_agree"] for r in group) / len(group),
+        "false_fits": sum(1 for r in group if not r["podscope"]["oom"] and r["xla"]["oom"]),
+    }
 
 
 def grid_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -162,7 +176,8 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         (Podscope says it fits, XLA refuses), ``false_fits_beyond_margin`` (those XLA refuses by more than
         :data:`FALSE_FIT_MARGIN` of the usable HBM), ``false_ooms`` (the reverse), ``flops_median_abs_pct``,
         ``families``: per family (:func:`family_of`: ``transformer``, ``moe``, ``pipeline``, ``mlp``, ``resnet50``) ``n``, ``compiled``, the HBM median
-        and p90 absolute errors, ``verdict_agreement`` and ``false_fits``; and ``by_remat``: per policy,
+        and p90 absolute errors, ``verdict_agreement`` and ``false_fits``; ``accumulation``: the same over the programs
+        of any family with gradient accumulation (``microbatches > 1`` without a pipeline), None without any; and ``by_remat``: per policy,
         over the transformers, ``n``, ``hbm_median_pct`` and the signed median errors of
         Podscope's argument-like terms (params + optimizer against XLA's arguments) and temporary-like
         terms (grads + activations + temporary against XLA's temporaries); ``hbm_only_n``: the programs also compiled
@@ -189,24 +204,15 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "arguments_median_pct": _signed_median([r["arguments_diff_pct"] for r in group if r["arguments_diff_pct"] is not None]),
             "temp_median_pct": _signed_median([r["temp_diff_pct"] for r in group if r["temp_diff_pct"] is not None]),
         }
-    by_family = {}
-    for family in sorted({r["family"] for r in rows}):
-        group = [r for r in rows if r["family"] == family]
-        fam_hbm = [r["hbm_diff_pct"] for r in group if r["hbm_diff_pct"] is not None]
-        by_family[family] = {
-            "n": len(group),
-            "compiled": len(fam_hbm),
-            "hbm_median_abs_pct": _median(fam_hbm),
-            "hbm_p90_abs_pct": _p90(fam_hbm),
-            "verdict_agreement": sum(r["verdicts_agree"] for r in group) / len(group),
-            "false_fits": sum(1 for r in group if not r["podscope"]["oom"] and r["xla"]["oom"]),
-        }
+    by_family = {family: _group([r for r in rows if r["family"] == family]) for family in sorted({r["family"] for r in rows})}
+    accumulated = [r for r in rows if r.get("accumulation")]
     only = [r for r in compiled if r["hbm_only_diff_pct"] is not None]
     only_diff, only_default = [r["hbm_only_diff_pct"] for r in only], [r["hbm_diff_pct"] for r in only]
     return {
         "n": len(rows),
         "generations": dict(sorted(generations.items())),
         "families": by_family,
+        "accumulation": _group(accumulated) if accumulated else None,
         "compiled": len(compiled),
         "hbm_median_abs_pct": _median(hbm),
         "hbm_p90_abs_pct": _p90(hbm),
@@ -283,7 +289,10 @@ def xla_table(block: dict[str, Any]) -> str:
                      f"| {_pct(g['temp_median_pct'], True)} |")  # fmt: skip
     lines += ["", "| family | configurations | compiled | HBM peak, median absolute | p90 absolute | verdicts agree | false fits |",
               "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    for family, g in block["families"].items():
-        lines.append(f"| `{family}` | {g['n']} | {g['compiled']} | {_pct(g['hbm_median_abs_pct'])} | {_pct(g['hbm_p90_abs_pct'])} "
+    groups = [(f"`{family}`", g) for family, g in block["families"].items()]
+    if block.get("accumulation"):
+        groups.append(("any, gradient accumulation", block["accumulation"]))
+    for label, g in groups:
+        lines.append(f"| {label} | {g['n']} | {g['compiled']} | {_pct(g['hbm_median_abs_pct'])} | {_pct(g['hbm_p90_abs_pct'])} "
                      f"| {_pct(_share(g['verdict_agreement']))} | {g['false_fits']} |")  # fmt: skip
     return "\n".join(lines) + "\n"

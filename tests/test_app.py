@@ -112,5 +112,7 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     assert shown_metrics["Fits / out of memory agree"] == f"{100 * block['verdict_agreement']:.1f}%"
     assert shown_metrics["Near the limit, verdicts agree"] == f"{100 * block['near_limit_verdict_agreement']:.1f}%"
     families = at.dataframe[2].value
-    assert list(families["family"]) == list(block["families"])
-    assert list(families["false_fits"]) == [g["false_fits"] for g in block["families"].values()]
+    groups = list(block["families"].values()) + [block["accumulation"]]
+    assert list(families["family"]) == [*block["families"], "any, gradient accumulation"]
+    assert list(families["false_fits"]) == [g["false_fits"] for g in groups]
+    assert list(families["n"]) == [g["n"] for g in groups]

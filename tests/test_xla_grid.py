@@ -141,6 +141,8 @@ def test_gradient_accumulation_holds_the_accumulator_beside_each_microbatchs_gra
     configs = xla_grid.load_grid()
     rows = [r for r, c in zip(xla_grid.grid_rows(configs), configs)
             if c["scenario"]["training"].get("microbatches", 1) > 1 and c["scenario"]["parallelism"].get("pipeline", 1) == 1]  # fmt: skip
+    assert [r["id"] for r in rows] == [r["id"] for r in xla_grid.grid_rows(configs) if r["accumulation"]]
+    assert xla_grid.xla_block()["accumulation"]["n"] == len(rows)
     assert len(rows) >= 40 and {r["family"] for r in rows} == {"transformer", "mlp", "resnet50"}
     assert len({r["chip"] for r in rows}) == 5
     assert any(r["xla"]["oom"] and r["verdicts_agree"] for r in rows)

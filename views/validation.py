@@ -154,7 +154,10 @@ def _against_the_compiler() -> None:
                    f"percentile {_pct(block['hbm_only_p90_abs_pct'])}), against {_pct(block['hbm_only_default_median_abs_pct'])} "
                    f"and {_pct(block['hbm_only_default_p90_abs_pct'])} of XLA's default peak. On programs this small "
                    "what the compiler keeps on chip moves the HBM peak either way; Podscope does not model it.")  # fmt: skip
-    families = pd.DataFrame([{"family": f, **g} for f, g in block["families"].items()])
+    groups = [{"family": f, **g} for f, g in block["families"].items()]
+    if block.get("accumulation"):
+        groups.append({"family": "any, gradient accumulation", **block["accumulation"]})
+    families = pd.DataFrame(groups)
     st.dataframe(families, hide_index=True, column_config=_FAMILY_CONFIG)
     st.plotly_chart(figures.xla_hbm_scatter(frame), width="stretch")
 
