@@ -435,12 +435,12 @@ def hbm_plan(
     # accumulation the split into strided microbatches copies it into microbatch order for the loop over them
     # (libtpu's memory-usage report: bf16[B / M, M, ...] and [M, B / M, ...]). An MLP's first layer keeps as its
     # saved input its microbatch of that argument or of the copy.
-    input_rows = np.full(2 * n + 3, input_bytes_per_sample(cost, model, precision, context) * per_chip_batch * accumulation)
+    input_b = np.full(2 * n + 3, input_bytes_per_sample(cost, model, precision, context) * per_chip_batch * accumulation)
     if grad_accumulator:
-        input_rows[1:-1] *= 2.0
+        input_b[1:-1] *= 2.0
     if cost.kind == "mlp":
-        input_rows[1:-1] -= saved[0]
-    arr[:, 3] += input_rows
+        input_b[1:-1] -= saved[0]
+    arr[:, 3] += input_b
     if not scanned and not grad_accumulator:
         # Unrolled layers: XLA updates each weight in place (parameters and moments donated) once its gradient
         # is reduced, so a gradient lives from its matmul to its update, unsharded in the compute dtype: this
@@ -462,7 +462,7 @@ def hbm_plan(
             # every layer's input and the output gradient of every layer already through its backward stay
             out_grad_b = cost.ops.n * BYTES_PER_ELEMENT[precision] * per_chip_batch / tensor
             later_b = np.r_[np.cumsum(out_grad_b[::-1])[::-1][1:], 0.0]
-            arr[n + 2 : 2 * n + 2, 3] = (cum[-1] + later_b + recompute)[::-1] + input_rows[n + 2 : 2 * n + 2]
+            arr[n + 2 : 2 * n + 2, 3] = (cum[-1] + later_b + recompute)[::-1] + input_b[n + 2 : 2 * n + 2]
         arr[-1, 1] = 0.0
         if kept:
             regather_b = np.r_[0.0, held_w_b, held_w_b[-1], held_w_b[::-1], 0.0] - weights_tmp
