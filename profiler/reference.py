@@ -69,8 +69,14 @@ KNOWN_ARCHITECTURES = {
     "GPT-3 175B": {"layers": 96, "d_model": 12288, "heads": 96, "d_ff": 49152, "vocab": 50257, "mlp": "gelu"},
 }
 #: BERT-Large: Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers", sec. 3 (L = 24,
-#: H = 1024, A = 16, feed-forward 4H) with its 30,522-token WordPiece vocabulary; MLPerf trains it at seq 512.
-BERT_LARGE = {"layers": 24, "d_model": 1024, "heads": 16, "d_ff": 4096, "vocab": 30522, "mlp": "gelu", "seq_len": 512}
+#: H = 1024, A = 16, feed-forward 4H) with its 30,522-token WordPiece vocabulary. MLPerf trains it at seq 512 with
+#: 76 masked positions per sequence, and the masked-LM head projects only those onto the vocabulary through the input
+#: embedding's table: mlcommons/training_results_v0.7 Google/benchmarks/bert/tpu-v4-16-TF/run_and_time.sh
+#: (``--max_seq_length=512 --max_predictions_per_seq=76``) and its implementation's run_pretraining.py
+#: (``get_masked_lm_output``: ``gather_indexes(input_tensor, positions)``, "The output weights are the same as the
+#: input embeddings").
+BERT_LARGE = {"layers": 24, "d_model": 1024, "heads": 16, "d_ff": 4096, "vocab": 30522, "mlp": "gelu", "seq_len": 512,
+              "loss_positions": 76, "tied_embeddings": True}
 #: ImageNet-1k training images (Russakovsky et al. 2015, table 2) and validation images
 IMAGENET_TRAIN_IMAGES, IMAGENET_VAL_IMAGES = 1_281_167, 50_000
 #: MLPerf BERT's evaluation set: the reference's ``eval_10k``, 10,000 samples (mlcommons/training

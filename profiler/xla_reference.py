@@ -371,6 +371,12 @@ def build_program(scenario: Scenario) -> XlaProgram:
         x = constrain(params["embed"].astype(compute)[tokens], outer, None, "tensor")
         x = constrain(pipeline(x, layers), outer, None, "tensor") if stages > 1 else layer_stack(x, layers)
         y = rms_norm(x, params["final_norm"])
+        if m.loss_positions is not None:
+            # a masked LM's head reads only its masked positions (BERT's gather_indexes): positions taken from
+            # the data, so XLA gathers them as the pre-training program does
+            positions = labels[:, : m.loss_positions] % s_len
+            y = jnp.take_along_axis(y, positions[..., None], axis=1)
+            labels = jnp.take_along_axis(labels, positions, axis=1)
         unembed = params["embed"].T if m.tied_embeddings else params["unembed"]
         logits = constrain(jnp.einsum("btd,dv->btv", y, unembed.astype(compute)).astype(f32), outer, None, "tensor")
         logp = jax.nn.log_softmax(logits, axis=-1)

@@ -414,6 +414,20 @@ def test_logits_gradient_is_a_buffer_beside_the_logits_from_eight_fsdp_devices(f
     assert loss - fwd == buffers * logits
 
 
+def test_a_masked_lms_logits_are_its_loss_positions_only():
+    """A masked LM's head gathers the positions its loss reads (BERT's gather_indexes) before the unembedding: the
+    logits at the loss are those positions' rows, a quarter of the sequence's here."""
+    model = _lane_aligned_gpt(layers=2, vocab=4096)
+    masked = model.model_copy(update={"loss_positions": model.seq_len // 4})
+    at_loss = []
+    for m in (model, masked):
+        df = _plan(model_cost(m), m).timeline.to_pandas()
+        fwd = df.query("phase == 'forward' and category == 'temporary'")["bytes"].iloc[-1]
+        at_loss.append(df.query("phase == 'loss' and category == 'temporary'")["bytes"].iloc[0] - fwd)
+    assert at_loss[0] == 4 * model.seq_len * model.vocab * 2.0  # per_chip_batch 4, bf16
+    assert at_loss[1] == at_loss[0] / 4
+
+
 @pytest.mark.parametrize("per_chip_batch, devices_per_chip, held", [(1, 1, 1), (1, 2, 2), (3, 2, 4), (4, 2, 4)])
 def test_a_chips_batch_splits_over_its_devices_in_whole_padded_shards(per_chip_batch, devices_per_chip, held):
     """GSPMD shards b samples over the chip's devices ceil(b / devices) at a time, so a device holds at least one."""

@@ -75,3 +75,27 @@ def test_convolutions_read_their_input_once_not_the_im2col_matrix():
 def test_transformer_gemm_inputs_default_to_m_by_k():
     ops = model_cost(TransformerModel(kind="transformer", layers=1, d_model=8, heads=2, d_ff=16, vocab=10, seq_len=4)).ops
     assert (ops.in_elems_per_repeat == ops.m * ops.k).all()
+
+
+def test_masked_lm_head_projects_only_the_positions_the_loss_reads():
+    # BERT's pre-training head gathers its masked positions before the output layer: with 2 of 4 positions read, the
+    # unembedding (2 x d x vocab FLOPs per position) runs over 2 positions a sequence and the layers over all 4
+    base = dict(kind="transformer", layers=2, d_model=8, heads=2, d_ff=16, vocab=10, seq_len=4)
+    every, masked = model_cost(TransformerModel(**base)), model_cost(TransformerModel(**base, loss_positions=2))
+    assert every.fwd_flops_per_sample - masked.fwd_flops_per_sample == 2 * (4 - 2) * 8 * 10
+    assert masked.params == every.params and masked.tokens_per_sample == every.tokens_per_sample == 4
+    assert model_cost(TransformerModel(**base, loss_positions=4)).fwd_flops_per_sample == every.fwd_flops_per_sample
+
+
+def test_loss_positions_beyond_the_sequence_are_refused():
+    from engine import ScenarioError, scenario_from_dict
+
+    raw = {"name": "mlm", "pod": {"chip": "tpu-v5e", "topology": "2x2"},
+           "model": {"kind": "transformer", "layers": 2, "d_model": 8, "heads": 2, "d_ff": 16, "vocab": 10, "seq_len": 4,
+                     "loss_positions": 5},
+           "training": {"global_batch": 4, "steps": 1}, "parallelism": {"data": 4}}  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"loss_positions \(5\) exceeds seq_len \(4\); valid: 1 \.\. 4"):
+        scenario_from_dict(raw)
+    raw["model"]["loss_positions"] = 0
+    with pytest.raises(ScenarioError, match="model.loss_positions"):
+        scenario_from_dict(raw)

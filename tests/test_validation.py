@@ -120,6 +120,8 @@ class TestMapping:
         schedule = {"eval_every_samples": every, "eval_samples": 10_000} | ({"eval_first_samples": first} if first else {})
         assert sc["convergence"] == {"task": "mlperf-bert", **schedule}
         assert sc["parallelism"]["shard_weight_update"] is True
+        # BERT-Large as the submissions train it: the masked-LM head reads 76 of 512 positions through the embedding
+        assert (sc["model"]["seq_len"], sc["model"]["loss_positions"], sc["model"]["tied_embeddings"]) == (512, 76, True)
         (bare,), _ = reference.map_entries([TTT_ENTRY])  # no round named: no evaluation priced
         assert bare.scenarios[0]["convergence"] == {"task": "mlperf-bert"}
 

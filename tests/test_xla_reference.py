@@ -378,6 +378,24 @@ def test_xla_check_compiles_gradient_accumulation(live, tmp_path):
     assert abs(out["hbm_diff_pct"]) < 5
 
 
+def test_xla_check_compiles_a_masked_lm_head_over_its_positions(live, tmp_path):
+    """A masked LM's head (BERT's gather of the masked positions, 32 of 256, through the tied embedding) on 4 v5e chips:
+    the FLOPs XLA saves against the same model's loss over every position are the ones Podscope saves, and each
+    program's FLOPs are Podscope's within a few percent."""
+    text = ('name = "mlm"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n[model]\nkind = "transformer"\nlayers = 2\n'
+            'd_model = 256\nheads = 4\nd_ff = 1024\nvocab = 16384\nseq_len = 256\nattention = "standard"\n'
+            'tied_embeddings = true\n{extra}[training]\nglobal_batch = 16\nsteps = 2\n[parallelism]\ndata = 4\n')  # fmt: skip
+    _, every = _xla_check_json(tmp_path / "every.toml", text.format(extra=""))
+    _, masked = _xla_check_json(tmp_path / "masked.toml", text.format(extra="loss_positions = 32\n"))
+    for out in (every, masked):
+        assert not out["xla"]["oom"] and out["verdicts_agree"]
+        assert abs(out["flops_diff_pct"]) < 5
+    xla_saved = every["xla"]["flops_per_chip"] - masked["xla"]["flops_per_chip"]
+    podscope_saved = every["podscope"]["flops_per_chip"] - masked["podscope"]["flops_per_chip"]
+    assert podscope_saved > 0.3 * every["podscope"]["flops_per_chip"]  # the head is most of a model this narrow
+    assert podscope_saved == pytest.approx(xla_saved, rel=0.05)
+
+
 def test_xla_check_refuses_a_family_without_a_program_with_exit_2():
     p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", "moe-8x-top2-v5p-64"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)  # fmt: skip

@@ -239,9 +239,9 @@ def unit_activations(
             recompute[1:-1] += tokens * model.heads * model.seq_len * elem / tensor
         # the final norm's input and output: outside the scan XLA fuses its fp32 arithmetic into them
         saved[-1] = tokens * 2 * model.d_model * elem / tensor
-        # the logits in the compute dtype: XLA fuses the fp32 log-softmax and its gradient into the
-        # unembedding's matmuls instead of materialising them
-        loss = tokens * model.vocab / tensor * elem
+        # the logits in the compute dtype, at the positions the loss reads: XLA fuses the fp32 log-softmax and its
+        # gradient into the unembedding's matmuls instead of materialising them
+        loss = float(b) * model.loss_positions_eff / context * model.vocab / tensor * elem
         return saved, recompute, loss
     ops = cost.ops
     if cost.kind == "mlp":

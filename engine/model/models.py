@@ -21,7 +21,9 @@ Formulas:
   or 3 for SwiGLU: Shazeer 2020 "GLU Variants Improve Transformer"), two
   LayerNorms; attention score and value matmuls 2*T*Q per head per token each,
   i.e. the 12*L*H*Q*T training-FLOPs-per-token term of PaLM (Chowdhery et al.
-  2022, Appendix B). Untied input and output embeddings unless ``tied``.
+  2022, Appendix B). Untied input and output embeddings unless ``tied``. The
+  unembedding and its softmax cross-entropy cover the positions the loss reads
+  (``loss_positions``: a masked LM's masked positions, else every position).
 """
 
 from __future__ import annotations
@@ -312,7 +314,9 @@ def _transformer(model: TransformerModel) -> ModelCost:
         ("layer.mlp_out", t, model.d_ff, d, n_l, False, 2 * t * d),  # residual add
     ]
     if not model.moe:
-        rows.append(("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab))  # softmax cross-entropy
+        # softmax cross-entropy over the positions the loss reads (a masked LM gathers them first)
+        p = model.loss_positions_eff
+        rows.append(("unembed", p, d, model.vocab, 1, False, 2 * p * model.vocab))
         launches = [n_l] * 6 + [1]
         # the input embedding is the sparse part: each token looks up one d-wide row
         return ModelCost("transformer", params, _ops(rows, launches, residual_out=_residual_out(model), outside_remat=_OUTSIDE_REMAT),
@@ -386,7 +390,8 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
             ("layer.shared_in", t, d, sh * ff_e_in, n_moe, False, t * sh * ff_e_in),
             ("layer.shared_out", t, sh * ff_e, d, n_moe, False, t * d),
         ]
-    rows = kept + mlp + moe + [("unembed", t, d, model.vocab, 1, False, 2 * t * model.vocab)]
+    p = model.loss_positions_eff
+    rows = kept + mlp + moe + [("unembed", p, d, model.vocab, 1, False, 2 * p * model.vocab)]
     launches = [model.layers if r[0] in ("layer.qkv", "layer.scores", "layer.values", "layer.out") else r[4] for r in rows[:-1]] + [1]
     copies = [e if r[0] in ("layer.expert_in", "layer.expert_out") else 1 for r in rows]
     return ModelCost(

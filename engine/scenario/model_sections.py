@@ -59,6 +59,11 @@ class TransformerModel(Section):
     # (Shazeer 2020). They cost the same FLOPs per matrix; what the backward keeps differs (engine/memory/activations.py).
     mlp: Literal["gelu", "relu", "swiglu"] = "gelu"
     tied_embeddings: bool = False
+    # Positions per sequence the loss reads. A masked language model projects only its masked positions onto
+    # the vocabulary: BERT's pre-training gathers ``max_predictions_per_seq`` positions of the encoder's output
+    # before its output layer (Devlin et al. 2019; google-research/bert run_pretraining.py get_masked_lm_output
+    # and gather_indexes), 76 of 512 in MLPerf BERT. None: every position (a causal language model).
+    loss_positions: PositiveInt | None = None
     # Attention and MLP side by side on one layer norm, their outputs summed (GPT-J; PaLM, Chowdhery et al.
     # 2022, sec. 2 "Parallel Layers"; MaxText's 2023 decoder layer): under tensor parallelism the two blocks'
     # partial sums add up before one all-reduce per layer and pass instead of two. False: one block after the other.
@@ -101,6 +106,9 @@ class TransformerModel(Section):
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads}) unless head_dim is given")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.loss_positions is not None and self.loss_positions > self.seq_len:
+            raise ValueError(f"loss_positions ({self.loss_positions}) exceeds seq_len ({self.seq_len}); "
+                             f"valid: 1 .. {self.seq_len}, or leave it out for every position")  # fmt: skip
         if self.experts and self.experts_per_token > self.experts:
             raise ValueError(f"experts_per_token ({self.experts_per_token}) must not exceed experts ({self.experts}); "
                              f"valid: 1 .. {self.experts}")  # fmt: skip
@@ -141,6 +149,11 @@ class TransformerModel(Section):
     @property
     def head_dim_eff(self) -> int:
         return self.head_dim if self.head_dim is not None else self.d_model // self.heads
+
+    @property
+    def loss_positions_eff(self) -> int:
+        """Positions per sequence the unembedding and the loss compute: ``loss_positions``, else ``seq_len``."""
+        return self.loss_positions if self.loss_positions is not None else self.seq_len
 
     @property
     def kv_heads_eff(self) -> int:
