@@ -14,7 +14,9 @@ Nothing here imports jax at module load; :func:`compile_numbers` needs it.
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -59,7 +61,7 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         trip counted; None when out of HBM), ``estimated_cycles_per_device`` (:func:`estimated_cycles`;
         None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
-        ``compile_s``.
+        ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM).
 
     Raises
     ------
@@ -75,6 +77,7 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
                          progress=False, describes=program.describes)  # fmt: skip
         side = json.loads(result.sidecar_path.read_text())
         module = load_hlo(result.module_path) if result.module_path is not None else None
+        loops = windowed_einsum_loops(gzip.decompress(result.module_path.read_bytes()).decode()) if module is not None else None
     return {
         "memory": result.memory,
         "flops_per_device": None if module is None else module.flops_per_device,
@@ -88,7 +91,20 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         "jax_version": side["jax_version"],
         "libtpu_version": side["libtpu_version"],
         "compile_s": side["compile_s"],
+        "windowed_einsum_loops": loops,
     }
+
+
+#: the while loops XLA's SPMD partitioner writes for a dot whose operand it gathers, or whose output it reduce-scatters,
+#: over a ring of devices one shard at a time (a windowed einsum: the collective matmul of Wang et al. 2023, ASPLOS)
+_WINDOWED_LOOP = re.compile(r"\bwhile\([^\n]*?body=%[\w.]*windowed_dot_general_body_(ag|rs)\b")
+
+
+def windowed_einsum_loops(module_text: str) -> dict[str, int]:
+    """``all_gather`` and ``reduce_scatter``: the windowed-einsum loops of a compiled module, by the collective each
+    one decomposes (the ``while`` instructions whose body is a ``windowed_dot_general_body_ag`` or ``_rs``)."""
+    kinds = _WINDOWED_LOOP.findall(module_text)
+    return {"all_gather": kinds.count("ag"), "reduce_scatter": kinds.count("rs")}
 
 
 def estimated_cycles(module: HloModuleCost) -> float:
@@ -201,6 +217,11 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
         outside = " outside the Pallas attention kernels" if p.get("kernel_flops_per_chip") else ""
         lines.append(f"  FLOPs     Podscope {p['flops_per_chip']:.4g} per chip per step{outside}, XLA {x['flops_per_chip']:.4g} "
                      f"(every loop trip): {cmp['flops_diff_pct']:+.1f}%")  # fmt: skip
+    loops = xla.get("windowed_einsum_loops") or {}
+    if any(loops.values()):
+        lines.append(f"  note      XLA wrote {loops['all_gather']} all-gather(s) and {loops['reduce_scatter']} reduce-scatter(s) as "
+                     "windowed-einsum loops (collective matmuls); its schedule of those loops can keep each layer's output "
+                     "gradient until its loop runs (docs/validation.md)")  # fmt: skip
     for note in xla["notes"]:
         lines.append(f"  note      {note}")
     return "\n".join(lines)

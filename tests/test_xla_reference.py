@@ -396,6 +396,25 @@ def test_xla_check_compiles_a_masked_lm_head_over_its_positions(live, tmp_path):
     assert podscope_saved == pytest.approx(xla_saved, rel=0.05)
 
 
+@pytest.mark.parametrize("chip, topology, loops", [("tpu-v4", "2x2x1", True), ("tpu-v5e", "2x2", False)])
+def test_xla_check_names_the_windowed_einsum_loops_xla_wrote(live, tmp_path, chip, topology, loops):
+    """An MLP over FSDP: over v4's 8 TensorCore devices XLA writes its weights' all-gathers and its gradients'
+    reduce-scatters as loops over the shards, and xla-check says how many; over v5e's 4 devices it gathers whole."""
+    _, out = _xla_check_json(
+        tmp_path / "mlp.toml",
+        f'name = "mlp"\n[pod]\nchip = "{chip}"\ntopology = "{topology}"\n[model]\nkind = "mlp"\n'
+        'layer_sizes = [1024, 1024, 1024, 1024, 1000]\n[training]\nglobal_batch = 65536\nsteps = 2\nremat = "full"\n'
+        '[parallelism]\ndata = 1\nfsdp = 4\n',
+    )
+    found = out["xla_compile"]["windowed_einsum_loops"]
+    text = xla_check.format_check("mlp", out, out["xla_compile"])
+    if loops:
+        assert found["all_gather"] >= 4 and found["reduce_scatter"] >= 4  # one per layer's weight at least
+        assert f"XLA wrote {found['all_gather']} all-gather(s)" in text
+    else:
+        assert found == {"all_gather": 0, "reduce_scatter": 0} and "windowed-einsum" not in text
+
+
 def test_xla_check_refuses_a_family_without_a_program_with_exit_2():
     p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", "moe-8x-top2-v5p-64"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)  # fmt: skip
