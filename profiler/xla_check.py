@@ -2,7 +2,7 @@
 
 :func:`compile_numbers` compiles the scenario's JAX program (:mod:`profiler.xla_reference`) for its
 target with libtpu and keeps XLA's side: memory analysis per device, FLOPs per device with every
-loop trip counted (read from the compiled module by :func:`engine.hlo.load_hlo`), the
+loop trip counted (read from the compiled module by :func:`engine.hlo.describe_hlo`), the
 out-of-memory verdict and message, the JAX and libtpu versions and the compile time. That record
 is what ``data/reference/xla_grid.json`` stores per configuration. :func:`podscope_numbers` is the
 engine's side (:func:`engine.model.analytic.evaluate`, the numbers a summary-mode run reports) and
@@ -14,7 +14,6 @@ Nothing here imports jax at module load; :func:`compile_numbers` needs it.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any
 from engine.hlo.bundle import XlaHbm, XlaMemory, XlaOom
 from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
-from engine.hlo import HloModuleCost, load_hlo
+from engine.hlo import HloModuleCost, describe_hlo, parse_hlo, read_hlo_text
 from engine.scenario import Scenario
 
 from . import xla_reference
@@ -76,8 +75,9 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         result = capture(program.fn, *program.args, target=program.target, name="xla_check", out_dir=folder,
                          progress=False, describes=program.describes)  # fmt: skip
         side = json.loads(result.sidecar_path.read_text())
-        module = load_hlo(result.module_path) if result.module_path is not None else None
-        loops = windowed_einsum_loops(gzip.decompress(result.module_path.read_bytes()).decode()) if module is not None else None
+        text = read_hlo_text(result.module_path) if result.module_path is not None else None
+        module = describe_hlo(parse_hlo(text, str(result.module_path))) if text is not None else None
+        loops = windowed_einsum_loops(text) if text is not None else None
     return {
         "memory": result.memory,
         "flops_per_device": None if module is None else module.flops_per_device,
