@@ -168,6 +168,28 @@ def _with_sharded_update(scenario: dict[str, Any]) -> dict[str, Any]:
     scenario["parallelism"]["shard_weight_update"] = True
     return scenario
 
+def mlperf_gradient_reduce_dtype(framework: str, benchmark: str, mlperf_round: tuple[int, ...] | None, replicas: int) -> str:
+    """``training.gradient_reduce_dtype`` of a Google MLPerf submission, from its code and flags (mlcommons/training_results_*,
+    Google/benchmarks/.../implementations):
+
+    - ResNet-50 in TF before v1.0 wraps its optimizer in ``CrossShardOptimizer`` (v0.6 ``tpu-v3-*-resnet/resnet_main.py``,
+      v0.7 ``resnet-research-TF-*/resnet_main.py``), which sums the fp32 gradients across replicas: ``"weights"``;
+    - ResNet-50 in TF from v1.0 sums them in bf16 when ``num_replicas <= bfloat16_replica_threshold`` (v1.0
+      ``resnet-preview-TF-tpu-v4-128/resnet_main.py``), and every v1.0 and v2.0 run script sets the threshold to 8192;
+    - BERT in TF (v0.7 to v2.0) runs with ``--use_bfloat16_all_reduce`` (every ``tpu-v4-*-TF`` / ``tpu-v3-8192-TF``
+      ``run_and_time.sh``), and BERT in JAX (v0.7) psums bf16 gradients (``run_pretraining.py``:
+      ``reduce_gradients_in_bf16`` defaults to True): ``"compute"``;
+    - TF 2.0 programs all-reduce explicitly in fp32 on TPU (v0.7 ``tf2_common/training/grad_utils.py``, "TPU or FP32 GPU
+      code path": ``allreduce_precision="float32"``): ``"weights"``.
+    """
+    fw = framework.lower()
+    if fw.startswith("tf2"):
+        return "weights"
+    if "resnet" in benchmark.lower() and fw == "tf":
+        return "compute" if mlperf_round is not None and mlperf_round >= (1, 0) and replicas <= 8192 else "weights"
+    return "compute"
+
+
 #: PaLM (Chowdhery et al. 2022, sec. 2: multi-query attention) trained before TPU flash kernels existed
 #: (JAX's Pallas TPU flash attention, jax.experimental.pallas.ops.tpu, dates from 2023).
 PALM_ATTENTION = ("standard", "PaLM 2022 predates TPU flash-attention kernels")
@@ -178,11 +200,24 @@ def resnet_batch_norm_group(per_chip_images: float) -> int:
     return max(1, math.ceil(POOLED_SPAN_IMAGES / per_chip_images))
 
 
-def _resnet_scenario(name: str, chip: str, chips: int, batch: int) -> dict[str, Any]:
+def _resnet_scenario(name: str, chip: str, chips: int, batch: int, gradient_reduce_dtype: str) -> dict[str, Any]:
     """An MLPerf ResNet-50 system as a scenario: default slice shape, pooled batch norm, sharded update, momentum."""
     topo, slices = default_topology(chip, chips)
     model = {"kind": "resnet50", "batch_norm_group": resnet_batch_norm_group(batch / chips)}
-    return _with_sharded_update(scenario_dict(name, chip, topo, slices, model, batch, optimizer="momentum"))
+    scenario = scenario_dict(name, chip, topo, slices, model, batch, optimizer="momentum")
+    scenario["training"]["gradient_reduce_dtype"] = gradient_reduce_dtype
+    return _with_sharded_update(scenario)
+
+
+def _reduce_label(gradient_reduce_dtype: str) -> str:
+    return "bf16" if gradient_reduce_dtype == "compute" else "fp32"
+
+
+def _gradient_reduce_dtype(e: Entry) -> str:
+    """:func:`mlperf_gradient_reduce_dtype` of an MLPerf entry (replicas: its chips, one replica each)."""
+    inp = e["inputs"]
+    return mlperf_gradient_reduce_dtype(str(inp.get("framework", "")), str(inp.get("benchmark", "")), _mlperf_round(e),
+                                        to_int(inp.get("chips")) or 0)
 
 
 def _map_mlperf(e: Entry) -> Case | Skipped | None:
@@ -206,11 +241,11 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
         return Case(
             id=e["id"], kind=e["kind"], family="MLPerf ResNet-50", chip=chip, model="ResNet-50",
             metric="images/s per chip (steady state)", unit="images/s", published=float(exp["steady_images_per_s_per_chip"]),
-            how="work_per_step", scenarios=(_resnet_scenario(e["id"], chip, chips, batch),),
+            how="work_per_step", scenarios=(_resnet_scenario(e["id"], chip, chips, batch, _gradient_reduce_dtype(e)),),
             work_per_step=per_chip,
             eval_share=_eval_share(IMAGENET_VAL_IMAGES, RESNET_EVAL_EVERY_EPOCHS * IMAGENET_TRAIN_IMAGES),
             note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, batch norm pooled over {bn_group} chip(s), "
-                 "momentum (LARS-like) optimizer, weight update sharded "
+                 f"momentum (LARS-like) optimizer, gradients summed in {_reduce_label(_gradient_reduce_dtype(e))}, weight update sharded "
                  "across replicas (Kumar et al. 2019, 2021: the TPU MLPerf ResNet-50 submissions); the published "
                  "steady state includes each 4-epoch block's evaluation of the 50,000 validation images (forward "
                  "only), and so does the prediction",
@@ -270,7 +305,7 @@ def _map_time_to_train(e: Entry, step_case: Case | Skipped | None) -> Case | Ski
     eval_note = ""
     if "resnet-50" in bench:
         task, family, label = "mlperf-resnet50", "MLPerf ResNet-50", "ResNet-50"
-        scenario = _resnet_scenario(e["id"], chip, chips, batch)
+        scenario = _resnet_scenario(e["id"], chip, chips, batch, _gradient_reduce_dtype(e))
         # the entry's note: each block is 4 epochs of training and one evaluation on the 50,000 validation images
         convergence = {"eval_every_samples": 4 * IMAGENET_TRAIN_IMAGES, "eval_samples": IMAGENET_VAL_IMAGES}
         eval_note = "an evaluation of the 50,000 validation images every 4 epochs (forward only)"
@@ -279,6 +314,7 @@ def _map_time_to_train(e: Entry, step_case: Case | Skipped | None) -> Case | Ski
         topo, slices = default_topology(chip, chips)
         model = {"kind": "transformer", **BERT_LARGE, "attention": "standard"}
         scenario = _with_sharded_update(scenario_dict(e["id"], chip, topo, slices, model, batch))
+        scenario["training"]["gradient_reduce_dtype"] = _gradient_reduce_dtype(e)
         rnd = _mlperf_round(e)
         convergence = {}
         eval_note = "no evaluation time (the source names no MLPerf round)"
@@ -290,7 +326,8 @@ def _map_time_to_train(e: Entry, step_case: Case | Skipped | None) -> Case | Ski
             if first is not None:
                 convergence["eval_first_samples"] = first
                 eval_note += f", the first at {first:,.0f}: the earliest a run can stop"
-        eval_note += "; Adam's state for LAMB; weight update sharded across replicas (Xu et al. 2020)"
+        eval_note += (f"; Adam's state for LAMB; gradients summed in {_reduce_label(_gradient_reduce_dtype(e))}; weight update "
+                      "sharded across replicas (Xu et al. 2020)")
     elif isinstance(step_case, Case) and step_case.family == "MLPerf GPT-3":
         task, family, label = "mlperf-gpt3-175b", "MLPerf GPT-3", "GPT-3 175B"
         scenario = {k: (dict(v) if isinstance(v, dict) else v) for k, v in step_case.scenarios[0].items()}

@@ -26,6 +26,7 @@ from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
 from engine.hlo import HloModuleCost, describe_hlo, parse_hlo, read_hlo_text
 from engine.scenario import Scenario
+from engine.units import gradient_reduce_bytes
 
 from . import xla_reference
 
@@ -60,7 +61,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         trip counted; None when out of HBM), ``estimated_cycles_per_device`` (:func:`estimated_cycles`;
         None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
-        ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM).
+        ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM),
+        ``collective_bytes_by_dtype`` (:func:`collective_bytes_by_dtype`; None when out of HBM).
 
     Raises
     ------
@@ -79,6 +81,7 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         module = describe_hlo(parse_hlo(text, str(result.module_path))) if text is not None else None
         loops = windowed_einsum_loops(text) if text is not None else None
     return {
+        "collective_bytes_by_dtype": None if module is None else collective_bytes_by_dtype(module),
         "memory": result.memory,
         "flops_per_device": None if module is None else module.flops_per_device,
         "estimated_cycles_per_device": None if module is None else estimated_cycles(module),
@@ -105,6 +108,17 @@ def windowed_einsum_loops(module_text: str) -> dict[str, int]:
     one decomposes (the ``while`` instructions whose body is a ``windowed_dot_general_body_ag`` or ``_rs``)."""
     kinds = _WINDOWED_LOOP.findall(module_text)
     return {"all_gather": kinds.count("ag"), "reduce_scatter": kinds.count("rs")}
+
+
+def collective_bytes_by_dtype(module: HloModuleCost) -> dict[str, dict[str, float]]:
+    """Bytes per device per call that the module's collectives take in, by opcode and element type (every loop trip
+    counted). In a training step without tensor parallelism the all-reduces and reduce-scatters are its gradients'
+    reductions; XLA:TPU may write a reduce-scatter (and an all-gather) as a loop of collective-permutes instead."""
+    out: dict[str, dict[str, float]] = {}
+    for c in module.collectives:
+        by = out.setdefault(c.op, {})
+        by[c.dtype] = by.get(c.dtype, 0.0) + c.bytes * c.executions
+    return out
 
 
 def estimated_cycles(module: HloModuleCost) -> float:
@@ -139,6 +153,8 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None,
     est = evaluate(scenario, calibration, chip=chip)
     c = est.costs
     kernel_flops = c.attention_flops_per_chip if xla_reference.kernel_attention(scenario) else 0.0
+    tr = scenario.training
+    all_reduce_b = c.comm.grad_shard_bytes if c.mesh["data"].size > 1 or scenario.pod.slices > 1 else 0.0
     return {
         "peak_hbm_bytes": est.peak_hbm_bytes,
         "breakdown_bytes": dict(c.mem.breakdown_bytes),
@@ -147,6 +163,9 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None,
         "oom": est.oom,
         "hardware_flops_per_chip": c.hardware_flops_per_chip,
         "kernel_flops_per_chip": kernel_flops,
+        "gradient_reduce_dtype": "fp32" if gradient_reduce_bytes(tr.precision, tr.weight_dtype, tr.gradient_reduce_dtype) == 4.0 else "bf16",
+        # per chip per step: the data-parallel all-reduce and every pass's reduce-scatters
+        "gradient_reduction_bytes": all_reduce_b + c.comm.grad_reduce_scatter_bytes * c.work,
     }
 
 
@@ -189,6 +208,17 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
 ON_CHIP_PLACEMENT_BYTES = 2**30
 
 
+def _by_dtype_text(by_op: dict[str, dict[str, float]], ops: tuple[str, ...]) -> str:
+    """``all-reduce 0.039 GiB (bf16 100%)``-style text of :func:`collective_bytes_by_dtype`'s ``ops``."""
+    parts = []
+    for op in ops:
+        by = by_op.get(op) or {}
+        total = sum(by.values())
+        shares = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])) if total else ""
+        parts.append(f"{op} {total / 2**30:.3f} GiB" + (f" ({shares})" if shares else ""))
+    return "; ".join(parts)
+
+
 def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
     """The ``xla-check`` text: Podscope's peak and its terms beside XLA's, FLOPs, verdicts."""
     gib = 2**30
@@ -217,6 +247,13 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
         outside = " outside the Pallas attention kernels" if p.get("kernel_flops_per_chip") else ""
         lines.append(f"  FLOPs     Podscope {p['flops_per_chip']:.4g} per chip per step{outside}, XLA {x['flops_per_chip']:.4g} "
                      f"(every loop trip): {cmp['flops_diff_pct']:+.1f}%")  # fmt: skip
+    by_op = xla.get("collective_bytes_by_dtype")
+    if by_op and xla["mesh"].get("tensor", 1) == 1 and p["gradient_reduction_bytes"] > 0:
+        lines.append(f"  gradients Podscope reduces {p['gradient_reduction_bytes'] / gib:.3f} GiB per chip per step in "
+                     f"{p['gradient_reduce_dtype']}; XLA, per device: {_by_dtype_text(by_op, ('all-reduce', 'reduce-scatter'))}")  # fmt: skip
+        if "collective-permute" in by_op:
+            lines.append(f"  note      XLA wrote some gathers and reductions as collective-permutes: "
+                         f"{_by_dtype_text(by_op, ('collective-permute',))}")  # fmt: skip
     loops = xla.get("windowed_einsum_loops") or {}
     if any(loops.values()):
         lines.append(f"  note      XLA wrote {loops['all_gather']} all-gather(s) and {loops['reduce_scatter']} reduce-scatter(s) as "

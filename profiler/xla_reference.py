@@ -204,9 +204,19 @@ def build_program(scenario: Scenario) -> XlaProgram:
         raise InputError(why)
     jax = jax_module()
     if scenario.model.kind == "mlp":
-        return _build_mlp_program(scenario, jax)
-    if scenario.model.kind == "resnet50":
-        return xla_resnet.build_resnet_program(scenario, jax)
+        program = _build_mlp_program(scenario, jax)
+    elif scenario.model.kind == "resnet50":
+        program = xla_resnet.build_resnet_program(scenario, jax)
+    else:
+        program = _build_transformer_program(scenario, jax)
+    if scenario.training.gradient_reduce_dtype == "weights" and scenario.training.precision != "fp32":
+        program.notes.append("training.gradient_reduce_dtype = 'weights': the compiled program is a jit program, whose "
+                             "gradients XLA reduces as their matmul writes them (the 'compute' dtype)")
+    return program
+
+
+def _build_transformer_program(scenario: Scenario, jax) -> XlaProgram:
+    """:func:`build_program` of a dense transformer."""
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P

@@ -47,7 +47,8 @@ def cross_check_rows() -> list[str]:
     dims = {k: meta[k] for k in ("layers", "d_model", "heads", "d_ff", "vocab", "seq_len")}
     builtin_raw = {
         "name": "builtin", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"}, "model": {"kind": "transformer", **dims, "attention": "standard"},  # the fixture's attention is plain einsums
-        "training": {"global_batch": 16, "steps": 20, "precision": "bf16", "optimizer": "sgd"},
+        # the CPU-compiled fixture all-reduces its gradients in f32: the weights' dtype
+        "training": {"global_batch": 16, "steps": 20, "precision": "bf16", "optimizer": "sgd", "gradient_reduce_dtype": "weights"},
         "parallelism": {"data": 8}, "sim": {"jitter_frac": 0.0},
     }  # fmt: skip
     runs = {

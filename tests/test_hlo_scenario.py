@@ -120,7 +120,8 @@ def test_same_seed_same_trace(tmp_path):
 BUILTIN = {
     "name": "builtin",
     "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
-    "training": {"global_batch": 16, "steps": 6, "precision": "bf16", "optimizer": "sgd"},
+    # the CPU-compiled module all-reduces its gradients in f32 (one all-reduce of f32 operands): the weights' dtype
+    "training": {"global_batch": 16, "steps": 6, "precision": "bf16", "optimizer": "sgd", "gradient_reduce_dtype": "weights"},
     "parallelism": {"data": 8},
     "sim": {"jitter_frac": 0.0},
 }

@@ -310,11 +310,12 @@ def test_link_load_is_stored_with_the_run(write_toml, db):
     assert math.isfinite(util)
 
 
-@pytest.mark.parametrize(("weight_dtype", "grad_bytes"), [("fp32", 4), ("bf16", 2)])
-def test_run_charges_the_hand_computed_all_reduce(write_toml, ideal_calibration, weight_dtype, grad_bytes):
-    """Ideal links, no latency: the collective event is the simultaneous ring all-reduce worked by hand,
-    on gradients in the stored weights' dtype."""
-    text = SCEN.replace("steps = 4", f"steps = 4\nweight_dtype = '{weight_dtype}'")
+@pytest.mark.parametrize(("weight_dtype", "reduce_dtype", "grad_bytes"),
+                         [("fp32", "compute", 2), ("fp32", "weights", 4), ("bf16", "compute", 2), ("bf16", "weights", 2)])
+def test_run_charges_the_hand_computed_all_reduce(write_toml, ideal_calibration, weight_dtype, reduce_dtype, grad_bytes):
+    """Ideal links, no latency: the collective event is the simultaneous ring all-reduce worked by hand, on bf16
+    gradients as their matmuls write them, or in the stored weights' dtype when the program reduces them so."""
+    text = SCEN.replace("steps = 4", f"steps = 4\nweight_dtype = '{weight_dtype}'\ngradient_reduce_dtype = '{reduce_dtype}'")
     r = simulate(load_scenario(write_toml(text)), calibration=ideal_calibration)
     params = 2048 * 8192 + 8192 + 8192 * 2048 + 2048
     v = params * grad_bytes

@@ -68,3 +68,41 @@ def test_podscopes_cross_slice_all_reduce_moves_the_same_shard():
     # 4 chips: each all-reduces a quarter of it over the DCN, as XLA's host transfer does
     assert rings.participants == CHIPS_PER_SLICE
     assert rings.bytes_total / rings.participants == pytest.approx(D * D * 4 / CHIPS_PER_SLICE, rel=1e-3)
+
+
+@pytest.fixture(scope="module")
+def bf16_module_text(live):
+    """The same step with bf16 matmuls over an fp32 weight (the mixed-precision recipe)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from profiler.tpu_capture import tpu_target
+
+    jnp = live.numpy
+    target = tpu_target("v5p:2x2x1", slices=SLICES)
+    mesh = target.mesh({"data": CHIPS_PER_SLICE * SLICES})
+
+    def step(w, x):
+        loss = lambda w, x: jnp.mean(jnp.tanh((x @ w.astype(jnp.bfloat16)).astype(jnp.float32)) ** 2)  # noqa: E731
+        return w - 0.1 * live.grad(loss)(w, x)
+
+    w = live.ShapeDtypeStruct((D, D), jnp.float32, sharding=NamedSharding(mesh, P()))
+    x = live.ShapeDtypeStruct((64, D), jnp.bfloat16, sharding=NamedSharding(mesh, P("data", None)))
+    return live.jit(step).lower(w, x).compile().as_text()
+
+
+def test_bf16_matmuls_send_their_bf16_gradient_over_the_dcn_as_podscope_does(bf16_module_text):
+    """XLA reduces the weight gradient as the bf16 matmul writes it, before its cast to the fp32 weight: the shard each
+    chip sends across slices is bf16, half the fp32 program's, and so is Podscope's (gradient_reduce_dtype "compute")."""
+    from engine import scenario_from_dict
+    from engine.model.analytic import step_costs
+    from engine.scenario.calibration import load_calibration
+
+    (send,) = [line for line in _instructions(bf16_module_text, "send") if "is_host_transfer=true" in line]
+    shape = re.search(r"= \((\w+\[[\d,]*\])", send).group(1)
+    assert shape.startswith("bf16[") and _bytes(shape) == D * D * 2 // CHIPS_PER_SLICE
+    raw = {"name": "two-slices", "pod": {"chip": "tpu-v5p", "topology": "2x2x1", "slices": SLICES},
+           "model": {"kind": "mlp", "layer_sizes": [D, D]}, "training": {"global_batch": 64, "steps": 2, "precision": "bf16"},
+           "parallelism": {"data": CHIPS_PER_SLICE}}  # fmt: skip
+    rings = step_costs(scenario_from_dict(raw), load_calibration(), tables=False).sync.result.rings
+    assert rings.bytes_total / rings.participants == pytest.approx(_bytes(shape), rel=1e-3)

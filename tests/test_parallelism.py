@@ -224,9 +224,15 @@ class TestPlanCollectives:
         assert plan.forward_s == plan.backward_s == 0.0
         t = plan.per_layer.to_pandas()
         assert list(t.phase) == ["gradient_sync"]
-        # gradients are reduced in fp32 (4 bytes) whatever the compute precision
-        assert t["bytes"].item() == cost.params * 4.0
-        assert plan.gradient_sync_s == pytest.approx(mesh_collective_s("all-reduce", cost.params * 4.0, mesh["data"], W, 0.0))
+        # gradients are reduced as the bf16 matmuls write them (2 bytes), over fp32 weights
+        assert t["bytes"].item() == cost.params * 2.0
+        assert plan.gradient_sync_s == pytest.approx(mesh_collective_s("all-reduce", cost.params * 2.0, mesh["data"], W, 0.0))
+        # reduced in the weights' dtype (a pmap psum, TF's CrossShardOptimizer): fp32, 4 bytes
+        _, wide = _plan(mesh, 1.0, 2.0, gradient_reduce_dtype="weights")
+        assert wide.per_layer.to_pandas()["bytes"].item() == cost.params * 4.0
+        # fp32 training's matmuls write fp32 gradients
+        _, fp32 = _plan(mesh, 1.0, 2.0, precision="fp32")
+        assert fp32.per_layer.to_pandas()["bytes"].item() == cost.params * 4.0
 
 
 def _ps_scenario(hosts: int) -> dict:

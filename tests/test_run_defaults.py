@@ -37,8 +37,8 @@ class TestDefaultKernel:
         assert extra["remat_policy"] == "none" and extra["precision_recipe"].startswith("bf16")
 
     @pytest.mark.parametrize(("precision", "chip", "tail"), [
-        ("bf16", "tpu-v5p", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state"),
-        ("fp8", "tpu7x", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state"),
+        ("bf16", "tpu-v5p", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state; gradients reduced in bf16"),
+        ("fp8", "tpu7x", "bf16 weights and gradients (no fp32 master copy), bf16 optimizer state; gradients reduced in bf16"),
     ])  # fmt: skip
     def test_the_recipe_states_bf16_weights_and_moments(self, precision, chip, tail):
         raw = {"name": "t", "pod": {"chip": chip, "topology": "2x2x1"},
@@ -66,7 +66,8 @@ class TestDefaultKernel:
                                 "training": {"global_batch": 4, "steps": 2, "remat": "none"}, "sim": {"trace": "summary"}})  # fmt: skip
         extra = simulate(s).facts.extra
         assert extra["attention_kernel"] is None
-        assert set(extra["defaults_assumed"]) == {"training.precision", "interconnect.overlap"}  # 4 replicas, no kernel
+        # 4 replicas, no kernel: the gradients' reduce dtype is assumed too (bf16 matmuls over fp32 weights)
+        assert set(extra["defaults_assumed"]) == {"training.precision", "interconnect.overlap", "training.gradient_reduce_dtype"}
 
     def test_gradient_overlap_is_an_assumption_only_where_gradients_cross_replicas(self):
         def assumed(topology="2x2x1", slices=1, **interconnect):
@@ -79,6 +80,20 @@ class TestDefaultKernel:
         assert "interconnect.overlap" not in assumed(overlap=True) and "interconnect.overlap" not in assumed(overlap=False)
         assert "interconnect.overlap" not in assumed(topology="1x1x1")  # one replica: nothing to all-reduce
         assert "interconnect.overlap" in assumed(topology="1x1x1", slices=2)  # two slices over the DCN
+
+    def test_the_gradient_reduce_dtype_is_an_assumption_only_where_gradients_are_reduced_and_the_dtypes_differ(self):
+        def assumed(topology="2x2x1", training=None, parallelism=None):
+            s = scenario_from_dict({"name": "t", "pod": {"chip": "tpu-v5p", "topology": topology},
+                                    "model": {"kind": "mlp", "layer_sizes": [8, 8]}, "parallelism": parallelism or {},
+                                    "training": {"global_batch": 8, "steps": 2, "remat": "none", **(training or {})}})  # fmt: skip
+            return run_assumptions(s)["defaults_assumed"]
+
+        assert assumed()["training.gradient_reduce_dtype"].startswith("compute")  # 4 replicas, bf16 matmuls, fp32 weights
+        assert "training.gradient_reduce_dtype" in assumed(parallelism={"data": 1, "fsdp": 4})  # FSDP reduce-scatters them
+        assert "training.gradient_reduce_dtype" not in assumed(topology="1x1x1")  # one chip: nothing reduced
+        assert "training.gradient_reduce_dtype" not in assumed(training={"gradient_reduce_dtype": "weights"})
+        assert "training.gradient_reduce_dtype" not in assumed(training={"weight_dtype": "bf16"})  # bf16 either way
+        assert "training.gradient_reduce_dtype" not in assumed(training={"precision": "fp32"})  # fp32 either way
 
     def test_collective_matmul_is_an_assumption_only_for_tensor_parallel_runs(self):
         def assumed(tensor, **par):

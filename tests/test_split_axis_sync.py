@@ -25,7 +25,7 @@ from tests.conftest import TORUS_MLP_TOML, simulate_toml
 
 W = load_catalog()["tpu-v4"].ici_link_bytes_per_s
 PARAMS = 2048 * 8192 + 8192 + 8192 * 2048 + 2048
-G = PARAMS / 2 * 4.0  # fp32 gradients of this chip's tensor shard (tensor = 2)
+G = PARAMS / 2 * 2.0  # bf16 gradients (as the bf16 matmuls write them) of this chip's tensor shard (tensor = 2)
 
 SCEN = TORUS_MLP_TOML + "[parallelism]\ntensor = 2\n"
 

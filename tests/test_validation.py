@@ -125,6 +125,32 @@ class TestMapping:
         (bare,), _ = reference.map_entries([TTT_ENTRY])  # no round named: no evaluation priced
         assert bare.scenarios[0]["convergence"] == {"task": "mlperf-bert"}
 
+    @pytest.mark.parametrize(
+        "framework, benchmark, rnd, replicas, expected",
+        [
+            ("TF", "ResNet-50 v1.5", (0, 6), 64, "weights"),  # v0.6: CrossShardOptimizer sums fp32 gradients
+            ("TF", "ResNet-50 v1.5", (0, 7), 4096, "weights"),  # v0.7: the same
+            ("TF", "ResNet-50 v1.5", (1, 0), 64, "compute"),  # v1.0 on: bf16 up to --bfloat16_replica_threshold=8192
+            ("TF", "ResNet-50 v1.5", (2, 0), 4096, "compute"),
+            ("TF", "ResNet-50 v1.5", (2, 0), 16384, "weights"),  # past the threshold: fp32 again
+            ("TF2.0", "ResNet-50 v1.5", (0, 7), 16, "weights"),  # TF 2: an explicit fp32 all-reduce on TPU
+            ("TF2.0", "BERT-Large pretraining", (0, 7), 16, "weights"),
+            ("TF", "BERT-Large pretraining", (0, 7), 8, "compute"),  # --use_bfloat16_all_reduce
+            ("JAX", "BERT-Large pretraining", (0, 7), 4096, "compute"),  # reduce_gradients_in_bf16 defaults to True
+        ],
+    )
+    def test_an_mlperf_entry_reduces_its_gradients_as_its_code_does(self, framework, benchmark, rnd, replicas, expected):
+        assert reference.mlperf_gradient_reduce_dtype(framework, benchmark, rnd, replicas) == expected
+
+    def test_mlperf_scenarios_carry_the_gradient_reduce_dtype(self):
+        entry = copy.deepcopy(TTT_ENTRY)
+        entry["source"] = {"title": "MLPerf Training results", "where": "github.com/mlcommons/training_results_v0.7 @ abc"}
+        for framework, expected in (("TF", "compute"), ("TF2.0", "weights")):
+            entry["inputs"]["framework"] = framework
+            (case,), _ = reference.map_entries([entry])
+            assert case.scenarios[0]["training"]["gradient_reduce_dtype"] == expected
+            assert f"gradients summed in {'bf16' if expected == 'compute' else 'fp32'}" in case.note
+
     def test_maxtext_remat_policies_map_to_the_engine_policy_with_the_same_recompute(self):
         """MaxText "minimal" (checkpoint_dots_with_no_batch_dims) is the engine's "minimal", not "none"."""
         (case,), _ = reference.map_entries([MAXTEXT_ENTRY])

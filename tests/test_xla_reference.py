@@ -415,6 +415,26 @@ def test_xla_check_names_the_windowed_einsum_loops_xla_wrote(live, tmp_path, chi
         assert found == {"all_gather": 0, "reduce_scatter": 0} and "windowed-einsum" not in text
 
 
+@pytest.mark.parametrize("model", [
+    'kind = "transformer"\nlayers = 2\nd_model = 256\nheads = 4\nd_ff = 1024\nvocab = 4096\nseq_len = 256\nattention = "standard"',
+    'kind = "mlp"\nlayer_sizes = [1024, 2048, 2048, 1000]',
+])  # fmt: skip
+def test_xla_reduces_data_parallel_gradients_in_bf16_over_fp32_weights_as_podscope_does(live, tmp_path, model):
+    """The default ``gradient_reduce_dtype = "compute"``: the compiled jit program all-reduces its gradients as
+    the bf16 matmuls write them (only the norms' and biases' fp32), the bytes Podscope charges."""
+    _, out = _xla_check_json(
+        tmp_path / "dp.toml",
+        f'name = "dp"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n[model]\n{model}\n'
+        '[training]\nglobal_batch = 16\nsteps = 2\n[parallelism]\ndata = 4\n',
+    )
+    by = out["xla_compile"]["collective_bytes_by_dtype"]["all-reduce"]
+    pod = out["podscope"]
+    assert pod["gradient_reduce_dtype"] == "bf16"
+    assert by["bf16"] > 0.95 * sum(by.values())
+    assert pod["gradient_reduction_bytes"] == pytest.approx(sum(by.values()), rel=0.03)
+    assert "gradients Podscope reduces" in xla_check.format_check("dp", out, out["xla_compile"])
+
+
 def test_xla_check_refuses_a_family_without_a_program_with_exit_2():
     p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", "moe-8x-top2-v5p-64"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)  # fmt: skip

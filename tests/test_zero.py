@@ -63,10 +63,10 @@ class TestModelStateBytes:
 class TestCollectives:
     mesh = resolve_mesh((4, 4, 4), (True,) * 3, {"data": 1, "fsdp": 64, "tensor": 1})
 
-    def _plan(self, stage):
+    def _plan(self, stage, gradient_reduce_dtype="weights"):
         return plan_step_comm(model_cost(MLP), self.mesh, fwd_compute_s=0.0, bwd_compute_s=0.0, per_chip_batch=1, precision="bf16",
                               slices=1, chips_per_host=4, link_bytes_per_s=W, hop_latency_s=0.0, dcn_bytes_per_s_per_host=25e9,
-                              dcn_latency_s=0.0, fsdp_shard=stage)  # fmt: skip
+                              dcn_latency_s=0.0, fsdp_shard=stage, gradient_reduce_dtype=gradient_reduce_dtype)  # fmt: skip
 
     def _ops(self, stage):
         t = self._plan(stage).per_layer.to_pandas()
@@ -92,6 +92,11 @@ class TestCollectives:
         ar = mesh_collective_s("all-reduce", PSI * 4.0, self.mesh["fsdp"], W, 0.0)
         assert p.fsdp_grad_sync_s + p.weight_gather_s == pytest.approx(ar, rel=1e-6)
         assert p.forward_s == 0.0 and p.backward_s == 0.0
+        # gradients reduced as their bf16 matmuls write them: the reduce-scatter moves 2 bytes a parameter, the
+        # gather of the updated fp32 weights still 4
+        c = self._plan("optimizer", "compute")
+        assert c.fsdp_grad_sync_s == pytest.approx(mesh_collective_s("reduce-scatter", PSI * 2.0, self.mesh["fsdp"], W, 0.0))
+        assert c.weight_gather_s == pytest.approx(p.weight_gather_s)
 
 
 def _llm(**over) -> dict:
@@ -111,19 +116,24 @@ class TestRun:
         # replicated weights: 16x the params bytes of ZeRO-3 on this chip
         assert r.facts.hbm_breakdown_bytes["params"] == pytest.approx(16 * base.facts.hbm_breakdown_bytes["params"])
 
-    def test_bf16_weights_halve_gradient_traffic_and_the_update(self):
-        """Gradients take the weights' dtype: the FSDP reduce-scatters move half the bytes, the update
-        reads and writes half; the run says which dtype it assumed."""
+    def test_bf16_weights_halve_the_update_and_the_gradients_reduced_in_their_dtype(self):
+        """bf16 weights halve the stored weights and the update's bytes. The FSDP reduce-scatters move bf16 gradients
+        as their matmuls write them either way; reduced in the weights' dtype, fp32 weights move twice the bytes.
+        The run says which dtypes it assumed."""
         base = simulate(scenario_from_dict(_llm()))
         r = simulate(scenario_from_dict(_llm(training={"weight_dtype": "bf16"})))
+        wide = simulate(scenario_from_dict(_llm(training={"gradient_reduce_dtype": "weights"})))
         assert r.facts.extra["weight_dtype"] == "bf16" and "weight_dtype" not in base.facts.extra
         assert r.facts.hbm_breakdown_bytes["params"] == pytest.approx(base.facts.hbm_breakdown_bytes["params"] / 2)
         assert "bf16 weights and gradients" in r.facts.extra["precision_recipe"]
         assert "fp32 master weights" in base.facts.extra["precision_recipe"]
-        lc, b = (x.trace.extra["layer_collectives"].to_pandas() for x in (r, base))
-        rs, rs0 = lc[lc.op == "reduce-scatter"].bytes.sum(), b[b.op == "reduce-scatter"].bytes.sum()
+        assert base.facts.extra["precision_recipe"].endswith("gradients reduced in bf16")
+        assert wide.facts.extra["precision_recipe"].endswith("gradients reduced in fp32")
+        lc, b, w = (x.trace.extra["layer_collectives"].to_pandas() for x in (r, base, wide))
+        rs, rs0, rs_w = (t[t.op == "reduce-scatter"].bytes.sum() for t in (lc, b, w))
         ag, ag0 = lc[lc.op == "all-gather"].bytes.sum(), b[b.op == "all-gather"].bytes.sum()
-        assert rs0 > 0 and rs == pytest.approx(rs0 / 2) and ag == pytest.approx(ag0)  # weights gather in bf16 either way
+        assert rs0 > 0 and rs == pytest.approx(rs0) and rs_w == pytest.approx(2 * rs0)
+        assert ag == pytest.approx(ag0)  # weights gather in bf16 either way
 
     def test_bad_values_name_the_key(self):
         with pytest.raises(ScenarioError) as e:

@@ -2,7 +2,7 @@
 
 Per-step collectives by strategy (one representative chip, steady state):
 
-* data parallel: gradients (in the weights' dtype, :data:`~engine.units.WEIGHT_BYTES_PER_ELEMENT`) all-reduced over ``data``
+* data parallel: gradients (in ``training.gradient_reduce_dtype``, :func:`~engine.units.gradient_reduce_bytes`) all-reduced over ``data``
   after the backward pass, then across slices over DCN (TPUStrategy / pjit replicated params).
 * FSDP / ZeRO-3 (Rajbhandari et al. 2020): each layer's parameters all-gathered
   over ``fsdp`` before its forward and again before its backward, its gradients
@@ -48,7 +48,7 @@ from ..pod.topology import Pod
 from ..scenario import InterconnectSection
 from ..scenario.calibration import Calibration
 from ..trace import TABLES
-from ..units import BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_ELEMENT, seconds_to_ns
+from ..units import BYTES_PER_ELEMENT, WEIGHT_BYTES_PER_ELEMENT, gradient_reduce_bytes, seconds_to_ns
 from .collectives import dcn_all_reduce_time_s, ring_phase
 from .fabric import mesh_ring_phases, slice_fabrics
 
@@ -184,6 +184,9 @@ class StepComm:
     data_sync_s: float = 0.0  # the data-parallel part of gradient_sync_s (ICI over `data`, then DCN)
     ps_push_s: float = 0.0  # the parameter-server part of gradient_sync_s
     grad_shard_bytes: float = 0.0  # gradient bytes each chip all-reduces over `data` (and DCN)
+    # gradient bytes each chip reduce-scatters per pass through its layers (the buffers: each layer's whole
+    # gradient over fsdp, the dense weights' over expert)
+    grad_reduce_scatter_bytes: float = 0.0
     all_to_all_s: float = 0.0  # the expert dispatch/combine all-to-alls of one step, forward + backward
     # weights replicated over `context`: their gradients reduce-scattered and all-gathered over it around
     # the data-parallel all-reduce (which moves the 1 / context shard)
@@ -219,6 +222,7 @@ def plan_step_comm(
     pipeline: int = 1,
     fsdp_shard: str = "all",
     weight_dtype: str = "fp32",
+    gradient_reduce_dtype: str = "compute",
 ) -> StepComm:
     """Per-step collectives of the chosen strategy and how much of each is exposed.
 
@@ -261,15 +265,16 @@ def plan_step_comm(
     optimizer partition, so it needs only that partition's reduced gradients: ZeRO's sec. 7.2.1,
     the same volume as data parallelism), then gathers the weights the same way. A ``context`` axis replicates the weights: the gradients reduce-scatter over it, the
     data-parallel all-reduce moves ``1 / context`` of them, and they gather back.
-    Gradients travel in ``weight_dtype`` (:data:`~engine.units.WEIGHT_BYTES_PER_ELEMENT`): fp32 under the
-    mixed-precision recipe, bf16 when the weights are stored in bf16.
+    Gradients travel in ``gradient_reduce_dtype`` (:func:`~engine.units.gradient_reduce_bytes`): as their matmul
+    writes them (``"compute"``, XLA's SPMD partitioner) or in ``weight_dtype`` (``"weights"``, a program that reduces
+    them after autodiff). ZeRO's gather of the updated weights moves them in ``weight_dtype``.
     """
     units = layer_units(cost)
     tensor, fsdp, data = mesh["tensor"], mesh["fsdp"], mesh["data"]
     ep = mesh["expert"]
     pen = link_penalties or {}
     wire = BYTES_PER_ELEMENT[precision]
-    grad_wire = WEIGHT_BYTES_PER_ELEMENT[weight_dtype]  # gradients take the stored weights' dtype
+    grad_wire = gradient_reduce_bytes(precision, weight_dtype, gradient_reduce_dtype)
     link, lat = link_bytes_per_s, hop_latency_s
     sparse = float(cost.sparse_params) if ps_hosts else 0.0
     rows: list[tuple[int, str, str, str, str, float, float]] = []
@@ -389,9 +394,10 @@ def plan_step_comm(
     shard_bytes = dense / (fsdp.size * tensor.size) * grad_wire / pipeline
     fsdp_grad_s = weight_gather_s = 0.0
     if fsdp.size > 1 and fsdp_shard != "all":
-        full_bytes = shard_bytes * fsdp.size  # this chip's replicated (tensor) shard, in weight_dtype
-        weight_gather_s = mesh_collective_s("all-gather", full_bytes, fsdp, link, lat, pen.get("fsdp"))
-        rows.append((-1, "model", "update", "all-gather", "fsdp", full_bytes, weight_gather_s))
+        full_bytes = shard_bytes * fsdp.size  # this chip's replicated (tensor) shard of the gradients
+        weights_bytes = full_bytes / grad_wire * WEIGHT_BYTES_PER_ELEMENT[weight_dtype]  # of the stored weights
+        weight_gather_s = mesh_collective_s("all-gather", weights_bytes, fsdp, link, lat, pen.get("fsdp"))
+        rows.append((-1, "model", "update", "all-gather", "fsdp", weights_bytes, weight_gather_s))
         if fsdp_shard == "optimizer":
             fsdp_grad_s = mesh_collective_s("reduce-scatter", full_bytes, fsdp, link, lat, pen.get("fsdp"))
             rows.append((-1, "model", "gradient_sync", "reduce-scatter", "fsdp", full_bytes, fsdp_grad_s))
@@ -448,6 +454,7 @@ def plan_step_comm(
         data_sync_s=grad_s,
         ps_push_s=ps_push,
         grad_shard_bytes=shard_bytes,
+        grad_reduce_scatter_bytes=float(r_bytes[scatter_on].sum() + re_bytes[ep_on].sum()),
         all_to_all_s=a2a_s,
         context_sync_s=context_sync_s,
         fsdp_grad_sync_s=fsdp_grad_s,

@@ -112,6 +112,15 @@ def _algorithm(*instructions: Instruction) -> str:
 _WINDOW_FIELD = re.compile(r"(\w+)=([\w_x\-]+)")
 
 
+def _main_dtype(shapes: list[Shape]) -> str:
+    """The element type that carries the most bytes of ``shapes`` (a tuple's elements counted one by one)."""
+    by: dict[str, float] = {}
+    for s in shapes:
+        for e in s.elements if s.is_tuple else (s,):
+            by[e.dtype] = by.get(e.dtype, 0.0) + e.bytes
+    return max(by, key=by.__getitem__) if by else ""
+
+
 def _convolution(lhs: Shape, rhs: Shape, out: Shape, attrs: dict[str, str]) -> tuple[float, DotShape]:
     """Multiply-adds of a convolution and the matmul the MXU sees, as XLA's HloCostAnalysis counts them.
 
@@ -473,7 +482,7 @@ class _Costing:
         if op == "collective-permute":
             pairs = parse_source_target_pairs(ins.attrs.get("source_target_pairs", "{}"), self.devices)
             nbytes = shapes[0].bytes if shapes else 0.0
-            self.collectives.append(CollectiveOp(name, op, nbytes, executions, pairs, asynchronous, algorithm))
+            self.collectives.append(CollectiveOp(name, op, nbytes, executions, pairs, asynchronous, algorithm, _main_dtype(shapes)))
             return len(self.collectives) - 1
         try:
             groups = parse_replica_groups(ins.attrs.get("replica_groups", "{}"), self.devices)
@@ -483,7 +492,7 @@ class _Costing:
         nbytes = operand_bytes * groups.shape[1] if op == "all-gather" else operand_bytes
         if outer is not None and outer.opcode == "fusion" and op == "all-reduce" and outer.shape.bytes < operand_bytes:
             op = "reduce-scatter"  # XLA:TPU fuses a reduce-scatter as an all-reduce whose result the fusion slices
-        self.collectives.append(CollectiveOp(name, op, nbytes, executions, groups, asynchronous, algorithm))
+        self.collectives.append(CollectiveOp(name, op, nbytes, executions, groups, asynchronous, algorithm, _main_dtype(shapes)))
         return len(self.collectives) - 1
 
     def peak_live_bytes(self, comp: Computation) -> float:

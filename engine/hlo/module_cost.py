@@ -56,6 +56,7 @@ class CollectiveOp:
     groups: np.ndarray = field(compare=False, repr=False)
     asynchronous: bool = False  # a start/done pair (or async-start wrapper): compute scheduled between them overlaps it
     algorithm: str = ""  # XLA:TPU's collective emitter and strategy, as its backend config names them
+    dtype: str = ""  # the element type of its operands ("bf16", "f32", ...); of the largest share of them if they mix
 
     @property
     def group_size(self) -> int:

@@ -209,6 +209,7 @@ def step_costs(
         pipeline=stages,
         fsdp_shard=par.fsdp_shard,
         weight_dtype=tr.weight_dtype,
+        gradient_reduce_dtype=tr.gradient_reduce_dtype,
     )
     ring = None
     if cp > 1:

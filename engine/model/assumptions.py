@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..scenario import ResNet50Model, Scenario, TransformerModel
+from ..units import gradient_reduce_bytes
 from .batch_norm import POOLED_SPAN_IMAGES
 
 __all__ = ["PRECISION_RECIPES", "precision_recipe", "run_assumptions"]
@@ -29,13 +30,16 @@ PRECISION_RECIPES = {
 }  # fmt: skip
 
 
-def precision_recipe(precision: str, weight_dtype: str = "fp32", optimizer_state: str = "fp32") -> str:
-    """The run's precision recipe: its compute (:data:`PRECISION_RECIPES`) and its model states' dtypes (engine/memory/hbm.py)."""
+def precision_recipe(precision: str, weight_dtype: str = "fp32", optimizer_state: str = "fp32",
+                     gradient_reduce_dtype: str = "compute") -> str:
+    """The run's precision recipe: its compute (:data:`PRECISION_RECIPES`), its model states' dtypes
+    (engine/memory/hbm.py) and the dtype its gradients are reduced in (:func:`~engine.units.gradient_reduce_bytes`)."""
     if weight_dtype == "bf16":
         weights = "bf16 weights and gradients (no fp32 master copy)"
     else:
         weights = "fp32 weights and gradients" if precision == "fp32" else "fp32 master weights and gradients"
-    return f"{precision}: {PRECISION_RECIPES[precision]}; {weights}, {optimizer_state} optimizer state"
+    reduced = "fp32" if gradient_reduce_bytes(precision, weight_dtype, gradient_reduce_dtype) == 4.0 else "bf16"
+    return f"{precision}: {PRECISION_RECIPES[precision]}; {weights}, {optimizer_state} optimizer state; gradients reduced in {reduced}"
 
 
 def run_assumptions(scenario: Scenario) -> dict[str, Any]:
@@ -72,6 +76,12 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
         assumed["interconnect.overlap"] = ("false (the gradient all-reduce runs after the backward pass, exposed; "
                                            "true if XLA overlaps it with compute)")
     par = scenario.parallelism
+    reduces = replicas > 1 or (par.fsdp > 1 and par.fsdp_shard != "optimizer") or par.context > 1
+    if reduces and "gradient_reduce_dtype" not in tr.model_fields_set and gradient_reduce_bytes(
+            tr.precision, tr.weight_dtype, "compute") != gradient_reduce_bytes(tr.precision, tr.weight_dtype, "weights"):
+        assumed["training.gradient_reduce_dtype"] = ("compute (gradients reduced as their matmul writes them, as XLA's SPMD "
+                                                     "partitioner does for a jit program; weights if the program reduces "
+                                                     "them itself after autodiff: pmap's psum, TF's CrossShardOptimizer)")
     if par.tensor > 1 and "collective_matmul" not in par.model_fields_set:
         # Wang et al. 2023; on by default in TPU's compiler (MaxText's XLA flag library turns it off)
         assumed["parallelism.collective_matmul"] = ("true (tensor-parallel collectives overlap the matmuls beside them, "
@@ -79,6 +89,6 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,
-        "precision_recipe": precision_recipe(tr.precision, tr.weight_dtype, tr.optimizer_state),
+        "precision_recipe": precision_recipe(tr.precision, tr.weight_dtype, tr.optimizer_state, tr.gradient_reduce_dtype),
         "defaults_assumed": assumed,
     }

@@ -194,5 +194,5 @@ ModelSection = Annotated[Union[MlpModel, ResNet50Model, TransformerModel, HloMod
 
 #: keys an HLO module already fixes, and the idle-time sections not yet simulated for one
 HLO_MODEL_KEYS = frozenset(HloModel.model_fields)
-HLO_FIXED_TRAINING = ("precision", "optimizer", "remat", "weight_dtype")
+HLO_FIXED_TRAINING = ("precision", "optimizer", "remat", "weight_dtype", "gradient_reduce_dtype")
 HLO_UNSUPPORTED_SECTIONS = ("parallelism", "input", "compile", "stragglers", "failures", "convergence", "cost")

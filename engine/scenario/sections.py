@@ -57,10 +57,15 @@ class TrainingSection(Section):
     # "bf16": DeepSeek-V3 (arXiv:2412.19437, sec. 3.3.3) tracks AdamW's moments in BF16; optax exposes
     # it as adam(mu_dtype=...) and sgd(accumulator_dtype=...) (engine/memory/hbm.py).
     optimizer_state: Literal["fp32", "bf16"] = "fp32"
-    # dtype the weights are stored, reduced and updated in; their gradients take it too (engine/units.py
+    # dtype the weights are stored and updated in; their gradients take it too (engine/units.py
     # WEIGHT_BYTES_PER_ELEMENT). "fp32": mixed precision's master copy; "bf16": no master copy
-    # (MaxText's weight_dtype: bfloat16), half the model-state HBM and gradient traffic.
+    # (MaxText's weight_dtype: bfloat16), half the model-state HBM.
     weight_dtype: Literal["fp32", "bf16"] = "fp32"
+    # dtype the gradients are reduced in over data, fsdp and the DCN (engine/units.py gradient_reduce_bytes).
+    # "compute": the weight-gradient matmul's output dtype (bf16 unless precision is fp32), as XLA's SPMD
+    # partitioner reduces a jit program's gradients; "weights": weight_dtype, for a program that reduces
+    # them itself after autodiff (pmap's psum, TF's CrossShardOptimizer / TPUStrategy)
+    gradient_reduce_dtype: Literal["compute", "weights"] = "compute"
 
 
 class ParameterServerSection(Section):
