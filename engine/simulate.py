@@ -286,6 +286,8 @@ def _sharding_facts(s: Scenario, costs: StepCosts) -> dict:
         out["optimizer_state"] = tr.optimizer_state
     if tr.weight_dtype != "fp32":
         out["weight_dtype"] = tr.weight_dtype
+    if tr.gradient_reduce_dtype != "compute":
+        out["gradient_reduce_dtype"] = tr.gradient_reduce_dtype
     if par.tensor > 1:
         out["collective_matmul"] = par.collective_matmul
     return out

@@ -156,6 +156,17 @@ def test_what_if_sets_context_zero_stage_and_optimizer_state(tmp_path, monkeypat
     assert summary["ring_exposed_s"] >= 0 and summary["zero_weight_gather_s"] > 0
 
 
+def test_what_if_reduces_the_gradients_in_the_weights_dtype(tmp_path, monkeypatch):
+    raw = {"name": "lm", "pod": {"chip": "tpu-v5p", "topology": "2x2x2"},
+           "model": {"kind": "transformer", "layers": 2, "d_model": 512, "heads": 8, "d_ff": 2048, "vocab": 1000, "seq_len": 2048},
+           "training": {"global_batch": 8, "steps": 3}, "parallelism": {"data": 8}}  # fmt: skip
+    path, runs = _what_if(tmp_path, monkeypatch, raw, {"Gradients reduced in": "weights"})
+    with Database(path).read() as con:
+        summary = queries.run_summary(con, runs[0])
+    assert summary["gradient_reduce_dtype"] == "weights"
+    assert summary["precision_recipe"].endswith("gradients reduced in fp32")
+
+
 def test_compare_opens_beside_a_related_run_that_fits():
     """With no choice made: this run's newest what-if, else the newest run of the same model that fits
     (its chip first), else the newest run on its chip that fits in HBM, else the newest that fits,

@@ -31,6 +31,7 @@ _PRECISIONS, _PRECISION = common.scenario_choices(TrainingSection, "precision")
 _REMATS, _REMAT = common.scenario_choices(TrainingSection, "remat")
 _STATES, _STATE = common.scenario_choices(TrainingSection, "optimizer_state")
 _WEIGHTS, _WEIGHT = common.scenario_choices(TrainingSection, "weight_dtype")
+_REDUCES, _REDUCE = common.scenario_choices(TrainingSection, "gradient_reduce_dtype")
 _SCHEDULES, _SCHEDULE = common.scenario_choices(ParallelismSection, "pipeline_schedule")
 _SHARDS, _SHARD = common.scenario_choices(ParallelismSection, "fsdp_shard")
 _COLLECTIVE_MATMUL_DEFAULT = ParallelismSection.model_fields["collective_matmul"].default
@@ -100,17 +101,22 @@ def _knobs(base: dict) -> dict | None:
         optimizer_state = c3.selectbox("Optimizer state", _STATES, index=_STATES.index(training.get("optimizer_state", _STATE)),
                                        help="dtype of the optimizer's moments, whatever the weights' dtype")
         weight_dtype = c4.selectbox("Weights", _WEIGHTS, index=_WEIGHTS.index(training.get("weight_dtype", _WEIGHT)),
-                                    help="dtype the weights and their gradients are stored, reduced and updated in: "
+                                    help="dtype the weights and their gradients are stored and updated in: "
                                          "fp32 = mixed precision's master copy, bf16 = no master copy")
         c1, c2, c3, c4 = st.columns(4)
         remat = c1.selectbox("Remat", _REMATS, index=_REMATS.index(training.get("remat", _REMAT)))
         set_input = c2.checkbox("Set input pipeline", value=bool(inp), help="[input] prefetch and num_parallel_calls (tf.data)")
         prefetch = _choice(c3, "Prefetch (batches)", ["autotune", 0, 1, 2, 4, 8, 16], inp.get("prefetch", "autotune"))
         calls = _choice(c4, "Parallel calls", ["autotune", 1, 2, 4, 8, 16, 32, 64], inp.get("num_parallel_calls", "autotune"))
-        collective_matmul = st.columns(4)[0].checkbox(
+        c1, c2, _, _ = st.columns(4)
+        collective_matmul = c1.checkbox(
             "Collective matmul", value=bool(par.get("collective_matmul", _COLLECTIVE_MATMUL_DEFAULT)),
             help="tensor-parallel collectives overlap the matmuls beside them (XLA's default on TPU); "
                  "off: blocking, fully exposed")  # fmt: skip
+        reduce_dtype = c2.selectbox(
+            "Gradients reduced in", _REDUCES, index=_REDUCES.index(training.get("gradient_reduce_dtype", _REDUCE)),
+            help="compute: as the matmuls write them (bf16 unless fp32 training; XLA's SPMD partitioner); "
+                 "weights: in the weights' dtype (pmap's psum, TF's CrossShardOptimizer)")  # fmt: skip
         model = base.get("model") or {}
         bn_group = capacity = dispatch = None
         if model.get("kind") == "transformer" and int(model.get("experts", 0)) > 0:
@@ -151,6 +157,7 @@ def _knobs(base: dict) -> dict | None:
         ("parallelism.collective_matmul", bool(collective_matmul), par, _COLLECTIVE_MATMUL_DEFAULT),
         ("training.optimizer_state", optimizer_state, training, _STATE),
         ("training.weight_dtype", weight_dtype, training, _WEIGHT),
+        ("training.gradient_reduce_dtype", reduce_dtype, training, _REDUCE),
         *((("model.batch_norm_group", int(bn_group), model, 1),) if bn_group is not None else ()),
         *((("model.capacity_factor", float(capacity), model, _CAPACITY_DEFAULT), ("model.moe_dispatch", dispatch, model, _DISPATCH))
           if capacity is not None else ()),
