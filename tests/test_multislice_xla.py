@@ -11,24 +11,32 @@ import pytest
 CHIPS_PER_SLICE, SLICES, D = 4, 2, 4096
 
 
-@pytest.fixture(scope="module")
-def module_text(live):
+def _two_slice_module(jax, compute_dtype) -> str:
+    """The compiled module of one SGD step of ``mean(tanh(x @ w)^2)`` over data parallelism on 2 v5p slices: an fp32
+    weight replicated, the batch sharded, the matmul in ``compute_dtype``."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
     from profiler.tpu_capture import tpu_target
 
-    jnp = live.numpy
+    jnp = jax.numpy
     target = tpu_target("v5p:2x2x1", slices=SLICES)
     mesh = target.mesh({"data": CHIPS_PER_SLICE * SLICES})
 
-    def step(w, x):
-        g = live.grad(lambda w, x: jnp.mean(jnp.tanh(x @ w) ** 2))(w, x)
-        return w - 0.1 * g
+    def loss(w, x):
+        return jnp.mean(jnp.tanh((x @ w.astype(compute_dtype)).astype(jnp.float32)) ** 2)
 
-    w = live.ShapeDtypeStruct((D, D), jnp.float32, sharding=NamedSharding(mesh, P()))
-    x = live.ShapeDtypeStruct((64, D), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
-    return live.jit(step).lower(w, x).compile().as_text()
+    def step(w, x):
+        return w - 0.1 * jax.grad(loss)(w, x)
+
+    w = jax.ShapeDtypeStruct((D, D), jnp.float32, sharding=NamedSharding(mesh, P()))
+    x = jax.ShapeDtypeStruct((64, D), compute_dtype, sharding=NamedSharding(mesh, P("data", None)))
+    return jax.jit(step).lower(w, x).compile().as_text()
+
+
+@pytest.fixture(scope="module")
+def module_text(live):
+    return _two_slice_module(live, live.numpy.float32)
 
 
 def _instructions(text: str, opcode: str) -> list[str]:
@@ -72,23 +80,8 @@ def test_podscopes_cross_slice_all_reduce_moves_the_same_shard():
 
 @pytest.fixture(scope="module")
 def bf16_module_text(live):
-    """The same step with bf16 matmuls over an fp32 weight (the mixed-precision recipe)."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    from profiler.tpu_capture import tpu_target
-
-    jnp = live.numpy
-    target = tpu_target("v5p:2x2x1", slices=SLICES)
-    mesh = target.mesh({"data": CHIPS_PER_SLICE * SLICES})
-
-    def step(w, x):
-        loss = lambda w, x: jnp.mean(jnp.tanh((x @ w.astype(jnp.bfloat16)).astype(jnp.float32)) ** 2)  # noqa: E731
-        return w - 0.1 * live.grad(loss)(w, x)
-
-    w = live.ShapeDtypeStruct((D, D), jnp.float32, sharding=NamedSharding(mesh, P()))
-    x = live.ShapeDtypeStruct((64, D), jnp.bfloat16, sharding=NamedSharding(mesh, P("data", None)))
-    return live.jit(step).lower(w, x).compile().as_text()
+    """The same step with bf16 matmuls over the fp32 weight (the mixed-precision recipe)."""
+    return _two_slice_module(live, live.numpy.bfloat16)
 
 
 def test_bf16_matmuls_send_their_bf16_gradient_over_the_dcn_as_podscope_does(bf16_module_text):
