@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import SimulationError
 
-__all__ = ["NS_PER_S", "GIB_BYTES", "MIB_BYTES", "GB_BYTES", "TERA", "BYTES_PER_ELEMENT", "WEIGHT_BYTES_PER_ELEMENT", "GRADIENT_COMPUTE_BYTES_PER_ELEMENT", "gradient_reduce_bytes", "MAX_RUN_NS", "longest_ns", "seconds_to_ns"]
+__all__ = ["NS_PER_S", "GIB_BYTES", "MIB_BYTES", "GB_BYTES", "TERA", "BYTES_PER_ELEMENT", "WEIGHT_BYTES_PER_ELEMENT", "GRADIENT_COMPUTE_DTYPE", "gradient_wire_dtype", "gradient_reduce_bytes", "MAX_RUN_NS", "longest_ns", "seconds_to_ns"]
 
 NS_PER_S = 1_000_000_000
 GIB_BYTES = 1024**3
@@ -36,15 +36,15 @@ BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0, "int8": 2.0, "fp8": 1.0}
 #: ``weight_dtype: bfloat16``, MaxText/configs/base.yml).
 WEIGHT_BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0}
 
-#: Bytes per element of a weight gradient as its matmul writes it, by ``training.precision``: the matmul's
-#: output dtype (bf16 for bf16, int8 and fp8 training, whose weight-gradient matmuls write bf16; fp32 for fp32).
-GRADIENT_COMPUTE_BYTES_PER_ELEMENT = {"fp32": 4.0, "bf16": 2.0, "int8": 2.0, "fp8": 2.0}
+#: The dtype a weight gradient's matmul writes, by ``training.precision``: bf16 for bf16, int8 and fp8 training
+#: (their weight-gradient matmuls write bf16), fp32 for fp32.
+GRADIENT_COMPUTE_DTYPE = {"fp32": "fp32", "bf16": "bf16", "int8": "bf16", "fp8": "bf16"}
 
 
-def gradient_reduce_bytes(precision: str, weight_dtype: str, gradient_reduce_dtype: str) -> float:
-    """Bytes per element of the gradients on the wire: the data-parallel all-reduce and the FSDP reduce-scatter.
+def gradient_wire_dtype(precision: str, weight_dtype: str, gradient_reduce_dtype: str) -> str:
+    """The dtype of the gradients on the wire (the data-parallel all-reduce and the FSDP reduce-scatter): "bf16" or "fp32".
 
-    ``"compute"``: the dtype the weight-gradient matmul writes (:data:`GRADIENT_COMPUTE_BYTES_PER_ELEMENT`). Under a
+    ``"compute"``: the dtype the weight-gradient matmul writes (:data:`GRADIENT_COMPUTE_DTYPE`). Under a
     jit program sharded by XLA's SPMD partitioner the reduction is part of that matmul: each device's partial sum
     over its batch shard is reduced before the cast back to the weights' dtype. libtpu 0.0.42.1's compiled modules
     all-reduce BERT-Large's data-parallel gradients as ``bf16[30522,1024]``, a v5p FSDP transformer's as
@@ -53,9 +53,12 @@ def gradient_reduce_bytes(precision: str, weight_dtype: str, gradient_reduce_dty
     (:data:`WEIGHT_BYTES_PER_ELEMENT`), where the program reduces the gradients itself after autodiff: a ``psum`` of
     the gradients under ``pmap``, TF's ``CrossShardOptimizer`` and ``TPUStrategy``.
     """
-    if gradient_reduce_dtype == "weights":
-        return WEIGHT_BYTES_PER_ELEMENT[weight_dtype]
-    return GRADIENT_COMPUTE_BYTES_PER_ELEMENT[precision]
+    return weight_dtype if gradient_reduce_dtype == "weights" else GRADIENT_COMPUTE_DTYPE[precision]
+
+
+def gradient_reduce_bytes(precision: str, weight_dtype: str, gradient_reduce_dtype: str) -> float:
+    """Bytes per element of the gradients on the wire: :func:`gradient_wire_dtype`'s dtype."""
+    return WEIGHT_BYTES_PER_ELEMENT[gradient_wire_dtype(precision, weight_dtype, gradient_reduce_dtype)]
 
 #: largest run the int64 nanosecond clock holds, with headroom for sums inside a step (~146 years)
 MAX_RUN_NS = 2**62

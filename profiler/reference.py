@@ -34,6 +34,7 @@ from engine.convergence.time_to_train import FORWARD_SHARE_OF_STEP
 from engine.errors import ReferenceFileError
 from engine.model.batch_norm import POOLED_SPAN_IMAGES
 from engine.pod.catalog import DATA_DIR, load_catalog
+from engine.units import gradient_wire_dtype
 
 from .maxtext_cases import (
     MAXTEXT_V5P_ATTENTION,
@@ -209,10 +210,6 @@ def _resnet_scenario(name: str, chip: str, chips: int, batch: int, gradient_redu
     return _with_sharded_update(scenario)
 
 
-def _reduce_label(gradient_reduce_dtype: str) -> str:
-    return "bf16" if gradient_reduce_dtype == "compute" else "fp32"
-
-
 def _gradient_reduce_dtype(e: Entry) -> str:
     """:func:`mlperf_gradient_reduce_dtype` of an MLPerf entry (replicas: its chips, one replica each)."""
     inp = e["inputs"]
@@ -237,15 +234,16 @@ def _map_mlperf(e: Entry) -> Case | Skipped | None:
         topo, slices = default_topology(chip, chips)
         per_chip = batch / chips
         bn_group = resnet_batch_norm_group(per_chip)
+        reduce_dtype = _gradient_reduce_dtype(e)
         model = {"kind": "resnet50", "batch_norm_group": bn_group}
         return Case(
             id=e["id"], kind=e["kind"], family="MLPerf ResNet-50", chip=chip, model="ResNet-50",
             metric="images/s per chip (steady state)", unit="images/s", published=float(exp["steady_images_per_s_per_chip"]),
-            how="work_per_step", scenarios=(_resnet_scenario(e["id"], chip, chips, batch, _gradient_reduce_dtype(e)),),
+            how="work_per_step", scenarios=(_resnet_scenario(e["id"], chip, chips, batch, reduce_dtype),),
             work_per_step=per_chip,
             eval_share=_eval_share(IMAGENET_VAL_IMAGES, RESNET_EVAL_EVERY_EPOCHS * IMAGENET_TRAIN_IMAGES),
             note=f"{topo} x {slices} slice(s), {per_chip:g} images/chip, batch norm pooled over {bn_group} chip(s), "
-                 f"momentum (LARS-like) optimizer, gradients summed in {_reduce_label(_gradient_reduce_dtype(e))}, weight update sharded "
+                 f"momentum (LARS-like) optimizer, gradients summed in {gradient_wire_dtype('bf16', 'fp32', reduce_dtype)}, weight update sharded "
                  "across replicas (Kumar et al. 2019, 2021: the TPU MLPerf ResNet-50 submissions); the published "
                  "steady state includes each 4-epoch block's evaluation of the 50,000 validation images (forward "
                  "only), and so does the prediction",
@@ -326,7 +324,8 @@ def _map_time_to_train(e: Entry, step_case: Case | Skipped | None) -> Case | Ski
             if first is not None:
                 convergence["eval_first_samples"] = first
                 eval_note += f", the first at {first:,.0f}: the earliest a run can stop"
-        eval_note += (f"; Adam's state for LAMB; gradients summed in {_reduce_label(_gradient_reduce_dtype(e))}; weight update "
+        reduced = gradient_wire_dtype("bf16", "fp32", scenario["training"]["gradient_reduce_dtype"])
+        eval_note += (f"; Adam's state for LAMB; gradients summed in {reduced}; weight update "
                       "sharded across replicas (Xu et al. 2020)")
     elif isinstance(step_case, Case) and step_case.family == "MLPerf GPT-3":
         task, family, label = "mlperf-gpt3-175b", "MLPerf GPT-3", "GPT-3 175B"

@@ -26,7 +26,7 @@ from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
 from engine.hlo import HloModuleCost, describe_hlo, parse_hlo, read_hlo_text
 from engine.scenario import Scenario
-from engine.units import gradient_reduce_bytes
+from engine.units import gradient_wire_dtype
 
 from . import xla_reference
 
@@ -163,7 +163,7 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None,
         "oom": est.oom,
         "hardware_flops_per_chip": c.hardware_flops_per_chip,
         "kernel_flops_per_chip": kernel_flops,
-        "gradient_reduce_dtype": "fp32" if gradient_reduce_bytes(tr.precision, tr.weight_dtype, tr.gradient_reduce_dtype) == 4.0 else "bf16",
+        "gradient_reduce_dtype": gradient_wire_dtype(tr.precision, tr.weight_dtype, tr.gradient_reduce_dtype),
         # per chip per step: the data-parallel all-reduce and every pass's reduce-scatters
         "gradient_reduction_bytes": all_reduce_b + c.comm.grad_reduce_scatter_bytes * c.work,
     }

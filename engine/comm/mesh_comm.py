@@ -395,7 +395,7 @@ def plan_step_comm(
     fsdp_grad_s = weight_gather_s = 0.0
     if fsdp.size > 1 and fsdp_shard != "all":
         full_bytes = shard_bytes * fsdp.size  # this chip's replicated (tensor) shard of the gradients
-        weights_bytes = full_bytes / grad_wire * WEIGHT_BYTES_PER_ELEMENT[weight_dtype]  # of the stored weights
+        weights_bytes = dense / tensor.size * WEIGHT_BYTES_PER_ELEMENT[weight_dtype] / pipeline  # of the stored weights
         weight_gather_s = mesh_collective_s("all-gather", weights_bytes, fsdp, link, lat, pen.get("fsdp"))
         rows.append((-1, "model", "update", "all-gather", "fsdp", weights_bytes, weight_gather_s))
         if fsdp_shard == "optimizer":

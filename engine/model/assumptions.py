@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..scenario import ResNet50Model, Scenario, TransformerModel
-from ..units import gradient_reduce_bytes
+from ..units import gradient_wire_dtype
 from .batch_norm import POOLED_SPAN_IMAGES
 
 __all__ = ["PRECISION_RECIPES", "precision_recipe", "run_assumptions"]
@@ -33,12 +33,12 @@ PRECISION_RECIPES = {
 def precision_recipe(precision: str, weight_dtype: str = "fp32", optimizer_state: str = "fp32",
                      gradient_reduce_dtype: str = "compute") -> str:
     """The run's precision recipe: its compute (:data:`PRECISION_RECIPES`), its model states' dtypes
-    (engine/memory/hbm.py) and the dtype its gradients are reduced in (:func:`~engine.units.gradient_reduce_bytes`)."""
+    (engine/memory/hbm.py) and the dtype its gradients are reduced in (:func:`~engine.units.gradient_wire_dtype`)."""
     if weight_dtype == "bf16":
         weights = "bf16 weights and gradients (no fp32 master copy)"
     else:
         weights = "fp32 weights and gradients" if precision == "fp32" else "fp32 master weights and gradients"
-    reduced = "fp32" if gradient_reduce_bytes(precision, weight_dtype, gradient_reduce_dtype) == 4.0 else "bf16"
+    reduced = gradient_wire_dtype(precision, weight_dtype, gradient_reduce_dtype)
     return f"{precision}: {PRECISION_RECIPES[precision]}; {weights}, {optimizer_state} optimizer state; gradients reduced in {reduced}"
 
 
@@ -77,8 +77,8 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
                                            "true if XLA overlaps it with compute)")
     par = scenario.parallelism
     reduces = replicas > 1 or (par.fsdp > 1 and par.fsdp_shard != "optimizer") or par.context > 1
-    if reduces and "gradient_reduce_dtype" not in tr.model_fields_set and gradient_reduce_bytes(
-            tr.precision, tr.weight_dtype, "compute") != gradient_reduce_bytes(tr.precision, tr.weight_dtype, "weights"):
+    if reduces and "gradient_reduce_dtype" not in tr.model_fields_set and gradient_wire_dtype(
+            tr.precision, tr.weight_dtype, "compute") != gradient_wire_dtype(tr.precision, tr.weight_dtype, "weights"):
         assumed["training.gradient_reduce_dtype"] = ("compute (gradients reduced as their matmul writes them, as XLA's SPMD "
                                                      "partitioner does for a jit program; weights if the program reduces "
                                                      "them itself after autodiff: pmap's psum, TF's CrossShardOptimizer)")
