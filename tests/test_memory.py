@@ -239,6 +239,20 @@ class TestPlan:
         expected = 8 * (1024 + 4096) * 2 + 8 * 4
         assert plan.timeline.to_pandas().query("phase == 'loss' and category == 'activations'")["bytes"].item() == expected
 
+    def test_a_replicated_mlp_writes_its_input_gradients_in_place(self):
+        """Without remat and with replicated weights the backward's peak is the forward's end (saved inputs and the
+        logits); over FSDP each layer's backward adds its input gradient."""
+        model = MlpModel(kind="mlp", layer_sizes=[1024, 1024, 1024, 1000])
+        cost = model_cost(model)
+
+        def acts(fsdp: int):
+            df = _plan(cost, model, per_chip_batch=64, remat="none", fsdp=fsdp).timeline.to_pandas()
+            return df.query("category == 'activations'").groupby("phase")["bytes"].max()
+
+        replicated, sharded = acts(1), acts(4)
+        assert replicated["backward"] <= replicated["loss"] + 64 * 1000 * 2
+        assert sharded["backward"] - replicated["backward"] == 64 * 1024 * 2
+
     def test_usable_bytes_decide_oom_not_capacity(self):
         model = _gpt()
         cost = model_cost(model)

@@ -165,6 +165,18 @@ def test_an_mlp_over_eight_fsdp_devices_without_remat_holds_every_input_and_outp
         assert abs(r["hbm_diff_pct"]) <= 6.0, (r["id"], r["hbm_diff_pct"])
 
 
+def test_a_data_parallel_mlp_without_remat_writes_each_input_gradient_in_place_as_xla_does():
+    """Below the limit, the narrow data-parallel MLP without remat (with and without gradient accumulation), whose input
+    gradients XLA writes over the ReLU outputs they mask, within 1% of XLA's peak on every chip compiled (counting a
+    buffer of their own for them: +6% to +10%)."""
+    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid())
+            if "-mlp-narrow-none-data-" in r["id"] and r["hbm_diff_pct"] is not None
+            and r["podscope"]["peak_hbm_bytes"] <= r["podscope"]["usable_hbm_bytes"]]  # fmt: skip
+    assert len(rows) >= 10 and len({r["chip"] for r in rows}) >= 3 and any(r["accumulation"] for r in rows)
+    for r in rows:
+        assert abs(r["hbm_diff_pct"]) <= 1.0, (r["id"], r["hbm_diff_pct"])
+
+
 def test_standard_attention_near_the_limit_counts_the_probabilities_gradient_as_xla_holds_it():
     """The realistic-width model with standard attention under full remat near the limit, whose layers' backward holds
     the probabilities' gradient beside the probabilities: every verdict XLA's, the compiled peaks within 4% (v6e -1.4%,

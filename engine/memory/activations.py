@@ -252,7 +252,8 @@ def unit_activations(
         inputs = ops.in_elems_per_repeat * elem * b / tensor
         masks = np.r_[ops.n[:-1].astype(np.float64), 0.0] * b / tensor
         saved[:] = inputs
-        # the layer's backward holds the gradients of its output and of its input
+        # the layer's backward holds the gradients of its output and of its input (with replicated weights and no
+        # remat XLA writes the input's over the ReLU output it masks: engine.memory.hbm.hbm_plan)
         grad_io = (ops.in_elems_per_repeat + ops.n) * elem * b / tensor
         recompute[:] = grad_io + (masks if remat == "full" else 0.0)
         return saved, recompute, 0.0

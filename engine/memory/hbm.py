@@ -339,6 +339,14 @@ def hbm_plan(
     saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context,
                                                 devices_per_chip)  # fmt: skip
     windowed = grads_sharded and fsdp * devices_per_chip >= WINDOWED_EINSUM_MIN_FSDP_DEVICES
+    if cost.kind == "mlp" and remat == "none" and fsdp * expert == 1:
+        # Replicated weights, no remat: a layer's backward computes its weight gradient first, then its input
+        # gradient, masked by the ReLU below it, in one fusion that reads that ReLU's output elementwise and writes
+        # in its place (XLA shares an operand's buffer with an elementwise user that is its last reader). The
+        # input gradient needs no buffer of its own: libtpu's buffer assignment of the data-parallel narrow MLP
+        # gives each activation-sized buffer one forward and one backward value, and its peak is the forward's
+        # end, the saved inputs beside the logits.
+        recompute = recompute - cost.ops.in_elems_per_repeat * BYTES_PER_ELEMENT[precision] * per_chip_batch / tensor
     if cost.kind == "transformer" and windowed:
         loss_b *= 2.0  # the logits' gradient beside the logits (WINDOWED_EINSUM_MIN_FSDP_DEVICES)
     if pipeline > 1:
