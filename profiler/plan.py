@@ -1,9 +1,9 @@
 """Plans from the profiler's side: run a search, store its best candidates, tabulate it for pages.
 
-The search is :mod:`engine.planning.search`; this module adds what needs storage or pandas:
+The search is :mod:`engine.planning.search`; this module adds what needs storage, pandas or the TPU compiler:
 :func:`store_best` simulates the best candidates fully and stores them as runs (so
-the dashboard shows them), and :func:`plan_frame` gives every candidate as a
-DataFrame row for the Plan page's figures and tables.
+the dashboard shows them), :func:`xla_check_best` compiles them for their targets with XLA (``plan --xla``),
+and :func:`plan_frame` gives every candidate as a DataFrame row for the Plan page's figures and tables.
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from typing import Any
 import pandas as pd
 
 from engine import scenario_from_dict
+from engine.errors import InputError
 from engine.data_files import DATA_DIR
 from engine.planning.planner import Plan, load_plan, plan_from_dict
 from engine.planning.search import Candidate, PlanResult, search
 
+from . import xla_check, xla_reference
 from .store import Database
 from .streamed_write import simulate_and_write
 
-__all__ = ["OBJECTIVE_LABELS", "BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate", "plan_frame", "PLAN_COLUMNS"]
+__all__ = ["OBJECTIVE_LABELS", "BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate",
+           "xla_check_best", "xla_summary", "plan_frame", "PLAN_COLUMNS"]
 
 #: what each planner objective means, for people (the plan file names them by their ids)
 OBJECTIVE_LABELS = {
@@ -67,13 +70,78 @@ def store_candidate(db: Database, result: PlanResult, candidate: Candidate, name
     return simulate_and_write(db, scenario)[0]
 
 
-def store_best(db: Database, result: PlanResult, top: int) -> list[int]:
-    """Simulate and store the ``top`` best candidates as full runs, best first; returns their run ids."""
+def store_best(db: Database, result: PlanResult, top: int, xla: list[dict[str, Any]] | None = None) -> list[int]:
+    """Simulate and store the ``top`` best candidates as full runs, best first; returns their run ids.
+
+    ``xla`` (:func:`xla_check_best`'s rows, same order) gives each compiled candidate XLA's HBM peak and verdict,
+    as ``run --xla`` does (``hbm_source = "xla"``)."""
     out = []
-    for best in result.to_json(top)["best"]:
+    for i, best in enumerate(result.to_json(top)["best"]):
         scenario = scenario_from_dict(best["scenario"], source=result.plan.source)
-        out.append(simulate_and_write(db, scenario)[0])
+        compiled = (xla[i].get("record") if xla is not None and i < len(xla) else None)
+        memory = None if compiled is None else xla_check.xla_memory(compiled)
+        out.append(simulate_and_write(db, scenario, xla_memory=memory)[0])
     return out
+
+
+def xla_check_best(result: PlanResult, top: int, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Compile each of the ``top`` best candidates' JAX programs for its chip and topology with the TPU compiler.
+
+    Needs ``podscope[tpu]``. One row per candidate, best first: ``rank``; ``refusal`` (why the candidate has no JAX
+    program, or why libtpu would not compile it; None when compiled); and, when compiled, XLA's ``peak_hbm_bytes`` per
+    chip (None when it ran out of HBM), ``oom``, ``oom_message``, ``required_bytes`` per chip (what its out-of-memory
+    message asks for), Podscope's ``podscope_peak_hbm_bytes`` for the same devices and ``hbm_diff_pct`` against XLA,
+    ``verdicts_agree``, ``compile_s``, and ``record`` (:func:`profiler.xla_check.compile_numbers`'s record, not JSON).
+    """
+    rows: list[dict[str, Any]] = []
+    best = result.to_json(top)["best"]
+    for i, b in enumerate(best):
+        if progress is not None:
+            progress(i, len(best))
+        scenario = scenario_from_dict(b["scenario"], source=result.plan.source)
+        row: dict[str, Any] = {"rank": b["rank"], "refusal": xla_reference.refusal(scenario)}
+        if row["refusal"] is None:
+            try:
+                record = xla_check.compile_numbers(scenario)
+            except InputError as e:  # libtpu refuses the target or the program: say so for this candidate
+                row["refusal"] = str(e)
+            else:
+                cmp = xla_check.compare(xla_check.podscope_numbers(scenario, None, record["devices_per_chip"]), record)
+                oom = record["oom"] or {}
+                required = oom.get("required_bytes")
+                row |= {
+                    "peak_hbm_bytes": cmp["xla"]["peak_hbm_bytes"],
+                    "oom": cmp["xla"]["oom"],
+                    "oom_message": (oom.get("message") or "").splitlines()[0][:400] if oom else None,
+                    "required_bytes": None if required is None else required * record["devices_per_chip"],
+                    "podscope_peak_hbm_bytes": cmp["podscope"]["peak_hbm_bytes"],
+                    "hbm_diff_pct": cmp["hbm_diff_pct"],
+                    "verdicts_agree": cmp["verdicts_agree"],
+                    "compile_s": record["compile_s"],
+                    "jax_version": record["jax_version"],
+                    "libtpu_version": record["libtpu_version"],
+                    "record": record,
+                }
+        rows.append(row)
+    if progress is not None:
+        progress(len(best), len(best))
+    return rows
+
+
+def xla_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What :func:`xla_check_best`'s rows add up to: how many XLA compiled and fit, ran out of HBM or were not
+    compiled, the best rank whose program XLA fits (None if none), and the compiler's versions."""
+    compiled = [r for r in rows if r["refusal"] is None]
+    fits = [r["rank"] for r in compiled if not r["oom"]]
+    return {
+        "checked": len(rows),
+        "fit": len(fits),
+        "out_of_memory": sum(1 for r in compiled if r["oom"]),
+        "not_compiled": len(rows) - len(compiled),
+        "best_rank_xla_fits": min(fits) if fits else None,
+        "jax_version": compiled[0]["jax_version"] if compiled else None,
+        "libtpu_version": compiled[0]["libtpu_version"] if compiled else None,
+    }
 
 
 def _value(plan: Plan, overrides: Mapping[str, Any], dotted: str) -> Any:

@@ -1,9 +1,11 @@
 """``python -m profiler plan PLAN.toml``: search slice, mesh and knobs for the best configuration.
 
 Prints the ranked best candidates and the Pareto front (chips vs throughput), or with
-``--json`` one object (see docs/planner.md); a progress bar goes to stderr. ``--db``
-simulates the best ``--top`` candidates fully and stores them as runs. A bad plan is
-reported before anything is searched or written (exit 2).
+``--json`` one object (see docs/planner.md); a progress bar goes to stderr. ``--xla`` compiles
+the best ``--top`` candidates for their targets with the TPU compiler and gives XLA's HBM peak
+and verdict beside Podscope's. ``--db`` simulates the best ``--top`` candidates fully and stores
+them as runs. A bad plan, or ``--xla`` without jax[tpu], is reported before anything is searched
+or written (exit 2).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object: candidates, feasible, infeasible, best, pareto")
     p.add_argument("--top", type=positive_int, default=5, help="best candidates to list (and to store with --db); default 5")
     p.add_argument("--db", help="store the best --top candidates as fully simulated runs in this DuckDB file")
+    p.add_argument("--xla", action="store_true", help="compile the best --top candidates for their chip and topology with the "
+                   "TPU compiler (needs podscope[tpu]) and give XLA's HBM peak and fits verdict beside Podscope's; with "
+                   "--db the stored runs take XLA's (hbm_source = \"xla\")")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_plan)
 
@@ -41,14 +46,26 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = plans.load_plan(plans.plan_path(args.plan))  # bad input fails here: nothing searched, nothing written
     if args.db and not Path(args.db).expanduser().resolve().parent.exists():  # a typo must not start a new database
         raise InputError(f"--db {args.db}: folder {Path(args.db).expanduser().resolve().parent} does not exist; check the path")
+    if args.xla:
+        from .tpu_capture import require_tpu_compiler
+
+        require_tpu_compiler()
+    xla_rows = None
     with Progress(console=Console(stderr=True), transient=True, disable=args.quiet) as bar:
         task = bar.add_task("planning", total=plan.space_size)
         result = plans.run_plan(plan, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        if args.xla:
+            compiling = bar.add_task("compiling the best with XLA", total=args.top)
+            xla_rows = plans.xla_check_best(result, args.top, progress=lambda done, total: bar.update(compiling, completed=done, total=total))
     out = result.to_json(args.top)
+    if xla_rows is not None:
+        for b, row in zip(out["best"], xla_rows):
+            b["xla"] = {k: v for k, v in row.items() if k not in ("rank", "record")}
+        out["xla"] = plans.xla_summary(xla_rows)
     if args.db:
         from .store import Database
 
-        ids = plans.store_best(Database(args.db), result, args.top)
+        ids = plans.store_best(Database(args.db), result, args.top, xla=xla_rows)
         out["stored_run_ids"] = ids
         print(f"stored the best {len(ids)} as runs {', '.join(map(str, ids))} in {args.db}", file=sys.stderr)
     if args.json:
@@ -85,13 +102,16 @@ def format_result(result: PlanResult, out: dict[str, Any]) -> Any:
     why = ", ".join(f"{n:,} {reason}" for reason, n in sorted(out["infeasible"].items(), key=lambda kv: -kv[1]))
     best = Table(title="Best configurations", title_justify="left")
     knob_cols = [k.split(".")[-1] for k in plan.knobs]
-    for col in ("#", "chips", *knob_cols, MESH_HEADER, "step", "tokens/s", "samples/s", "HBM", "objective"):
+    checked = "xla" in out
+    for col in ("#", "chips", *knob_cols, MESH_HEADER, "step", "tokens/s", "samples/s", "HBM", *(["HBM (XLA)"] if checked else []),
+                "objective"):  # fmt: skip
         best.add_column(col, justify="left" if col in knob_cols else "right")
     for b in out["best"]:
         knobs = [str(_dotted(b["scenario"], k)) for k in plan.knobs]
         mesh = _mesh(b["mesh"])
+        xla_col = [_xla_cell(b["xla"])] if checked else []
         best.add_row(str(b["rank"]), str(b["chips"]), *knobs, mesh, _seconds(b["step_time_s"]), _si(b["tokens_per_s"]),
-                     _si(b["samples_per_s"]), f"{b['peak_hbm_bytes'] / 2**30:.1f} GiB", _si(b["objective"]))  # fmt: skip
+                     _si(b["samples_per_s"]), f"{b['peak_hbm_bytes'] / 2**30:.1f} GiB", *xla_col, _si(b["objective"]))  # fmt: skip
     front = Table(title="Pareto front (fewer chips, more throughput)", title_justify="left")
     key = result.throughput_key
     for col in ("chips", *knob_cols, MESH_HEADER, "step", key.replace("_per_s", "/s"), "per chip"):
@@ -104,7 +124,40 @@ def format_result(result: PlanResult, out: dict[str, Any]) -> Any:
     if why:
         parts.append(f"infeasible: {why}")
     parts += [best, front] if out["best"] else ["[b]no feasible configuration[/b]: widen the search (bigger slices, remat)"]
+    if checked and out["best"]:
+        parts.insert(-1, _xla_text(out))
     return Group(*parts)
+
+
+def _xla_cell(x: dict[str, Any]) -> str:
+    """The best table's XLA column: its peak, its refusal for want of HBM, or why it was not compiled."""
+    if x["refusal"] is not None:
+        return "not compiled"
+    if x["oom"]:
+        need = x.get("required_bytes")
+        return f"OOM: needs {need / 2**30:.1f} GiB" if need else "OOM"
+    return f"{x['peak_hbm_bytes'] / 2**30:.1f} GiB"
+
+
+def _xla_text(out: dict[str, Any]) -> str:
+    """What the TPU compiler said of the best candidates, in a few lines."""
+    s = out["xla"]
+    lines = [f"XLA (jax {s['jax_version'] or '-'}, libtpu {s['libtpu_version'] or '-'}) compiled the best {s['checked']} for "
+             f"their chips and topologies: {s['fit']} fit, {s['out_of_memory']} out of HBM, {s['not_compiled']} not compiled"]  # fmt: skip
+    for b in out["best"]:
+        x = b["xla"]
+        if x["refusal"] is not None:
+            lines.append(f"  #{b['rank']} not compiled: {x['refusal']}")
+        elif x["oom"]:
+            lines.append(f"  #{b['rank']} out of HBM for XLA where Podscope says it fits: {x['oom_message']}")
+        elif not x["verdicts_agree"]:
+            lines.append(f"  #{b['rank']} fits for XLA where Podscope says it does not")
+    best_fit = s["best_rank_xla_fits"]
+    if best_fit is None and s["fit"] == 0 and s["checked"] > s["not_compiled"]:
+        lines.append("  none of them fits for XLA: widen the search (more chips, remat) or raise --top")
+    elif best_fit is not None and best_fit != 1:
+        lines.append(f"  the best configuration XLA fits is #{best_fit}")
+    return "\n".join(lines)
 
 
 MESH_HEADER = "data×fsdp×tensor"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import math
 import os
@@ -32,7 +33,7 @@ from typing import Any
 from engine.errors import InputError, TpuCompileError
 from engine.hlo.bundle_format import FORMAT, FORMAT_VERSION, MEMORY_KEYS, MODULE_SUFFIX, SIDE_SUFFIX, TOP_KEYS
 
-__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "tpu_target"]
+__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "require_tpu_compiler", "tpu_target"]
 
 #: what to install when JAX or libtpu is missing
 TPU_EXTRA_HINT = "pip install 'podscope[tpu]' (or, in a checkout, pip install -r requirements-tpu.txt)"
@@ -551,6 +552,14 @@ def _libtpu_env_for_compiling(topology: str) -> None:
     gen = _GENERATIONS[topology.split(":")[0]]
     os.environ.update(TPU_ACCELERATOR_TYPE=gen.accelerator_type, TPU_WORKER_HOSTNAMES="localhost")
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # JAX sets it too when it finds no TPU chips
+
+
+def require_tpu_compiler() -> None:
+    """Raise :class:`~engine.errors.InputError` unless JAX and libtpu are installed (``podscope[tpu]``), without
+    importing either: a command that will compile checks it before doing any other work."""
+    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InputError(f"compiling for a TPU target needs jax[tpu] ({' and '.join(missing)} not installed): {TPU_EXTRA_HINT}")
 
 
 def _jax() -> Any:
