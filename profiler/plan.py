@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from engine import scenario_from_dict
+from engine import Scenario, scenario_from_dict
 from engine.errors import InputError
 from engine.data_files import DATA_DIR
 from engine.planning.planner import Plan, load_plan, plan_from_dict
@@ -25,7 +25,7 @@ from .store import Database
 from .streamed_write import simulate_and_write
 
 __all__ = ["OBJECTIVE_LABELS", "BUNDLED_PLANS_DIR", "plan_path", "load_plan", "plan_from_dict", "run_plan", "store_best", "store_candidate",
-           "xla_check_best", "xla_summary", "plan_frame", "PLAN_COLUMNS"]
+           "xla_check_best", "xla_check_scenario", "xla_summary", "plan_frame", "PLAN_COLUMNS"]
 
 #: what each planner objective means, for people (the plan file names them by their ids)
 OBJECTIVE_LABELS = {
@@ -84,45 +84,49 @@ def store_best(db: Database, result: PlanResult, top: int, xla: list[dict[str, A
     return out
 
 
-def xla_check_best(result: PlanResult, top: int, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Compile each of the ``top`` best candidates' JAX programs for its chip and topology with the TPU compiler.
+def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
+    """Compile a candidate's JAX program for its chip and topology with the TPU compiler (needs ``podscope[tpu]``).
 
-    Needs ``podscope[tpu]``. One row per candidate, best first: ``rank``; ``refusal`` (why the candidate has no JAX
-    program, or why libtpu would not compile it; None when compiled); and, when compiled, XLA's ``peak_hbm_bytes`` per
-    chip (None when it ran out of HBM), ``oom``, ``oom_message``, ``required_bytes`` per chip (what its out-of-memory
-    message asks for), Podscope's ``podscope_peak_hbm_bytes`` for the same devices and ``hbm_diff_pct`` against XLA,
-    ``verdicts_agree``, ``compile_s``, and ``record`` (:func:`profiler.xla_check.compile_numbers`'s record, not JSON).
+    Returns ``refusal`` (why the scenario has no JAX program, or why libtpu would not compile it; None when compiled)
+    and, when compiled, XLA's ``peak_hbm_bytes`` per chip (None when it ran out of HBM), ``oom``, ``oom_message``,
+    ``required_bytes`` per chip (what its out-of-memory message asks for), Podscope's ``podscope_peak_hbm_bytes`` for
+    the same devices and ``hbm_diff_pct`` against XLA, ``usable_hbm_bytes``, ``verdicts_agree``, ``compile_s``,
+    ``jax_version``, ``libtpu_version``, and ``record`` (:func:`profiler.xla_check.compile_numbers`'s record, not JSON).
     """
+    row: dict[str, Any] = {"refusal": xla_reference.refusal(scenario)}
+    if row["refusal"] is not None:
+        return row
+    try:
+        record = xla_check.compile_numbers(scenario)
+    except InputError as e:  # libtpu refuses the target or the program: say so for this candidate
+        return {"refusal": str(e)}
+    cmp = xla_check.compare(xla_check.podscope_numbers(scenario, None, record["devices_per_chip"]), record)
+    oom = record["oom"] or {}
+    required = oom.get("required_bytes")
+    return row | {
+        "peak_hbm_bytes": cmp["xla"]["peak_hbm_bytes"],
+        "oom": cmp["xla"]["oom"],
+        "oom_message": (oom.get("message") or "").splitlines()[0][:400] if oom else None,
+        "required_bytes": None if required is None else required * record["devices_per_chip"],
+        "podscope_peak_hbm_bytes": cmp["podscope"]["peak_hbm_bytes"],
+        "usable_hbm_bytes": cmp["podscope"]["usable_hbm_bytes"],
+        "hbm_diff_pct": cmp["hbm_diff_pct"],
+        "verdicts_agree": cmp["verdicts_agree"],
+        "compile_s": record["compile_s"],
+        "jax_version": record["jax_version"],
+        "libtpu_version": record["libtpu_version"],
+        "record": record,
+    }
+
+
+def xla_check_best(result: PlanResult, top: int, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """:func:`xla_check_scenario` of each of the ``top`` best candidates, best first, each row with its ``rank``."""
     rows: list[dict[str, Any]] = []
     best = result.to_json(top)["best"]
     for i, b in enumerate(best):
         if progress is not None:
             progress(i, len(best))
-        scenario = scenario_from_dict(b["scenario"], source=result.plan.source)
-        row: dict[str, Any] = {"rank": b["rank"], "refusal": xla_reference.refusal(scenario)}
-        if row["refusal"] is None:
-            try:
-                record = xla_check.compile_numbers(scenario)
-            except InputError as e:  # libtpu refuses the target or the program: say so for this candidate
-                row["refusal"] = str(e)
-            else:
-                cmp = xla_check.compare(xla_check.podscope_numbers(scenario, None, record["devices_per_chip"]), record)
-                oom = record["oom"] or {}
-                required = oom.get("required_bytes")
-                row |= {
-                    "peak_hbm_bytes": cmp["xla"]["peak_hbm_bytes"],
-                    "oom": cmp["xla"]["oom"],
-                    "oom_message": (oom.get("message") or "").splitlines()[0][:400] if oom else None,
-                    "required_bytes": None if required is None else required * record["devices_per_chip"],
-                    "podscope_peak_hbm_bytes": cmp["podscope"]["peak_hbm_bytes"],
-                    "hbm_diff_pct": cmp["hbm_diff_pct"],
-                    "verdicts_agree": cmp["verdicts_agree"],
-                    "compile_s": record["compile_s"],
-                    "jax_version": record["jax_version"],
-                    "libtpu_version": record["libtpu_version"],
-                    "record": record,
-                }
-        rows.append(row)
+        rows.append({"rank": b["rank"], **xla_check_scenario(scenario_from_dict(b["scenario"], source=result.plan.source))})
     if progress is not None:
         progress(len(best), len(best))
     return rows

@@ -99,3 +99,20 @@ def test_every_objective_has_a_label_for_the_form():
 
     assert set(OBJECTIVE_LABELS) == set(OBJECTIVES)
     assert not any("_" in label for label in OBJECTIVE_LABELS.values())
+
+
+def test_checking_a_point_with_the_tpu_compiler_gives_xlas_peak_beside_podscopes(page_db, live):
+    """A point of the 1B model on a v5p 2x2x1 slice, compiled for it by XLA: its peak per chip beside Podscope's."""
+    at = _plan_page()
+    next(m for m in at.multiselect if m.label == "Slice shapes").set_value(["2x2x1"])
+    next(m for m in at.multiselect if m.label == "Remat").set_value(["full"])
+    at = _ok(at.button[0].click().run())
+    result, _ = at.session_state["plan_result"]
+    fsdp4 = next(p.index for p in result.points if p.feasible and p.mesh == {"data": 1, "fsdp": 4, "tensor": 1, "context": 1})
+    at = _ok(at.selectbox(key="plan_pick").set_value(fsdp4).run())
+    at = _ok(at.button(key="plan_xla").click().run(timeout=300))
+    text = at.success[0].value
+    assert text.startswith("XLA (libtpu") and "fits this point" in text and "GiB per chip at its peak" in text
+    _, row = at.session_state["plan_xla_result"]
+    assert row["refusal"] is None and not row["oom"] and row["peak_hbm_bytes"] > 0
+    assert f"({row['hbm_diff_pct']:+.1f}%)" in text and f"{row['peak_hbm_bytes'] / 2**30:.2f} GiB per chip" in text

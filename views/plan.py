@@ -2,11 +2,13 @@
 
 The base is a stored run's scenario or a bundled scenario; the search is the planner's
 (:mod:`engine.planning.search`, analytic, the same cost functions as a full run). A chosen point is
-simulated fully, stored, and opened on Overview or Compare.
+simulated fully, stored, and opened on Overview or Compare, or (with ``podscope[tpu]``) compiled for its
+chip and topology by the TPU compiler, whose HBM peak and verdict are shown beside Podscope's.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import pandas as pd
@@ -18,7 +20,8 @@ from engine.planning.planner import OBJECTIVES
 from engine.pod.topology import is_supported_shape
 from engine.scenario import TrainingSection
 from profiler import api, queries
-from profiler.plan import OBJECTIVE_LABELS, plan_frame, plan_from_dict, run_plan
+from profiler.plan import OBJECTIVE_LABELS, plan_frame, plan_from_dict, run_plan, xla_check_scenario
+from profiler.tpu_capture import TPU_EXTRA_HINT
 from views import common, figures
 
 #: slice shapes offered per torus dimension (those the chip supports and holds are shown)
@@ -120,6 +123,7 @@ def _simulate_point(result: Any, df: pd.DataFrame, base_run: int | None) -> None
             st.error(str(e))
             return
         st.session_state["plan_run"] = (summary["run_id"], candidate.step_time_s)
+    _xla_check(result, int(pick))
     stored = st.session_state.get("plan_run")
     if stored is None:
         return
@@ -137,6 +141,35 @@ def _simulate_point(result: Any, df: pd.DataFrame, base_run: int | None) -> None
         common.select_run(base_run if base_run is not None else run_id)
         common.select_run(run_id, key="cmp_id")
         st.switch_page("views/compare.py")
+
+
+def _xla_check(result: Any, pick: int) -> None:
+    """Compile the chosen point's JAX program with the TPU compiler and say what XLA holds beside Podscope's peak."""
+    installed = all(importlib.util.find_spec(m) is not None for m in ("jax", "libtpu"))
+    clicked = st.button("Check this point with the TPU compiler", key="plan_xla", disabled=not installed,
+                        help=None if installed else f"needs jax[tpu]: {TPU_EXTRA_HINT}")  # fmt: skip
+    if clicked:
+        scenario = scenario_from_dict(result.scenario(result.points[pick]), source="Plan page")
+        with st.spinner("Compiling the point's JAX program with XLA (seconds for a small one, about a minute for a large one)..."):
+            try:
+                row = xla_check_scenario(scenario)
+            except PodscopeError as e:
+                st.error(str(e))
+                return
+        st.session_state["plan_xla_result"] = (pick, row)
+    checked = st.session_state.get("plan_xla_result")
+    if checked is None or checked[0] != pick:
+        return
+    x, gib = checked[1], 2**30
+    if x["refusal"] is not None:
+        st.warning(f"Not compiled: {x['refusal']}")
+    elif x["oom"]:
+        need = f", needs {x['required_bytes'] / gib:.1f} GiB per chip" if x.get("required_bytes") else ""
+        st.warning(f"XLA refuses this point{need} ({x['usable_hbm_bytes'] / gib:.1f} GiB usable), where Podscope puts its peak at "
+                   f"{x['podscope_peak_hbm_bytes'] / gib:.1f} GiB: {x['oom_message']}")  # fmt: skip
+    else:
+        st.success(f"XLA (libtpu {x['libtpu_version']}) fits this point: {x['peak_hbm_bytes'] / gib:.2f} GiB per chip at its peak, "
+                   f"Podscope {x['podscope_peak_hbm_bytes'] / gib:.2f} GiB ({x['hbm_diff_pct']:+.1f}%); compiled in {x['compile_s']:.1f} s.")  # fmt: skip
 
 
 def main() -> None:
