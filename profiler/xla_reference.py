@@ -29,6 +29,7 @@ import math
 from typing import Any
 
 from engine.errors import InputError
+from engine.memory.activations import flash_block
 from engine.scenario import Scenario
 
 from . import xla_resnet
@@ -495,9 +496,7 @@ def _flash_attention(jax, mesh, batch, notes, seq_len, head_dim):
     if not flash_kernel_tiles(seq_len):
         notes.append(f"seq_len {seq_len} is not a multiple of {FLASH_BLOCK}, the flash kernel's block: standard attention")
         return None
-    block = min(512, seq_len)
-    while seq_len % block:
-        block //= 2
+    block = flash_block(seq_len)
     sizes = fa.BlockSizes(block_q=block, block_k_major=block, block_k=block, block_b=1,
                           block_q_major_dkv=block, block_k_major_dkv=block, block_k_dkv=block, block_q_dkv=block,
                           block_k_major_dq=block, block_k_dq=block, block_q_dq=block)  # fmt: skip

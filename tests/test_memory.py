@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine import scenario_from_dict, simulate
-from engine.memory.activations import transformer_layer_activation_bytes
+from engine.memory.activations import flash_backward_stat_bytes_per_token, flash_block, transformer_layer_activation_bytes
 from engine.memory.hbm import CATEGORIES, bytes_per_param, hbm_plan
 from engine.model.models import layer_units, model_cost
 from engine.pod.catalog import load_catalog
@@ -252,6 +252,37 @@ class TestPlan:
         replicated, sharded = acts(1), acts(4)
         assert replicated["backward"] <= replicated["loss"] + 64 * 1000 * 2
         assert sharded["backward"] - replicated["backward"] == 64 * 1024 * 2
+
+    @pytest.mark.parametrize("seq_len, block", [(2048, 512), (512, 512), (384, 384), (640, 128), (256, 256)])
+    def test_the_flash_block_is_512_or_the_sequence_halved_until_it_divides_it(self, seq_len, block):
+        assert flash_block(seq_len) == block
+
+    def test_the_flash_backward_statistics_are_fp32_rows_broadcast_along_lanes(self):
+        # m and l at 128 lanes, di at the dQ kernel's block (512 at 2,048 positions): 4 bytes each, per head
+        model = _gpt(d_model=2048, heads=16, seq_len=2048, attention="flash")
+        assert flash_backward_stat_bytes_per_token(model) == 4 * 16 * (128 + 128 + 512)
+
+    @pytest.mark.parametrize("remat", ["none", "minimal", "full"])
+    def test_a_flash_layers_backward_peaks_at_its_attention_or_its_mlp(self, remat):
+        """Without remat the statistics add to the layer's backward; with a recomputed layer its backward peaks at
+        the larger of the MLP phase (the whole layer) and the attention phase (the MLP freed, the statistics live)."""
+        units_of = lambda m: layer_units(model_cost(m))  # noqa: E731
+        from engine.memory.activations import materialized_layer_elements, unit_activations
+
+        b = 8
+        for heads in (16, 64):  # few heads: the MLP phase; many: the attention phase
+            model = _gpt(d_model=2048, heads=heads, d_ff=8192, seq_len=2048, attention="flash")
+            cost = model_cost(model)
+            _, recompute, _ = unit_activations(cost, model, b, "bf16", remat, 1, units_of(model))
+            tokens = b * 2048
+            stats = tokens * flash_backward_stat_bytes_per_token(model)
+            if remat == "none":
+                assert recompute[1] == pytest.approx(stats)
+                continue
+            layer = transformer_layer_activation_bytes(model, b, "bf16", remat)
+            whole = max(0.0, tokens * materialized_layer_elements(model) * 2 - layer)
+            attention = max(0.0, tokens * (materialized_layer_elements(model) - 2 * 8192) * 2 - layer) + stats
+            assert recompute[1] == pytest.approx(max(whole, attention))
 
     def test_usable_bytes_decide_oom_not_capacity(self):
         model = _gpt()

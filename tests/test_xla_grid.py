@@ -166,15 +166,42 @@ def test_an_mlp_over_eight_fsdp_devices_without_remat_holds_every_input_and_outp
 
 
 def test_a_data_parallel_mlp_without_remat_writes_each_input_gradient_in_place_as_xla_does():
-    """Below the limit, the narrow data-parallel MLP without remat (with and without gradient accumulation), whose input
-    gradients XLA writes over the ReLU outputs they mask, within 1% of XLA's peak on every chip compiled (counting a
-    buffer of their own for them: +6% to +10%)."""
-    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid())
-            if "-mlp-narrow-none-data-" in r["id"] and r["hbm_diff_pct"] is not None
-            and r["podscope"]["peak_hbm_bytes"] <= r["podscope"]["usable_hbm_bytes"]]  # fmt: skip
-    assert len(rows) >= 10 and len({r["chip"] for r in rows}) >= 3 and any(r["accumulation"] for r in rows)
-    for r in rows:
+    """The narrow data-parallel MLP without remat (with and without gradient accumulation), whose input gradients XLA
+    writes over the ReLU outputs they mask: wherever XLA recomputes nothing (its FLOPs per step the program's own), within
+    1% of XLA's peak on every chip compiled (counting a buffer of their own for them: +6% to +10%). Nearer the limit
+    XLA's rematerialization recomputes activations (more FLOPs) and holds its peak under 90% of the usable HBM, below
+    Podscope's."""
+    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if "-mlp-narrow-none-data-" in r["id"] and r["hbm_diff_pct"] is not None]
+    own = {chip: max(r["flops_diff_pct"] for r in rows if r["chip"] == chip) for chip in {r["chip"] for r in rows}}
+    as_written = [r for r in rows if r["flops_diff_pct"] >= own[r["chip"]] - 1.0]
+    assert len(as_written) >= 12 and len({r["chip"] for r in as_written}) >= 3 and any(r["accumulation"] for r in as_written)
+    for r in as_written:
         assert abs(r["hbm_diff_pct"]) <= 1.0, (r["id"], r["hbm_diff_pct"])
+    recomputed = [r for r in rows if r not in as_written]
+    assert len(recomputed) >= 4
+    for r in recomputed:
+        assert r["xla"]["peak_hbm_bytes"] <= 0.9 * r["podscope"]["usable_hbm_bytes"] and r["hbm_diff_pct"] > 0, r["id"]
+
+
+def test_the_flash_kernels_backward_statistics_bring_the_wide_model_closer_to_xla(monkeypatch):
+    """The wide model (24 layers of 2,048, flash attention, full and minimal remat) peaks inside a layer's backward,
+    where the flash kernel's backward broadcasts its row statistics: every verdict is XLA's, and counting the
+    statistics brings every compiled point at least as close to XLA's peak as leaving them out, the median by more
+    than a point."""
+    import engine.memory.activations as activations
+
+    configs = [c for c in xla_grid.load_grid() if "-wide-" in c["id"] and "-mlp-" not in c["id"]]
+    assert len(configs) >= 30 and len({c["scenario"]["pod"]["chip"] for c in configs}) == 5
+    with_stats = {r["id"]: r for r in xla_grid.grid_rows(configs)}
+    monkeypatch.setattr(activations, "flash_backward_stat_bytes_per_token", lambda model: 0.0)
+    without = {r["id"]: r for r in xla_grid.grid_rows(configs)}
+    assert all(r["verdicts_agree"] for r in with_stats.values())
+    compiled = [k for k, r in with_stats.items() if r["hbm_diff_pct"] is not None]
+    assert len(compiled) >= 12
+    for k in compiled:
+        assert abs(with_stats[k]["hbm_diff_pct"]) <= abs(without[k]["hbm_diff_pct"]) + 1e-9, k
+    median = lambda rows: float(np.median([abs(rows[k]["hbm_diff_pct"]) for k in compiled]))  # noqa: E731
+    assert median(with_stats) < median(without) - 1.0
 
 
 def test_standard_attention_near_the_limit_counts_the_probabilities_gradient_as_xla_holds_it():

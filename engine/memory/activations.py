@@ -16,6 +16,8 @@ from .layout import feature_map_padding
 from ..units import BYTES_PER_ELEMENT
 
 __all__ = [
+    "flash_backward_stat_bytes_per_token",
+    "flash_block",
     "layer_residual_bytes_per_token",
     "materialized_layer_elements",
     "mlp_saved_elements",
@@ -98,6 +100,36 @@ def layer_residual_bytes_per_token(model, precision: str, remat: str) -> float:
     else:
         attn = e * (2 * h * q + 2 * kv * q) + (4.0 + e) * h * s + _SOFTMAX_ROW_BYTES_PER_HEAD * h
     return norms * norm + attn + mlp_saved_elements(model.mlp, f, e) * e
+
+
+#: the Pallas TPU flash-attention kernel (``jax.experimental.pallas.ops.tpu.flash_attention``): the lanes its backward
+#: broadcasts a row statistic to (``MIN_BLOCK_SIZE``), and the largest block :mod:`profiler.xla_reference` gives it
+FLASH_MIN_BLOCK = 128
+FLASH_MAX_BLOCK = 512
+
+
+def flash_block(seq_len: int) -> int:
+    """The flash kernel's block along the sequence as :mod:`profiler.xla_reference` sets it (every block size alike):
+    512, halved until it divides ``seq_len``."""
+    block = min(FLASH_MAX_BLOCK, seq_len)
+    while block > 1 and seq_len % block:
+        block //= 2
+    return block
+
+
+def flash_backward_stat_bytes_per_token(model) -> float:
+    """Bytes per token the flash kernel's backward materialises beside a layer's backward: its fp32 row statistics
+    broadcast along a minor dimension, each ``[batch, heads, seq, lanes]``.
+
+    ``_flash_attention_bwd_dkv`` and ``_flash_attention_bwd_dq`` (JAX's ``flash_attention.py``) broadcast the row max
+    ``m`` and sum ``l`` to ``MIN_BLOCK_SIZE`` = 128 lanes, and ``di`` (the row sums of ``O * dO``) to 128 lanes for
+    the dK/dV kernel and to ``block_k_major`` for the dQ kernel; the kernels read them from HBM (custom calls, which
+    XLA cannot fuse into), and XLA shares the ``m`` and ``l`` broadcasts between the two. While the dQ kernel runs,
+    ``m``, ``l`` and its ``di`` are live: ``4 h (2 x 128 + block)`` bytes per token (libtpu's buffer assignment of a
+    24-layer, 2048-wide model at 64 sequences per v5p device: ``f32[64, 16, 2048, 128]`` twice and
+    ``f32[64, 16, 2048, 512]`` at the peak, inside the backward of a recomputed layer).
+    """
+    return 4.0 * model.heads * (2 * FLASH_MIN_BLOCK + flash_block(model.seq_len))
 
 
 def materialized_layer_elements(model) -> float:
@@ -232,7 +264,21 @@ def unit_activations(
             tokens = float(b) * model.seq_len / context
             recompute[1:-1] = max(0.0, tokens * materialized_layer_elements(model) * elem / tensor - layer)
         tokens = float(b) * model.seq_len / context
-        if model.attention_kernel != "flash":
+        if model.attention_kernel == "flash":
+            # The flash kernel's backward broadcasts its row statistics (flash_backward_stat_bytes_per_token). It runs
+            # after the MLP's backward (the layer's backward runs in reverse), whose recomputed projections and
+            # activation are then freed: the layer's backward peaks at the larger of the two phases (libtpu's buffer
+            # assignment of a 2048-wide model at 16 and 32 sequences per v5p device: within 1% of XLA's peak, where
+            # counting the statistics beside the whole recomputed layer is 10-13% over it and leaving them out 4-5%
+            # under it). Without remat the stacked residuals hold the layer; the statistics are the backward's own.
+            stats = tokens * flash_backward_stat_bytes_per_token(model) / tensor
+            if remat == "none":
+                recompute[1:-1] += stats
+            else:
+                mlp = model.d_ff * (3 if model.mlp == "swiglu" else 2)  # the projections' outputs and the activation
+                attention_phase = max(0.0, tokens * (materialized_layer_elements(model) - mlp) * elem / tensor - layer)
+                recompute[1:-1] = np.maximum(recompute[1:-1], attention_phase + stats)
+        else:
             # The attention's backward writes the probabilities' gradient (dO V^T, a matmul's output as large as the
             # probabilities) to HBM beside them; the scores' gradient, elementwise in the two, XLA fuses into the
             # two matmuls that read it (dQ and dK), as it fuses the logits' gradient into the unembedding's
