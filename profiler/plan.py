@@ -78,7 +78,7 @@ def store_best(db: Database, result: PlanResult, top: int, xla: list[dict[str, A
     out = []
     for i, best in enumerate(result.to_json(top)["best"]):
         scenario = scenario_from_dict(best["scenario"], source=result.plan.source)
-        compiled = (xla[i].get("record") if xla is not None and i < len(xla) else None)
+        compiled = xla[i].get("record") if xla else None
         memory = None if compiled is None else xla_check.xla_memory(compiled)
         out.append(simulate_and_write(db, scenario, xla_memory=memory)[0])
     return out
@@ -101,13 +101,13 @@ def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
     except InputError as e:  # libtpu refuses the target or the program: say so for this candidate
         return {"refusal": str(e)}
     cmp = xla_check.compare(xla_check.podscope_numbers(scenario, None, record["devices_per_chip"]), record)
-    oom = record["oom"] or {}
-    required = oom.get("required_bytes")
+    oom = xla_check.xla_memory(record).oom
+    required = None if oom is None or oom.required_bytes is None else oom.required_bytes * record["devices_per_chip"]
     return row | {
         "peak_hbm_bytes": cmp["xla"]["peak_hbm_bytes"],
         "oom": cmp["xla"]["oom"],
-        "oom_message": (oom.get("message") or "").splitlines()[0][:400] if oom else None,
-        "required_bytes": None if required is None else required * record["devices_per_chip"],
+        "oom_message": None if oom is None else oom.message,
+        "required_bytes": required,
         "podscope_peak_hbm_bytes": cmp["podscope"]["peak_hbm_bytes"],
         "usable_hbm_bytes": cmp["podscope"]["usable_hbm_bytes"],
         "hbm_diff_pct": cmp["hbm_diff_pct"],

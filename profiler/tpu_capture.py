@@ -33,7 +33,7 @@ from typing import Any
 from engine.errors import InputError, TpuCompileError
 from engine.hlo.bundle_format import FORMAT, FORMAT_VERSION, MEMORY_KEYS, MODULE_SUFFIX, SIDE_SUFFIX, TOP_KEYS
 
-__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "require_tpu_compiler", "tpu_target"]
+__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "require_tpu_compiler", "tpu_compiler_missing", "tpu_target"]
 
 #: what to install when JAX or libtpu is missing
 TPU_EXTRA_HINT = "pip install 'podscope[tpu]' (or, in a checkout, pip install -r requirements-tpu.txt)"
@@ -554,10 +554,15 @@ def _libtpu_env_for_compiling(topology: str) -> None:
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")  # JAX sets it too when it finds no TPU chips
 
 
+def tpu_compiler_missing() -> list[str]:
+    """Which of JAX and libtpu (``podscope[tpu]``) are not installed, found without importing either."""
+    return [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
+
+
 def require_tpu_compiler() -> None:
-    """Raise :class:`~engine.errors.InputError` unless JAX and libtpu are installed (``podscope[tpu]``), without
-    importing either: a command that will compile checks it before doing any other work."""
-    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
+    """Raise :class:`~engine.errors.InputError` unless JAX and libtpu are installed: a command that will compile
+    checks it before doing any other work."""
+    missing = tpu_compiler_missing()
     if missing:
         raise InputError(f"compiling for a TPU target needs jax[tpu] ({' and '.join(missing)} not installed): {TPU_EXTRA_HINT}")
 

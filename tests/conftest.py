@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import textwrap
@@ -141,7 +140,9 @@ def writable_db(real_db, tmp_path, monkeypatch) -> real_runs.RealDb:
 def live():
     """JAX with libtpu, for the tests that compile on this CPU: skipped where it is not installed, a
     failure under ``CI=true`` (.ci/run installs requirements-tpu.txt)."""
-    missing = [m for m in ("jax", "libtpu") if importlib.util.find_spec(m) is None]
+    from profiler.tpu_capture import tpu_compiler_missing
+
+    missing = tpu_compiler_missing()
     if missing:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but {', '.join(missing)} is not installed: pip install -r requirements-tpu.txt", pytrace=False)

@@ -8,7 +8,6 @@ chip and topology by the TPU compiler, whose HBM peak and verdict are shown besi
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pandas as pd
@@ -21,7 +20,7 @@ from engine.pod.topology import is_supported_shape
 from engine.scenario import TrainingSection
 from profiler import api, queries
 from profiler.plan import OBJECTIVE_LABELS, plan_frame, plan_from_dict, run_plan, xla_check_scenario
-from profiler.tpu_capture import TPU_EXTRA_HINT
+from profiler.tpu_capture import TPU_EXTRA_HINT, tpu_compiler_missing
 from views import common, figures
 
 #: slice shapes offered per torus dimension (those the chip supports and holds are shown)
@@ -145,7 +144,7 @@ def _simulate_point(result: Any, df: pd.DataFrame, base_run: int | None) -> None
 
 def _xla_check(result: Any, pick: int) -> None:
     """Compile the chosen point's JAX program with the TPU compiler and say what XLA holds beside Podscope's peak."""
-    installed = all(importlib.util.find_spec(m) is not None for m in ("jax", "libtpu"))
+    installed = not tpu_compiler_missing()
     clicked = st.button("Check this point with the TPU compiler", key="plan_xla", disabled=not installed,
                         help=None if installed else f"needs jax[tpu]: {TPU_EXTRA_HINT}")  # fmt: skip
     if clicked:
