@@ -66,6 +66,12 @@ _VALID_FORMS = (
     "or the topology form GEN:AxB / GEN:AxBxC (v5p:4x4x4, v5e:16x16, v6e:2x4, tpu7x:2x2x1)"
 )
 
+#: libtpu chip configuration per generation where its compile-only default is not how JAX runs the chip: libtpu's
+#: default v4 topology holds one device per TensorCore, where JAX runs a v4 chip's two TensorCores as one megacore
+#: device (``jax.devices()`` on a v4-8 lists 4; data/chips.toml [jax-chipversion]); ``chip_config_name="megacore"``
+#: gives that device, with the HBM limit v4 run logs print (30.75 GiB).
+_CHIP_CONFIG = {"v4": "megacore"}
+
 _DASH = re.compile(r"^(v4|v5p|v5e|v5litepod|v6e|tpu7x)-(\d+)$")
 _TOPO = re.compile(r"^(v4|v5p|v5e|v5litepod|v6e|tpu7x):(\d+(?:x\d+){1,2})$")
 _BUNDLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -92,10 +98,10 @@ class TpuTarget:
 
     Notes
     -----
-    libtpu's compile-only devices are one per chip on v5p (megacore), v5e and v6e, and one per
-    TensorCore (two per chip) on v4 and tpu7x, so a v4 or tpu7x target has ``2 * chips`` devices
-    and its programs are partitioned per TensorCore. :attr:`devices` and :meth:`mesh` use
-    libtpu's devices as they are.
+    The devices are the ones JAX runs a slice on: one per chip on v4 and v5p (the chip's two
+    TensorCores as one megacore device), v5e and v6e, and one per TensorCore (two per chip) on
+    tpu7x, so a tpu7x target has ``2 * chips`` devices and its programs are partitioned per
+    TensorCore. :attr:`devices` and :meth:`mesh` use them as they are.
     """
 
     name: str
@@ -581,6 +587,9 @@ def _topology_devices(topology: str, slices: int, shape: tuple[int, ...]) -> tup
     from jax.experimental import topologies
 
     kwargs: dict[str, Any] = {}
+    config = _CHIP_CONFIG.get(topology.split(":")[0])
+    if config:
+        kwargs["chip_config_name"] = config
     if slices > 1:
         kwargs["num_slices"] = slices
     host = (2, 2, 1)  # libtpu's default chips per host; a smaller slice is one host of its own size

@@ -7,7 +7,7 @@ out-of-memory verdict and message, the JAX and libtpu versions and the compile t
 is what ``data/reference/xla_grid.json`` stores per configuration. :func:`podscope_numbers` is the
 engine's side (:func:`engine.model.analytic.evaluate`, the numbers a summary-mode run reports) and
 :func:`compare` sets the two beside each other, per chip: XLA's per-device bytes and FLOPs times
-libtpu's devices per chip (two TensorCores on v4 and tpu7x).
+the devices per chip it compiled for (two TensorCores on tpu7x).
 
 Nothing here imports jax at module load; :func:`compile_numbers` needs it.
 """
@@ -143,9 +143,8 @@ def xla_memory(xla: dict[str, Any]) -> XlaHbm:
 def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None, devices_per_chip: int | None = None) -> dict[str, Any]:
     """The engine's HBM peak per chip (and its breakdown by term), usable HBM, verdict and hardware FLOPs per chip per step.
 
-    ``devices_per_chip`` sets the chip's JAX devices to the ones XLA compiled for: libtpu's
-    compile-only v4 topologies hold one device per TensorCore, where a v4 slice runs its two cores
-    as one megacore device, so state replicated over the batch is held twice per chip there.
+    ``devices_per_chip`` sets the chip's JAX devices to the ones XLA compiled for (a record made for a
+    chip split into its TensorCores holds state replicated over the batch once per device).
     """
     chip = scenario.chip_spec()
     if devices_per_chip is not None and devices_per_chip != chip.devices_per_chip:

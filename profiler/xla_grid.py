@@ -6,8 +6,8 @@ configuration, a scenario dict and what libtpu's compiler said of its JAX progra
 and its out-of-memory verdict; for programs under :data:`LARGE_PROGRAM_BYTES` per chip also the memory analysis of
 the same program compiled with memory-space assignment off (``xla_hbm_only``: no buffer placed in on-chip memory).
 :func:`xla_block` simulates every scenario with the engine (the analytic step a summary-mode run reports) and
-compares per chip: the HBM peak against XLA's peak (times libtpu's devices per chip: two TensorCores on v4 and
-tpu7x), the fits verdict, and the FLOPs. Validation only: nothing here sets the model.
+compares per chip: the HBM peak against XLA's peak (times the devices per chip it compiled for: two TensorCores
+on tpu7x), the fits verdict, and the FLOPs. Validation only: nothing here sets the model.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A scenario's program (:mod:`profiler.xla_reference` for the transformer and MLP families,
 :mod:`profiler.xla_resnet` for ResNet-50) is compiled for the slice the scenario names
-(:func:`target_of`) over libtpu's devices, which are one per TensorCore on v4 and tpu7x
-(:func:`devices_per_chip`). Every family trains with the same step (:func:`train_step`): the
+(:func:`target_of`) over the devices JAX runs it on, which are one per TensorCore on tpu7x and one
+per chip elsewhere (:func:`devices_per_chip`). Every family trains with the same step (:func:`train_step`): the
 gradient of its loss and one optimizer update (SGD, momentum, Adam with bias correction, Adafactor
 with factored second moments and no momentum), parameters and optimizer state donated.
 
@@ -35,8 +35,8 @@ __all__ = [
 
 #: Podscope chip key -> libtpu generation prefix (profiler/tpu_capture.py ``_GENERATIONS``)
 GENERATION = {"tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v6e", "tpu7x": "tpu7x"}
-#: libtpu's compile-only devices per chip: one per TensorCore on v4 and tpu7x, one per chip elsewhere
-_DEVICES_PER_CHIP = {"v4": 2, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
+#: JAX devices per chip (profiler/tpu_capture.py ``_CHIP_CONFIG``): one per TensorCore on tpu7x, one per chip elsewhere
+_DEVICES_PER_CHIP = {"v4": 1, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
 _HINT = "pip install -r requirements-tpu.txt (or pip install 'podscope[tpu]')"
 _ADAM = dict(b1=0.9, b2=0.95, eps=1e-8)
 _LR = 1e-4

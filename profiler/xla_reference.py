@@ -104,7 +104,7 @@ def mesh_axes(scenario: Scenario) -> dict[str, int]:
     """The JAX mesh over libtpu's devices: ``data`` (times slices), ``stage`` (with a pipeline), ``fsdp``,
     ``expert``, ``tensor``.
 
-    Where libtpu has one device per TensorCore (v4, tpu7x), the batch axis (``fsdp`` when it
+    Where JAX has one device per TensorCore (tpu7x), the batch axis (``fsdp`` when it
     shards, else ``data``) takes the second core, so each chip still holds the scenario's share.
     """
     p = scenario.parallelism

@@ -53,8 +53,8 @@ def test_a_v5e_job_between_the_old_reserve_and_the_compiler_limit_fits():
 
 def test_every_limit_is_within_2pct_of_the_hbm_the_compiler_grid_was_refused_against():
     """libtpu's compile-only out-of-memory messages in the compiler grid state the HBM available to a program on each
-    device ('exceeds available HBM (94.75G)'); per chip it is the catalog's limit (exactly on v5p, v6e and TPU7x; on
-    v4 and v5e the limit run logs state, which differs by the runtime's reservation, within 2%)."""
+    device ('exceeds available HBM (94.75G)'); per chip it is the catalog's limit (exactly on v4, v5p, v6e and TPU7x;
+    on v5e the limit run logs state, which differs by the runtime's reservation, within 2%)."""
     import json
 
     from profiler.xla_grid import DEFAULT_XLA_GRID_PATH

@@ -96,10 +96,10 @@ class TestReader:
         prog = cached_program(TPU / "transformer_dp_v5e4.hlo.txt.gz")
         assert prog.bundle is not None and prog.bundle.topology == "v5e:2x2"
 
-    def test_v4_and_tpu7x_compile_one_device_per_tensorcore(self):
-        for name in ("mlp_dp_v4_2x2x1", "mlp_dp_tpu7x_2x2x1"):
+    def test_v4_compiles_one_megacore_device_per_chip_and_tpu7x_one_per_tensorcore(self):
+        for name, devices in (("mlp_dp_v4_2x2x1", 4), ("mlp_dp_tpu7x_2x2x1", 8)):
             b = cached_program(TPU / f"{name}.xla.json").bundle
-            assert (b.chips, b.devices, b.devices_per_chip) == (4, 8, 2)
+            assert (b.chips, b.devices, b.devices_per_chip) == (4, devices, devices // 4)
 
 
 class TestRuns:
@@ -112,8 +112,8 @@ class TestRuns:
         assert r.facts.extra["xla_optimal_s"] == sidecar("transformer_fsdp_v5p8")["cost"]["optimal_seconds"]
 
     def test_a_chip_of_two_devices_holds_both_programs(self, tmp_path):
-        r = run_scenario(tmp_path, "mlp_dp_v4_2x2x1")
-        m = sidecar("mlp_dp_v4_2x2x1")["memory"]
+        r = run_scenario(tmp_path, "mlp_dp_tpu7x_2x2x1")
+        m = sidecar("mlp_dp_tpu7x_2x2x1")["memory"]
         assert r.facts.peak_hbm_bytes == 2 * (m["argument_bytes"] + m["output_bytes"] - m["alias_bytes"] + m["temp_bytes"])
 
     def test_hidden_collective_time_is_not_charged(self, tmp_path):

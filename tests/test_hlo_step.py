@@ -214,9 +214,9 @@ class TestSchedule:
 
 
 def test_devices_per_core_split_the_chip():
-    # a v4 module compiled per TensorCore (2 devices per chip): each core has half the chip's HBM bandwidth
-    v4 = load_catalog()["tpu-v4"]
-    pod = build_pod(v4, (2, 2, 1))
+    # a TPU7x module compiled per TensorCore (2 devices per chip): each core has half the chip's HBM bandwidth
+    chip = load_catalog()["tpu7x"]
+    pod = build_pod(chip, (2, 2, 1))
     text = _module("  %a = f32[1024] parameter(0)\n  ROOT %e = f32[1024] exponential(%a)", "a: f32[1024]", partitions=8)
     step = hlo_step_cost(describe_hlo(parse_hlo(text)), pod, CAL, InterconnectSection(), devices_per_chip=2)
-    assert step.compute_s == pytest.approx(2 * 4096 / (v4.hbm_bytes_per_s * CAL.hbm_efficiency / 2))
+    assert step.compute_s == pytest.approx(2 * 4096 / (chip.hbm_bytes_per_s * CAL.hbm_efficiency / 2))

@@ -36,18 +36,24 @@ remat = "full"
 fsdp = 4
 """
 
-#: the narrow MLP on v4's first slice (8 TensorCore devices) under full remat at 1,320,448 samples per chip: Podscope
-#: puts it at 90% of the usable HBM, XLA refuses it (its weight gradients' windowed-einsum loops keep more than
-#: Podscope counts: docs/validation.md), so the planner's best is one XLA cannot fit
-V4_MLP_BASE = """name = "narrow-mlp"
+#: a 2,048-wide transformer with the flash kernel under full remat on v6e at 69 sequences per chip: Podscope puts it at
+#: 95% of the usable HBM, XLA refuses it (it holds more of a recomputed layer's backward than Podscope counts:
+#: docs/validation.md), so the planner's best is one XLA cannot fit
+V6E_WIDE_BASE = """name = "wide"
 [pod]
-chip = "tpu-v4"
-topology = "2x2x1"
+chip = "tpu-v6e"
+topology = "2x2"
 [model]
-kind = "mlp"
-layer_sizes = [1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024, 1000]
+kind = "transformer"
+layers = 24
+d_model = 2048
+heads = 16
+d_ff = 8192
+vocab = 32000
+seq_len = 2048
+attention = "flash"
 [training]
-global_batch = 5281792
+global_batch = 276
 steps = 2
 remat = "full"
 [parallelism]
@@ -100,14 +106,14 @@ def test_the_best_candidates_carry_xlas_peak_beside_podscopes_and_the_db_runs_ta
 
 
 def test_a_best_candidate_xla_refuses_is_called_out(live, tmp_path):
-    path = _plan(tmp_path, V4_MLP_BASE, 'objective = "samples_per_s_per_chip"\nmesh = "fixed"\n"training.remat" = ["full"]\n')
+    path = _plan(tmp_path, V6E_WIDE_BASE, 'objective = "samples_per_s_per_chip"\nmesh = "fixed"\n"training.remat" = ["full"]\n')
     out = _cli("plan", str(path), "--xla", "--quiet")
     assert out.returncode == 0, out.stderr
     assert "HBM (XLA)" in out.stdout and "OOM: needs 3" in out.stdout
     assert "out of HBM for XLA where Podscope says it fits" in out.stdout and "none of them fits for XLA" in out.stdout
     data = json.loads(_cli("plan", str(path), "--xla", "--json", "--quiet").stdout)
     (best,) = data["best"]
-    assert best["peak_hbm_bytes"] < 31 * 2**30  # Podscope: fits in v4's usable HBM
+    assert best["peak_hbm_bytes"] < 31 * 2**30  # Podscope: fits in v6e's usable HBM
     x = best["xla"]
     assert x["oom"] and x["peak_hbm_bytes"] is None and not x["verdicts_agree"]
     assert x["required_bytes"] > best["peak_hbm_bytes"] and "RESOURCE_EXHAUSTED" in x["oom_message"]

@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "tpu"
 GIB = 2**30
 
-#: libtpu's compile-only devices per chip: one per TensorCore on v4 and tpu7x, one per chip (megacore) elsewhere
-DEVICES_PER_CHIP = {"v4": 2, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
+#: the devices per chip a target compiles for: one per TensorCore on tpu7x, one per chip elsewhere (v4 and v5p as
+#: megacore devices, as JAX runs them)
+DEVICES_PER_CHIP = {"v4": 1, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
 
 
 # --- target names (pure Python) ---------------------------------------------------------------

@@ -78,7 +78,8 @@ def test_program_parameters_of_a_hand_counted_model():
         ({"fsdp": 4}, "tpu-v5p", {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}),
         ({"data": 4}, "tpu-v5p", {"data": 4, "fsdp": 1, "expert": 1, "tensor": 1}),
         ({"fsdp": 2, "tensor": 2}, "tpu-v5p", {"data": 1, "fsdp": 2, "expert": 1, "tensor": 2}),
-        ({"fsdp": 4}, "tpu-v4", {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}),  # one device per TensorCore
+        ({"fsdp": 4}, "tpu-v4", {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}),  # one megacore device per chip
+        ({"fsdp": 4}, "tpu7x", {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}),  # one device per TensorCore
         ({"data": 2, "tensor": 2}, "tpu7x", {"data": 4, "fsdp": 1, "expert": 1, "tensor": 2}),
     ],
 )
@@ -93,8 +94,8 @@ def test_mesh_puts_the_second_tensorcore_on_the_batch_axis(parallelism, chip, ax
         ({"model": {"experts": 4, "moe_dispatch": "dense", "moe_layer_interval": 2}}, "moe_layer_interval = 2"),
         ({"parallelism": {"fsdp": 2, "pipeline": 2}, "training": {"microbatches": 2}}, "pipeline_schedule '1f1b'"),
         ({"parallelism": {"fsdp": 2, "context": 2}}, "parallelism.context"),
-        # two microbatches of a v4 chip's 2 samples: one row on each of its TensorCores' devices, which cannot split it
-        ({"chip": "tpu-v4", "training": {"microbatches": 2}}, "splits its rows into the microbatches"),
+        # two microbatches of a TPU7x chip's 2 samples: one row on each of its TensorCores' devices, which cannot split it
+        ({"chip": "tpu7x", "training": {"microbatches": 2}}, "splits its rows into the microbatches"),
         ({"parallelism": {"fsdp": 4, "fsdp_shard": "optimizer"}}, "ZeRO-3"),
     ],
 )
@@ -134,7 +135,7 @@ def test_resnet_program_parameters_are_podscopes_and_he_et_als():
 
 
 def test_resnet_scenarios_the_program_cannot_hold_are_refused():
-    s = _resnet(batch=60)  # 4 v4 chips are 8 of libtpu's devices
+    s = _resnet(chip="tpu7x", batch=60)  # 4 TPU7x chips are 8 devices
     assert "valid: a multiple of 8" in xla_reference.refusal(s)
     with pytest.raises(InputError, match="valid: a multiple of 8"):
         xla_reference.build_program(s)
@@ -327,7 +328,7 @@ def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(li
 
 
 def test_xla_check_compiles_a_resnet_scenario_with_pooled_batch_norm(live, tmp_path):
-    """ResNet-50 on 4 v4 chips (8 of libtpu's devices), batch norm pooled over 2 chips: the replicated weights and
+    """ResNet-50 on 4 v4 chips (4 megacore devices), batch norm pooled over 2 chips: the replicated weights and
     momentum are donated, and the FLOPs are Podscope's convolutions within a few percent (XLA counts only the
     taps of a "SAME" window that fall inside the image)."""
     toml, out = _xla_check_json(
@@ -335,7 +336,7 @@ def test_xla_check_compiles_a_resnet_scenario_with_pooled_batch_norm(live, tmp_p
         'name = "resnet"\n[pod]\nchip = "tpu-v4"\ntopology = "2x2x1"\n[model]\nkind = "resnet50"\nbatch_norm_group = 2\n'
         '[training]\nglobal_batch = 64\nsteps = 2\noptimizer = "momentum"\n[parallelism]\ndata = 4\n',
     )
-    assert out["xla_compile"]["mesh"] == {"data": 2, "bn": 4} and out["xla_compile"]["devices_per_chip"] == 2
+    assert out["xla_compile"]["mesh"] == {"data": 2, "bn": 2} and out["xla_compile"]["devices_per_chip"] == 1
     assert not out["xla"]["oom"] and out["verdicts_agree"]
     n = xla_reference.program_params(load_scenario(toml))
     assert out["xla_compile"]["memory"]["alias_bytes"] >= 8 * n  # fp32 weights and momentum on every device
@@ -396,15 +397,15 @@ def test_xla_check_compiles_a_masked_lm_head_over_its_positions(live, tmp_path):
     assert podscope_saved == pytest.approx(xla_saved, rel=0.05)
 
 
-@pytest.mark.parametrize("chip, topology, loops", [("tpu-v4", "2x2x1", True), ("tpu-v5e", "2x2", False)])
-def test_xla_check_names_the_windowed_einsum_loops_xla_wrote(live, tmp_path, chip, topology, loops):
-    """An MLP over FSDP: over v4's 8 TensorCore devices XLA writes its weights' all-gathers and its gradients'
-    reduce-scatters as loops over the shards, and xla-check says how many; over v5e's 4 devices it gathers whole."""
+@pytest.mark.parametrize("topology, fsdp, loops", [("2x4", 8, True), ("2x2", 4, False)])
+def test_xla_check_names_the_windowed_einsum_loops_xla_wrote(live, tmp_path, topology, fsdp, loops):
+    """An MLP over FSDP: over 8 v5e devices XLA writes its weights' all-gathers and its gradients' reduce-scatters
+    as loops over the shards, and xla-check says how many; over 4 devices it gathers whole."""
     _, out = _xla_check_json(
         tmp_path / "mlp.toml",
-        f'name = "mlp"\n[pod]\nchip = "{chip}"\ntopology = "{topology}"\n[model]\nkind = "mlp"\n'
+        f'name = "mlp"\n[pod]\nchip = "tpu-v5e"\ntopology = "{topology}"\n[model]\nkind = "mlp"\n'
         'layer_sizes = [1024, 1024, 1024, 1024, 1000]\n[training]\nglobal_batch = 65536\nsteps = 2\nremat = "full"\n'
-        '[parallelism]\ndata = 1\nfsdp = 4\n',
+        f'[parallelism]\ndata = 1\nfsdp = {fsdp}\n',
     )
     found = out["xla_compile"]["windowed_einsum_loops"]
     text = xla_check.format_check("mlp", out, out["xla_compile"])

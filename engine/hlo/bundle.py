@@ -119,7 +119,7 @@ class XlaBundle:
 
     @property
     def devices_per_chip(self) -> int:
-        """2 where XLA compiled each TensorCore as a device of its own (v4 and tpu7x topologies), else 1."""
+        """2 where XLA compiled each TensorCore as a device of its own (tpu7x; v4 compiled without megacore), else 1."""
         return max(self.devices // self.chips, 1)
 
     @property

@@ -107,7 +107,7 @@ class _OpTimes:
 def _op_times(cost: HloModuleCost, pod: Pod, cal: Calibration, devices_per_chip: int) -> _OpTimes:
     chip = pod.chip
     floats = set(cost.float_parameter_dtypes)
-    # a chip whose TensorCores are separate devices (v4 and tpu7x as XLA compiles for them) splits its peak and HBM
+    # a chip whose TensorCores are separate devices (tpu7x; v4 compiled without megacore) splits its peak and HBM
     share = 1.0 / devices_per_chip
     byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency * share
     d = chip.mxu_dim
@@ -243,8 +243,8 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect,
     (schedule, one-way links, degraded and failed links). ``compute_source`` is one of
     :data:`COMPUTE_SOURCES` (``"xla"`` falls back to the roofline for ops without an
     estimate, and throughout when the chip has no clock on record). ``devices_per_chip``
-    is 2 where each TensorCore is a device of its own (v4 and tpu7x as XLA compiles for
-    them); device ``d`` then runs on chip ``d // 2``.
+    is 2 where XLA compiled each TensorCore as a device of its own (tpu7x; v4 without megacore); device ``d``
+    then runs on chip ``d // 2``.
     """
     times = _op_times(cost, pod, cal, devices_per_chip)
     has_xla = bool(np.isfinite(times.xla_s).any())

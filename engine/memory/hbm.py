@@ -85,7 +85,7 @@ LOGIT_BYTES = 4.0
 #: XLA materialises it. Measured with libtpu 0.0.42.1 on the compiler's buffer assignment:
 #: - the unembedding: a 1024-wide model at 118 sequences of 2,048 per device holds one bf16[118, 2048, 32000]
 #:   buffer with FSDP over 2 or 4 devices (it fuses the logits' gradient into both of its matmuls) and two over 8
-#:   or 16 (the second is the gradient), as do v4 and TPU7x over their 8 TensorCore devices; data x FSDP 2 x 4
+#:   or 16 (the second is the gradient), as does TPU7x over its 8 TensorCore devices; data x FSDP 2 x 4
 #:   and FSDP 4 x tensor 2 hold one, FSDP 8 x tensor 2 two;
 #: - an unrolled MLP without remat (8 layers of 1024, 300,000 samples per device, v5e): over 8 devices XLA
 #:   schedules the layers' loops after the backward's chain of input gradients, so every layer's input and output

@@ -50,7 +50,7 @@ def tiled_elements(shape: Iterable[int]) -> int:
 def device_padded_batch(per_chip_batch: int, devices_per_chip: int) -> int:
     """Samples a chip holds and computes of ``per_chip_batch``: GSPMD splits a batch over the chip's devices in
     shards of ``ceil(b / devices)`` samples, padding the last and replicating a batch smaller than the devices (4
-    samples per microbatch over v4's 8 TensorCore devices hold one sample per device in libtpu's compiled pipeline
+    samples per microbatch over 8 TensorCore devices of 4 chips hold one sample per device in libtpu's compiled pipeline
     loops, where half a sample each would be half the activations and FLOPs)."""
     return devices_per_chip * -(-per_chip_batch // devices_per_chip)
 
