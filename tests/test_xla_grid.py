@@ -167,14 +167,14 @@ def test_an_mlp_over_eight_fsdp_devices_without_remat_holds_every_input_and_outp
 
 def test_a_data_parallel_mlp_without_remat_writes_each_input_gradient_in_place_as_xla_does():
     """The narrow data-parallel MLP without remat (with and without gradient accumulation), whose input gradients XLA
-    writes over the ReLU outputs they mask: wherever XLA recomputes nothing (its FLOPs per step the program's own), within
-    1% of XLA's peak on every chip compiled (counting a buffer of their own for them: +6% to +10%). Nearer the limit
-    XLA's rematerialization recomputes activations (more FLOPs) and holds its peak under 90% of the usable HBM, below
-    Podscope's."""
+    writes over the ReLU outputs they mask: wherever XLA recomputes nothing (its FLOPs per step the program's own, the
+    same on every chip), within 1% of XLA's peak on every chip compiled (counting a buffer of their own for them: +6%
+    to +10%). Nearer the limit XLA's rematerialization recomputes activations (more FLOPs) and holds its peak under 90%
+    of the usable HBM, below Podscope's."""
     rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if "-mlp-narrow-none-data-" in r["id"] and r["hbm_diff_pct"] is not None]
-    own = {chip: max(r["flops_diff_pct"] for r in rows if r["chip"] == chip) for chip in {r["chip"] for r in rows}}
-    as_written = [r for r in rows if r["flops_diff_pct"] >= own[r["chip"]] - 1.0]
-    assert len(as_written) >= 12 and len({r["chip"] for r in as_written}) >= 3 and any(r["accumulation"] for r in as_written)
+    own = max(r["flops_diff_pct"] for r in rows)
+    as_written = [r for r in rows if r["flops_diff_pct"] >= own - 1.0]
+    assert len(as_written) >= 8 and len({r["chip"] for r in as_written}) >= 2 and any(r["accumulation"] for r in as_written)
     for r in as_written:
         assert abs(r["hbm_diff_pct"]) <= 1.0, (r["id"], r["hbm_diff_pct"])
     recomputed = [r for r in rows if r not in as_written]
@@ -206,13 +206,16 @@ def test_the_flash_kernels_backward_statistics_bring_the_wide_model_closer_to_xl
 
 def test_standard_attention_near_the_limit_counts_the_probabilities_gradient_as_xla_holds_it():
     """The realistic-width model with standard attention under full remat near the limit, whose layers' backward holds
-    the probabilities' gradient beside the probabilities: every verdict XLA's, the compiled peaks within 4% (v6e -1.4%,
-    v5e -3.9%; without that gradient, -20%)."""
+    the probabilities' gradient beside the probabilities: every verdict XLA's, the compiled peaks within 4% on v5e and
+    v6e (v6e -1.4%, v5e -3.9%; without that gradient, -20%). v4, one megacore device per chip, holds less than
+    Podscope counts there: Podscope's peak is over XLA's, by 6.9%."""
     rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if "-medium-full-fsdp-standard-" in r["id"]]
     assert len(rows) >= 8 and any(r["hbm_diff_pct"] is not None for r in rows)
     for r in rows:
         assert r["verdicts_agree"], r["id"]
-        if r["hbm_diff_pct"] is not None:
+        if r["hbm_diff_pct"] is not None and r["chip"] == "tpu-v4":
+            assert 0.0 < r["hbm_diff_pct"] <= 7.0, (r["id"], r["hbm_diff_pct"])
+        elif r["hbm_diff_pct"] is not None:
             assert abs(r["hbm_diff_pct"]) <= 4.0, (r["id"], r["hbm_diff_pct"])
 
 
@@ -276,19 +279,19 @@ def test_transformer_flops_agree_with_xlas_count_at_every_depth_and_capacity():
     checkpoints (so a 2-layer model is no further off than a 128-layer one), and dense dispatch's experts compute every
     capacity slot while its mask takes no gradient (so capacity factors 1.25 and 2 agree alike). Programs whose peak XLA
     holds within 10% of the usable HBM are left out: there XLA's own rematerialization recomputes what does not fit,
-    which Podscope does not model. Microbatches of fewer samples than the slice has devices (a 2-stage TPU7x or v4
-    pipeline's 4 samples over libtpu's 8 devices) are in: each device computes a whole sample, as in XLA's program."""
+    which Podscope does not model. Microbatches of fewer samples than the slice has devices (a 2-stage TPU7x
+    pipeline's 4 samples over its 8 devices) are in: each device computes a whole sample, as in XLA's program."""
     from engine import scenario_from_dict
 
     def fewer_samples_than_devices(rec: dict) -> bool:
         s = scenario_from_dict(rec["scenario"])
-        return s.per_chip_batch // s.training.microbatches < rec["xla"]["devices_per_chip"]  # libtpu's devices per chip
+        return s.per_chip_batch // s.training.microbatches < rec["xla"]["devices_per_chip"]  # devices per chip compiled
 
     configs = xla_grid.load_grid()
     pairs = [(r, c) for r, c in zip(xla_grid.grid_rows(configs), configs) if r["family"] in ("transformer", "moe", "pipeline")
              and r["flops_diff_pct"] is not None and r["hbm_limit_ratio"] < 0.9]  # fmt: skip
     rows = [r for r, _ in pairs]
-    assert sum(fewer_samples_than_devices(c) for _, c in pairs) >= 5
+    assert sum(fewer_samples_than_devices(c) for _, c in pairs) >= 4
     assert len(rows) >= 300 and {r["family"] for r in rows} >= {"transformer", "moe"}
     off = {r["id"]: round(r["flops_diff_pct"], 1) for r in rows if abs(r["flops_diff_pct"]) > 6.0}
     assert not off, off
