@@ -35,8 +35,6 @@ __all__ = [
 
 #: Podscope chip key -> libtpu generation prefix (profiler/tpu_capture.py ``_GENERATIONS``)
 GENERATION = {"tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v6e", "tpu7x": "tpu7x"}
-#: JAX devices per chip (profiler/tpu_capture.py ``_CHIP_CONFIG``): one per TensorCore on tpu7x, one per chip elsewhere
-_DEVICES_PER_CHIP = {"v4": 1, "v5e": 1, "v5p": 1, "v6e": 1, "tpu7x": 2}
 _HINT = "pip install -r requirements-tpu.txt (or pip install 'podscope[tpu]')"
 _ADAM = dict(b1=0.9, b2=0.95, eps=1e-8)
 _LR = 1e-4
@@ -89,7 +87,10 @@ def generation_of(scenario: Scenario) -> str:
 
 
 def devices_per_chip(scenario: Scenario) -> int:
-    return _DEVICES_PER_CHIP[generation_of(scenario)]
+    """The JAX devices one chip of the scenario's target is compiled as: the catalog's ``devices_per_chip`` (two
+    TensorCore devices on tpu7x; one megacore device on v4 and v5p, as ``profiler.tpu_capture`` compiles them)."""
+    generation_of(scenario)  # a chip libtpu compiles for, else InputError
+    return scenario.chip_spec().devices_per_chip
 
 
 def target_of(scenario: Scenario) -> TpuTarget:
