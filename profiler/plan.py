@@ -100,7 +100,7 @@ def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
         record = xla_check.compile_numbers(scenario)
     except InputError as e:  # libtpu refuses the target or the program: say so for this candidate
         return {"refusal": str(e)}
-    cmp = xla_check.compare(xla_check.podscope_numbers(scenario, None, record["devices_per_chip"]), record)
+    cmp = xla_check.compare(xla_check.podscope_numbers(scenario), record)
     oom = xla_check.xla_memory(record).oom
     required = None if oom is None or oom.required_bytes is None else oom.required_bytes * record["devices_per_chip"]
     return row | {

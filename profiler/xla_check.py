@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,16 +139,10 @@ def xla_memory(xla: dict[str, Any]) -> XlaHbm:
     )
 
 
-def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None, devices_per_chip: int | None = None) -> dict[str, Any]:
-    """The engine's HBM peak per chip (and its breakdown by term), usable HBM, verdict and hardware FLOPs per chip per step.
-
-    ``devices_per_chip`` sets the chip's JAX devices to the ones XLA compiled for (a record made for a
-    chip split into its TensorCores holds state replicated over the batch once per device).
-    """
-    chip = scenario.chip_spec()
-    if devices_per_chip is not None and devices_per_chip != chip.devices_per_chip:
-        chip = replace(chip, devices_per_chip=devices_per_chip)
-    est = evaluate(scenario, calibration, chip=chip)
+def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None) -> dict[str, Any]:
+    """The engine's HBM peak per chip (and its breakdown by term), usable HBM, verdict and hardware FLOPs per chip per step,
+    for the chip's devices as the catalog has them (the devices :func:`compile_numbers` compiles for)."""
+    est = evaluate(scenario, calibration)
     c = est.costs
     kernel_flops = c.attention_flops_per_chip if xla_reference.kernel_attention(scenario) else 0.0
     tr = scenario.training

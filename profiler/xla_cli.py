@@ -41,7 +41,7 @@ def _cmd_xla_check(args: argparse.Namespace) -> int:
     if why:
         raise InputError(f"{args.scenario}: {why}")
     xla = xla_check.compile_numbers(scenario)
-    pod = xla_check.podscope_numbers(scenario, devices_per_chip=xla["devices_per_chip"])
+    pod = xla_check.podscope_numbers(scenario)
     cmp = xla_check.compare(pod, xla)
     if args.json:
         print(json.dumps({"scenario": scenario.name, **cmp, "xla_compile": xla}))

@@ -83,7 +83,7 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
     rows = []
     for rec in configs:
         scenario = scenario_from_dict(rec["scenario"], source=f"xla grid {rec['id']}")
-        cmp = compare(podscope_numbers(scenario, calibration, rec["xla"]["devices_per_chip"]), rec["xla"])
+        cmp = compare(podscope_numbers(scenario, calibration), rec["xla"])
         x, b = cmp["xla"], cmp["podscope"]["breakdown_bytes"]
         terms = {}
         if x["peak_hbm_bytes"] is not None:

@@ -46,7 +46,6 @@ from ..idle.stragglers import straggler_factors
 from ..memory.hbm import MemoryPlan, hbm_plan, optimizer_state_bytes_per_param
 from ..memory.layout import device_padded_batch
 from ..pod.mesh import Mesh, resolve_mesh, whole_torus_axes
-from ..pod.catalog import ChipSpec
 from ..pod.topology import Pod, build_pod
 from ..scenario import ParameterServerSection, Scenario
 from ..scenario.calibration import Calibration, load_calibration
@@ -135,7 +134,6 @@ def step_costs(
     cost: ModelCost | None = None,
     tables: bool = True,
     memo: dict | None = None,
-    chip: ChipSpec | None = None,
 ) -> StepCosts:
     """The deterministic per-step costs of ``scenario`` under ``cal``.
 
@@ -145,9 +143,8 @@ def step_costs(
     ``cal`` and the ``cost`` objects, holds the compute of each distinct microbatch shape, so
     many meshes of one model (the planner's search) compute each shape once, and the
     gradient all-reduce on whole torus axes is priced once per operand (``pod`` by identity too).
-    ``chip`` replaces the catalog's spec of ``scenario.pod.chip`` (a what-if of one of its figures).
     """
-    chip = chip or scenario.chip_spec()
+    chip = scenario.chip_spec()
     pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
     cost = cost or model_cost(scenario.model)
     tr = scenario.training
@@ -410,22 +407,20 @@ def evaluate(
     pod: Pod | None = None,
     cost: ModelCost | None = None,
     memo: dict | None = None,
-    chip: ChipSpec | None = None,
 ) -> Estimate:
     """The steady-state step time and peak HBM of ``scenario``, without simulating a trace.
 
     Uses :func:`step_costs` (what :func:`~engine.simulate.simulate` uses) and the
     barrier rule on the slowest chip class (module docstring). ``[input]``,
     ``[compile]`` and ``[failures]`` are ignored: the result is the step a full run
-    of :func:`steady_state_scenario` reports. ``memo`` and ``chip`` are passed to :func:`step_costs`.
+    of :func:`steady_state_scenario` reports. ``memo`` is passed to :func:`step_costs`.
     """
     cal = calibration or load_calibration()
     if scenario.model.kind == "hlo":
         raise SimulationError("the analytic step covers the built-in model families; an HLO program is costed by a full run")
-    chip = chip or scenario.chip_spec()
-    pod = pod or build_pod(chip, scenario.slice_shape, scenario.pod.slices)
+    pod = pod or build_pod(scenario.chip_spec(), scenario.slice_shape, scenario.pod.slices)
     cost = cost or model_cost(scenario.model)
-    c = step_costs(scenario, cal, pod=pod, cost=cost, tables=False, memo=memo, chip=chip)
+    c = step_costs(scenario, cal, pod=pod, cost=cost, tables=False, memo=memo)
     jitter = scenario.sim.jitter_frac if scenario.sim.jitter_frac is not None else cal.jitter_frac
     if scenario.stragglers is not None:
         factors = straggler_factors(scenario.stragglers, pod.chip_table["host"], seeded_rng(scenario.sim.seed, "stragglers"))
