@@ -21,6 +21,7 @@ __all__ = [
     "layer_residual_bytes_per_token",
     "materialized_layer_elements",
     "mlp_saved_elements",
+    "resnet_stem_output_bytes",
     "transformer_layer_activation_bytes",
     "unit_activations",
 ]
@@ -242,6 +243,18 @@ def _resnet_activations(ops, b: int, elem: float, remat: str, tensor: int, devic
             saved[rows[0]] += inputs[rows[0]]  # the block's input, its checkpoint
         recompute[rows] += kept[rows].sum() * scale
     return saved * scale, recompute, 0.0 if n else 0.0
+
+
+def resnet_stem_output_bytes(ops, b: int, elem: float, tensor: int, devices_per_chip: int = 1) -> float:
+    """Bytes per chip of ResNet-50's stem convolution output (one of the tensors :func:`_resnet_activations` has the
+    stem keep), at ``b`` images per chip in its TPU layout."""
+    stem = np.flatnonzero(np.asarray(ops.names) == "stem")
+    if not stem.size:
+        return 0.0
+    i = int(stem[0])
+    n_dev = float(b) / max(devices_per_chip, 1)
+    out = float(ops.m[i] * ops.n[i] * ops.count[i] * feature_map_padding(ops.n[i], n_dev))
+    return out * float(b) * elem / tensor
 
 
 def unit_activations(
