@@ -419,6 +419,37 @@ def test_resnet_full_past_the_limit_drops_the_stem_convolutions_output():
     # counting every tensor, the plan grows with the batch past the limit: the fit at 1,141 is the dropped output
     assert below.peak_hbm_bytes * 1141 / 906 > 1.05 * past.usable_hbm_bytes
 
+def _narrow_mlp_v5e(per_chip_batch: int, microbatches: int = 1):
+    from engine import scenario_from_dict
+
+    training = {"global_batch": 4 * per_chip_batch, "steps": 2, "optimizer": "adam", "remat": "none"}
+    if microbatches > 1:
+        training["microbatches"] = microbatches
+    return scenario_from_dict({"name": "mlp", "pod": {"chip": "tpu-v5e", "topology": "2x2"},
+                               "model": {"kind": "mlp", "layer_sizes": [1024] * 9 + [1000]}, "training": training,
+                               "parallelism": {"data": 4}})  # fmt: skip
+
+
+def test_an_mlp_past_the_limit_fits_by_recomputing_every_other_hidden_input():
+    """The compiler grid's data-parallel narrow MLP on v5e without remat: at 889,088 samples per chip Podscope's count of
+    every kept tensor needs 110% of the usable HBM and XLA compiles it at 77% of it, having recomputed hidden layers'
+    inputs from the layers below; Podscope puts it at the limit. With 4 microbatches XLA refuses 3,225,600 samples per
+    chip at 128% after recomputing, and Podscope, dropping at most half of the hidden inputs, calls it out of memory."""
+    from engine.model.analytic import evaluate
+
+    below, past = evaluate(_narrow_mlp_v5e(682_240)), evaluate(_narrow_mlp_v5e(889_088))
+    assert below.peak_hbm_bytes < 0.85 * below.usable_hbm_bytes  # nothing recomputed below the limit
+    assert below.peak_hbm_bytes * 889_088 / 682_240 > 1.05 * past.usable_hbm_bytes
+    assert not past.oom and past.peak_hbm_bytes == pytest.approx(past.usable_hbm_bytes)
+    # half of the 8 hidden layers' inputs (1,024 bf16 values per sample each) is the most Podscope counts on
+    far = evaluate(_narrow_mlp_v5e(1_700_000))
+    # the plan without recomputation grows linearly with the batch: extrapolated from two batches below the limit
+    lo, hi = (evaluate(_narrow_mlp_v5e(b)).peak_hbm_bytes for b in (300_000, 600_000))
+    kept = lo + (hi - lo) * (1_700_000 - 300_000) / 300_000
+    assert far.oom and far.peak_hbm_bytes == pytest.approx(kept - 4 * 1024 * 2 * 1_700_000, rel=0.01)
+    assert evaluate(_narrow_mlp_v5e(3_225_600, microbatches=4)).oom
+
+
 def test_fsdp_temporaries_are_two_weight_tensors_not_two_layers():
     """GSPMD gathers one weight at a time: the forward's temporaries are the two largest weights.
 

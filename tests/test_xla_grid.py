@@ -156,10 +156,12 @@ def test_gradient_accumulation_holds_the_accumulator_beside_each_microbatchs_gra
 
 def test_an_mlp_over_eight_fsdp_devices_without_remat_holds_every_input_and_output_gradient_as_xla_does():
     """Below the limit, the narrow MLP over FSDP of 8 devices without remat, whose weight gradients' loops XLA runs after
-    the chain of input gradients, within 6% of XLA's peak (v5e and v6e 8-chip slices)."""
+    the chain of input gradients, within 6% of XLA's peak (v5e and v6e 8-chip slices). Programs Podscope puts at the
+    usable HBM are past it, fitting by XLA's rematerialization (engine.memory.hbm.hbm_plan), and are not below it."""
     rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid())
             if any(r["id"].startswith(f"{chip}-{topo}-mlp-narrow-none-fsdp-") for chip, topo in WIDE_FSDP_SLICES.items())
-            and r["hbm_diff_pct"] is not None and r["podscope"]["peak_hbm_bytes"] <= r["podscope"]["usable_hbm_bytes"]]  # fmt: skip
+            and r["hbm_diff_pct"] is not None
+            and r["podscope"]["peak_hbm_bytes"] < r["podscope"]["usable_hbm_bytes"] * (1 - 1e-6)]  # fmt: skip
     assert len(rows) >= 2
     for r in rows:
         assert abs(r["hbm_diff_pct"]) <= 6.0, (r["id"], r["hbm_diff_pct"])

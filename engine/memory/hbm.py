@@ -505,6 +505,26 @@ def hbm_plan(
         # sharded as the parameters, is the carry of the loop over microbatches from the first microbatch to the
         # update, and in each microbatch's backward that microbatch's own gradients live beside it until they are added
         arr[1:-1, 1] += params_b
+    if cost.kind == "mlp" and remat == "none" and pipeline == 1:
+        # Past the HBM a program may use, XLA's rematerialization recomputes a hidden layer's input from the layer
+        # below it (one layer's forward matmul) instead of keeping it, one at a time. libtpu's live ranges at the
+        # peak of v5e's data-parallel narrow MLP (7 hidden layers of 1,024): all 7 hidden activations, the features
+        # and the logits at 726,272 samples per chip; at 889,088, two of the hidden activations (the 4th and 6th)
+        # are gone, and the step's FLOPs grow by a layer's forward per activation dropped (the compiler grid's
+        # points at 90%, 100% and 110% of the usable HBM drop one, two and three, at 3.7% each). Recomputing from
+        # the layer below keeps every other one: Podscope counts on dropping at most half of the hidden layers'
+        # inputs live at any point (the largest), and calls a program past that out of memory. The recomputation's
+        # FLOPs are not added.
+        hidden = saved[1:]
+        spare_f = np.zeros(2 * n + 3)
+        for m in range(2, len(hidden) + 1):  # m hidden inputs live: after unit m's forward, or before its backward
+            drop = float(np.sort(hidden[:m])[::-1][: m // 2].sum())
+            spare_f[m + 1] = max(spare_f[m + 1], drop)  # forward: units 0..m done
+            spare_f[2 * n + 1 - m] = max(spare_f[2 * n + 1 - m], drop)  # backward of unit m: hidden 1..m still live
+        spare_f[n + 1] = spare_f[n]  # the loss: every hidden input live
+        if windowed and not grad_accumulator:  # the weight gradients' loops after the input gradients: all stay live
+            spare_f[n + 2 : 2 * n + 2] = spare_f[n]
+        arr[:, 3] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, np.minimum(spare_f, arr[:, 3]))
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
