@@ -156,33 +156,38 @@ def test_gradient_accumulation_holds_the_accumulator_beside_each_microbatchs_gra
 
 def test_an_mlp_over_eight_fsdp_devices_without_remat_holds_every_input_and_output_gradient_as_xla_does():
     """Below the limit, the narrow MLP over FSDP of 8 devices without remat, whose weight gradients' loops XLA runs after
-    the chain of input gradients, within 6% of XLA's peak (v5e and v6e 8-chip slices). Programs Podscope puts at the
-    usable HBM are past it, fitting by XLA's rematerialization (engine.memory.hbm.hbm_plan), and are not below it."""
+    the chain of input gradients, within 6% of XLA's peak where XLA recomputes nothing (v5e and v6e 8-chip slices),
+    and within 7% where its rematerialization recomputes hidden inputs (more FLOPs than the program's own)."""
     rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid())
             if any(r["id"].startswith(f"{chip}-{topo}-mlp-narrow-none-fsdp-") for chip, topo in WIDE_FSDP_SLICES.items())
-            and r["hbm_diff_pct"] is not None
-            and r["podscope"]["peak_hbm_bytes"] < r["podscope"]["usable_hbm_bytes"] * (1 - 1e-6)]  # fmt: skip
-    assert len(rows) >= 2
+            and r["hbm_diff_pct"] is not None]  # fmt: skip
+    own = max(r["flops_diff_pct"] for r in rows)
+    as_written = [r for r in rows if r["flops_diff_pct"] >= own - 1.0]
+    assert len(as_written) >= 2 and len(rows) > len(as_written)
     for r in rows:
-        assert abs(r["hbm_diff_pct"]) <= 6.0, (r["id"], r["hbm_diff_pct"])
+        assert abs(r["hbm_diff_pct"]) <= (6.0 if r in as_written else 7.0), (r["id"], r["hbm_diff_pct"])
 
 
 def test_a_data_parallel_mlp_without_remat_writes_each_input_gradient_in_place_as_xla_does():
     """The narrow data-parallel MLP without remat (with and without gradient accumulation), whose input gradients XLA
     writes over the ReLU outputs they mask: wherever XLA recomputes nothing (its FLOPs per step the program's own, the
     same on every chip), within 1% of XLA's peak on every chip compiled (counting a buffer of their own for them: +6%
-    to +10%). Nearer the limit XLA's rematerialization recomputes activations (more FLOPs) and holds its peak under 90%
-    of the usable HBM, below Podscope's."""
+    to +10%). Nearer the limit XLA's rematerialization recomputes hidden activations (more FLOPs), as many as bring
+    its count, which does hold that buffer, under 95% of the usable HBM: Podscope drops the same and lands within 1%
+    of XLA's peak there too. One point sits between 95% of the catalog's v5e limit (15.48 GiB, from run logs) and 95%
+    of the one libtpu 0.0.42.1 compiles against (15.75 GiB): there Podscope recomputes an activation XLA keeps."""
     rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if "-mlp-narrow-none-data-" in r["id"] and r["hbm_diff_pct"] is not None]
     own = max(r["flops_diff_pct"] for r in rows)
     as_written = [r for r in rows if r["flops_diff_pct"] >= own - 1.0]
     assert len(as_written) >= 8 and len({r["chip"] for r in as_written}) >= 2 and any(r["accumulation"] for r in as_written)
-    for r in as_written:
-        assert abs(r["hbm_diff_pct"]) <= 1.0, (r["id"], r["hbm_diff_pct"])
     recomputed = [r for r in rows if r not in as_written]
-    assert len(recomputed) >= 4
-    for r in recomputed:
-        assert r["xla"]["peak_hbm_bytes"] <= 0.9 * r["podscope"]["usable_hbm_bytes"] and r["hbm_diff_pct"] > 0, r["id"]
+    assert len(recomputed) >= 8 and len({r["chip"] for r in recomputed}) == 3 and any(r["accumulation"] for r in recomputed)
+    off = [r for r in rows if abs(r["hbm_diff_pct"]) > 1.0]
+    assert [r["chip"] for r in off] == ["tpu-v5e"], [(r["id"], r["hbm_diff_pct"]) for r in off]
+    (r,) = off
+    assert r in as_written and -7.0 < r["hbm_diff_pct"] < 0.0
+    xla_count = r["xla"]["peak_hbm_bytes"]  # what XLA holds there is the full count: above 95% of 15.48, not of 15.75
+    assert 0.95 * r["podscope"]["usable_hbm_bytes"] < xla_count * 1.06 < 0.95 * 15.75 * 2**30
 
 
 def test_the_flash_kernels_backward_statistics_bring_the_wide_model_closer_to_xla(monkeypatch):

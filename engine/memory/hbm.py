@@ -60,6 +60,7 @@ __all__ = [
     "MemoryPlan",
     "hbm_plan",
     "CATEGORIES",
+    "REMAT_TARGET_FRACTION",
     "OPTIMIZER_STATE_BYTES_PER_PARAM",
     "OPTIMIZER_STATE_BYTES_PER_ELEMENT",
     "optimizer_state_bytes_per_param",
@@ -92,6 +93,14 @@ LOGIT_BYTES = 4.0
 #:   gradient is live at once (10.9 GiB per device, over 4 devices 6.9 GiB); with each layer checkpointed
 #:   (``full``) the recomputation interleaves them (6.4 GiB).
 WINDOWED_EINSUM_MIN_FSDP_DEVICES = 8
+
+#: Fraction of the HBM a program may use that XLA's rematerialization keeps an unrolled program under: libtpu 0.0.42.1's
+#: compile environment (``tpu_comp_env.txt`` of ``XLA_FLAGS=--xla_dump_to=DIR``) sets
+#: ``xla_jf_rematerialization_percent_shared_memory_limit: 95`` (and the scheduler's
+#: ``xla_tpu_scheduler_percent_shared_memory_limit: 95``). The compiler grid's data-parallel narrow MLPs without remat
+#: bear it out on v4, v5e and v6e: XLA recomputes exactly as many hidden activations as bring its count under 95%
+#: (:func:`hbm_plan`).
+REMAT_TARGET_FRACTION = 0.95
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "temporary")
 MEMORY_TIMELINE = TABLES["extra_memory_timeline"]
@@ -339,6 +348,7 @@ def hbm_plan(
     saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context,
                                                 devices_per_chip)  # fmt: skip
     windowed = grads_sharded and fsdp * devices_per_chip >= WINDOWED_EINSUM_MIN_FSDP_DEVICES
+    in_place_b = np.zeros(n)  # input gradients written over the activation they mask (below)
     if cost.kind == "mlp" and remat == "none" and fsdp * expert == 1:
         # Replicated weights, no remat: a layer's backward computes its weight gradient first, then its input
         # gradient, masked by the ReLU below it, in one fusion that reads that ReLU's output elementwise and writes
@@ -346,7 +356,8 @@ def hbm_plan(
         # input gradient needs no buffer of its own: libtpu's buffer assignment of the data-parallel narrow MLP
         # gives each activation-sized buffer one forward and one backward value, and its peak is the forward's
         # end, the saved inputs beside the logits.
-        recompute = recompute - cost.ops.in_elems_per_repeat * BYTES_PER_ELEMENT[precision] * per_chip_batch / tensor
+        in_place_b = cost.ops.in_elems_per_repeat * BYTES_PER_ELEMENT[precision] * per_chip_batch / tensor
+        recompute = recompute - in_place_b
     if cost.kind == "transformer" and windowed:
         loss_b *= 2.0  # the logits' gradient beside the logits (WINDOWED_EINSUM_MIN_FSDP_DEVICES)
     if pipeline > 1:
@@ -474,57 +485,67 @@ def hbm_plan(
         arr[-1, 1] = 0.0
         if kept:
             regather_b = np.r_[0.0, held_w_b, held_w_b[-1], held_w_b[::-1], 0.0] - weights_tmp
-            arr[:, 4] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, np.maximum(regather_b, 0.0))
-    if cost.kind == "resnet50" and remat == "none":
-        # An unrolled program past the HBM it may use: XLA's rematerialization (HloRematerialization, given the
-        # memory limit) recomputes activations instead of keeping them. ResNet-50 programs Podscope would put at
-        # 110% to 153% of the usable HBM compile at 91-94% of it, their FLOPs per image up 1-3% (the compiler
-        # grid's near-limit points; xla-check on v5e at 560-700 images per chip). Podscope counts on it down to
-        # what one checkpoint per block keeps; XLA's own floor is a little lower (on v5e it compiles 1,120 images
-        # per chip, 9% past that floor, at 23% more FLOPs per image, and refuses 1,131, 10% past it). The
-        # recomputation's FLOPs are not added.
-        saved_f, recompute_f, _ = unit_activations(cost, model, per_chip_batch, precision, "full", tensor, units, context,
-                                                   devices_per_chip)  # fmt: skip
-        cum_f = np.cumsum(saved_f)
-        floor = np.r_[0.0, cum_f, cum_f[-1], (cum_f + recompute_f)[::-1], 0.0]
-        spare = np.maximum(arr[:, 3] - floor, 0.0)
-        arr[:, 3] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, spare)
-    if cost.kind == "resnet50" and remat == "full":
-        # Under one checkpoint per block the stem stays outside every checkpoint, and past the HBM a program may use
-        # XLA's rematerialization drops the stem convolution's output that the batch norm's backward reads,
-        # recomputing the convolution from the image batch in the stem's backward (libtpu's live ranges at the peak
-        # of v5e's ResNet-50 under `full`: at 906 images per chip, below the limit, the bf16[906,112,112,64] output
-        # is live; at 1,141, past it, it is not, the stem's normalised output and the blocks' checkpoints are, and
-        # the step's FLOPs grow by 2-3%). Podscope counts on that one tensor; the recomputation's FLOPs are not added.
-        spare = np.zeros(2 * n + 3)
-        spare[2 : 2 * n + 1] = resnet_stem_output_bytes(cost.ops, per_chip_batch, BYTES_PER_ELEMENT[precision], tensor,
-                                                        devices_per_chip)  # fmt: skip
-        arr[:, 3] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, spare)
+            arr[:, 4] -= np.clip(arr.sum(axis=1) - REMAT_TARGET_FRACTION * usable_bytes, 0.0, np.maximum(regather_b, 0.0))
     if grad_accumulator:
         # Gradient accumulation (MaxText's gradient_accumulation_steps): the accumulator, zeros shaped, typed and
         # sharded as the parameters, is the carry of the loop over microbatches from the first microbatch to the
         # update, and in each microbatch's backward that microbatch's own gradients live beside it until they are added
         arr[1:-1, 1] += params_b
+    # XLA's rematerialization (HloRematerialization, given the memory limit) recomputes activations of an unrolled
+    # program instead of keeping them while its count passes REMAT_TARGET_FRACTION of the HBM a program may use, as far
+    # as the program allows; what it cannot bring under the usable HBM is out of memory. The recomputation's FLOPs are
+    # not added to the step.
+    target_b = REMAT_TARGET_FRACTION * usable_bytes
+    if cost.kind == "resnet50" and remat == "none":
+        # ResNet-50 programs Podscope would put at 110% to 153% of the usable HBM compile at 91-94% of it, their FLOPs
+        # per image up 1-3% (the compiler grid's near-limit points; xla-check on v5e at 560-700 images per chip).
+        # Podscope counts on it down to what one checkpoint per block keeps; XLA's own floor is a little lower (on v5e
+        # it compiles 1,120 images per chip, 9% past that floor, at 23% more FLOPs per image, and refuses 1,131, 10%
+        # past it).
+        saved_f, recompute_f, _ = unit_activations(cost, model, per_chip_batch, precision, "full", tensor, units, context,
+                                                   devices_per_chip)  # fmt: skip
+        cum_f = np.cumsum(saved_f)
+        floor = np.r_[0.0, cum_f, cum_f[-1], (cum_f + recompute_f)[::-1], 0.0]
+        spare = np.maximum(arr[:, 3] - floor, 0.0)
+        arr[:, 3] -= np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
+    if cost.kind == "resnet50" and remat == "full":
+        # Under one checkpoint per block the stem stays outside every checkpoint, and XLA drops the stem convolution's
+        # output that the batch norm's backward reads, recomputing the convolution from the image batch in the stem's
+        # backward (libtpu's live ranges at the peak of v5e's ResNet-50 under `full`: at 906 images per chip, below the
+        # limit, the bf16[906,112,112,64] output is live; at 1,141, past it, it is not, the stem's normalised output
+        # and the blocks' checkpoints are, and the step's FLOPs grow by 2-3%). Podscope counts on that one tensor.
+        spare = np.zeros(2 * n + 3)
+        spare[2 : 2 * n + 1] = resnet_stem_output_bytes(cost.ops, per_chip_batch, BYTES_PER_ELEMENT[precision], tensor,
+                                                        devices_per_chip)  # fmt: skip
+        arr[:, 3] -= np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
     if cost.kind == "mlp" and remat == "none" and pipeline == 1:
-        # Past the HBM a program may use, XLA's rematerialization recomputes a hidden layer's input from the layer
-        # below it (one layer's forward matmul) instead of keeping it, one at a time. libtpu's live ranges at the
-        # peak of v5e's data-parallel narrow MLP (7 hidden layers of 1,024): all 7 hidden activations, the features
-        # and the logits at 726,272 samples per chip; at 889,088, two of the hidden activations (the 4th and 6th)
-        # are gone, and the step's FLOPs grow by a layer's forward per activation dropped (the compiler grid's
-        # points at 90%, 100% and 110% of the usable HBM drop one, two and three, at 3.7% each). Recomputing from
-        # the layer below keeps every other one: Podscope counts on dropping at most half of the hidden layers'
-        # inputs live at any point (the largest), and calls a program past that out of memory. The recomputation's
-        # FLOPs are not added.
+        # XLA recomputes a hidden layer's input from the layer below it (one layer's forward matmul) instead of keeping
+        # it, a whole activation at a time. libtpu's live ranges at the peak of v5e's data-parallel narrow MLP (7
+        # hidden layers of 1,024): all 7 hidden activations, the features and the logits at 726,272 samples per chip;
+        # at 889,088 the 4th and 6th are gone, each dropped costing a layer's forward (3.7% of the step's FLOPs).
+        # XLA counts before its buffer assignment writes an input gradient over the ReLU output it masks, so its count
+        # holds that gradient too: the compiler grid's points on v4, v5e and v6e, with and without accumulation,
+        # recompute exactly the activations that bring that count under the target (one at 90% of the usable HBM,
+        # two at 100%, three or four at 110%). Recomputing from the layer below keeps every other hidden input:
+        # Podscope drops at most half of those live at a point (the larger ones).
         hidden = saved[1:]
-        spare_f = np.zeros(2 * n + 3)
-        for m in range(2, len(hidden) + 1):  # m hidden inputs live: after unit m's forward, or before its backward
-            drop = float(np.sort(hidden[:m])[::-1][: m // 2].sum())
-            spare_f[m + 1] = max(spare_f[m + 1], drop)  # forward: units 0..m done
-            spare_f[2 * n + 1 - m] = max(spare_f[2 * n + 1 - m], drop)  # backward of unit m: hidden 1..m still live
-        spare_f[n + 1] = spare_f[n]  # the loss: every hidden input live
+        live = np.zeros(2 * n + 3, dtype=int)  # hidden inputs live at each point
+        for m in range(1, len(hidden) + 1):
+            live[m + 1] = m  # forward: units 0..m done
+            live[2 * n + 1 - m] = m  # the backward of unit m: hidden 1..m still live
+        live[n + 1] = len(hidden)  # the loss
         if windowed and not grad_accumulator:  # the weight gradients' loops after the input gradients: all stay live
-            spare_f[n + 2 : 2 * n + 2] = spare_f[n]
-        arr[:, 3] -= np.clip(arr.sum(axis=1) - usable_bytes, 0.0, np.minimum(spare_f, arr[:, 3]))
+            live[n + 2 : 2 * n + 2] = len(hidden)
+        view = arr.sum(axis=1)
+        view[n + 2 : 2 * n + 2] += in_place_b[::-1]
+        largest = [np.sort(hidden[:m])[::-1] for m in range(len(hidden) + 1)]
+        need = float(view.max() - target_b)
+        drops = 0
+        if need > 0:
+            dropped = np.cumsum(largest[len(hidden)][: len(hidden) // 2])
+            drops = min(int(np.searchsorted(dropped, need)) + 1, dropped.size)
+        if drops:
+            arr[:, 3] -= [float(largest[m][: min(drops, m // 2)].sum()) for m in live]
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
