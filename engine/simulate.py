@@ -158,6 +158,7 @@ def simulate(
             "hbm_source": "podscope",  # the built-in families' HBM is Podscope's model (engine/memory/hbm.py)
             "compute_source": "podscope",
             "hbm_peak_phase": mem.peak_phase,
+            "hbm_recomputed_bytes": mem.recomputed_bytes,
             "mesh": mesh.describe(),
             "parallelism_strategy": scenario.parallelism.strategy,
             **run_assumptions(scenario),

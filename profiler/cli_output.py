@@ -69,6 +69,9 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("peak_hbm_bytes") is not None:
         by = " (XLA's memory analysis)" if s.get("hbm_source") == "xla" else ""
         lines.append(f"  HBM peak      {fmt.gib(s['peak_hbm_bytes'], 2)} of {fmt.gib(s['hbm_capacity_bytes'], 2)} per chip{by}")
+        if s.get("hbm_source") != "xla" and (s.get("hbm_recomputed_bytes") or 0) > 0:
+            lines.append(f"                with XLA's rematerialization recomputing {fmt.gib(s['hbm_recomputed_bytes'], 2)} it would "
+                         "keep (its FLOPs not in the step time)")  # fmt: skip
     if s.get("hlo_compute_s") is not None:
         by = "XLA:TPU's cycle estimates" if s.get("compute_source") == "xla" else "Podscope's roofline"
         lines.append(f"  module        compute {fmt.duration(s['hlo_compute_s'])} per step ({by}); collectives "

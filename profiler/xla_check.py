@@ -151,6 +151,7 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
         "peak_hbm_bytes": est.peak_hbm_bytes,
         "breakdown_bytes": dict(c.mem.breakdown_bytes),
         "peak_phase": c.mem.peak_phase,
+        "recomputed_bytes": c.mem.recomputed_bytes,
         "usable_hbm_bytes": est.usable_hbm_bytes,
         "oom": est.oom,
         "hardware_flops_per_chip": c.hardware_flops_per_chip,
@@ -219,6 +220,9 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
     lines = [f"{name}: mesh {xla['mesh']} over {xla['devices']} devices ({per}), compiled in {xla['compile_s']:.1f} s"]
     terms = ", ".join(f"{k} {v / gib:.3f}" for k, v in p["breakdown_bytes"].items())
     lines.append(f"  Podscope  peak {p['peak_hbm_bytes'] / gib:8.3f} GiB per chip ({p['peak_phase']}): {terms}")
+    if p.get("recomputed_bytes"):
+        lines.append(f"            counting on XLA's rematerialization to recompute {p['recomputed_bytes'] / gib:.3f} GiB it would "
+                     "keep")  # fmt: skip
     if x["peak_hbm_bytes"] is not None:
         lines.append(
             f"  XLA       peak {x['peak_hbm_bytes'] / gib:8.3f} GiB per chip (its buffers live at once): arguments "

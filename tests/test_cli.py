@@ -65,3 +65,35 @@ def test_db_flag_overrides_environment(tmp_path):
     p = cli("run", scenario, "--db", str(tmp_path / "flag.duckdb"), db=tmp_path / "env.duckdb")
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "flag.duckdb").exists() and not (tmp_path / "env.duckdb").exists()
+
+
+def test_run_says_when_the_plan_counts_on_xlas_rematerialization(tmp_path):
+    """An MLP without remat whose every tensor would pass 95% of v5e's usable HBM: the run fits, and says that it counts
+    on XLA recomputing what it would keep, how much, and that those FLOPs are not in the step time."""
+    layers = ", ".join(["1024"] * 9 + ["1000"])
+    scenario = tmp_path / "mlp.toml"
+    scenario.write_text(f"""name = "mlp"
+[pod]
+chip = "tpu-v5e"
+topology = "2x2"
+[model]
+kind = "mlp"
+layer_sizes = [{layers}]
+[training]
+global_batch = {4 * 889_088}
+steps = 2
+remat = "none"
+[parallelism]
+data = 4
+""")
+    out = cli("run", str(scenario), "--json", db=tmp_path / "db.duckdb")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert not summary["oom"] and summary["hbm_recomputed_bytes"] == pytest.approx(3 * 1024 * 2 * 889_088)
+    text = cli("run", str(scenario), db=tmp_path / "db.duckdb")
+    assert text.returncode == 0, text.stderr
+    assert "with XLA's rematerialization recomputing 5.09 GiB it would keep (its FLOPs not in the step time)" in text.stdout
+    small = scenario.read_text().replace(str(4 * 889_088), "4096")
+    scenario.write_text(small)
+    quiet = cli("run", str(scenario), "--json", db=tmp_path / "db.duckdb")
+    assert json.loads(quiet.stdout)["hbm_recomputed_bytes"] == 0.0

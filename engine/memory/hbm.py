@@ -151,6 +151,7 @@ class MemoryPlan:
     usable_bytes: float
     model_state_bytes: float  # params + grads + optimizer once every gradient exists (whole step max)
     timeline: pa.Table  # TABLES["extra_memory_timeline"]
+    recomputed_bytes: float = 0.0  # at the peak: what XLA's rematerialization recomputes or gathers again instead of keeping
 
     @property
     def oom(self) -> bool:
@@ -349,6 +350,7 @@ def hbm_plan(
                                                 devices_per_chip)  # fmt: skip
     windowed = grads_sharded and fsdp * devices_per_chip >= WINDOWED_EINSUM_MIN_FSDP_DEVICES
     in_place_b = np.zeros(n)  # input gradients written over the activation they mask (below)
+    recomputed = np.zeros(2 * n + 3)  # per point: what XLA's rematerialization does not keep (below)
     if cost.kind == "mlp" and remat == "none" and fsdp * expert == 1:
         # Replicated weights, no remat: a layer's backward computes its weight gradient first, then its input
         # gradient, masked by the ReLU below it, in one fusion that reads that ReLU's output elementwise and writes
@@ -485,7 +487,9 @@ def hbm_plan(
         arr[-1, 1] = 0.0
         if kept:
             regather_b = np.r_[0.0, held_w_b, held_w_b[-1], held_w_b[::-1], 0.0] - weights_tmp
-            arr[:, 4] -= np.clip(arr.sum(axis=1) - REMAT_TARGET_FRACTION * usable_bytes, 0.0, np.maximum(regather_b, 0.0))
+            cut = np.clip(arr.sum(axis=1) - REMAT_TARGET_FRACTION * usable_bytes, 0.0, np.maximum(regather_b, 0.0))
+            arr[:, 4] -= cut
+            recomputed += cut
     if grad_accumulator:
         # Gradient accumulation (MaxText's gradient_accumulation_steps): the accumulator, zeros shaped, typed and
         # sharded as the parameters, is the carry of the loop over microbatches from the first microbatch to the
@@ -507,7 +511,9 @@ def hbm_plan(
         cum_f = np.cumsum(saved_f)
         floor = np.r_[0.0, cum_f, cum_f[-1], (cum_f + recompute_f)[::-1], 0.0]
         spare = np.maximum(arr[:, 3] - floor, 0.0)
-        arr[:, 3] -= np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
+        cut = np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
+        arr[:, 3] -= cut
+        recomputed += cut
     if cost.kind == "resnet50" and remat == "full":
         # Under one checkpoint per block the stem stays outside every checkpoint, and XLA drops the stem convolution's
         # output that the batch norm's backward reads, recomputing the convolution from the image batch in the stem's
@@ -517,7 +523,9 @@ def hbm_plan(
         spare = np.zeros(2 * n + 3)
         spare[2 : 2 * n + 1] = resnet_stem_output_bytes(cost.ops, per_chip_batch, BYTES_PER_ELEMENT[precision], tensor,
                                                         devices_per_chip)  # fmt: skip
-        arr[:, 3] -= np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
+        cut = np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
+        arr[:, 3] -= cut
+        recomputed += cut
     if cost.kind == "mlp" and remat == "none" and pipeline == 1:
         # XLA recomputes a hidden layer's input from the layer below it (one layer's forward matmul) instead of keeping
         # it, a whole activation at a time. libtpu's live ranges at the peak of v5e's data-parallel narrow MLP (7
@@ -545,7 +553,9 @@ def hbm_plan(
             dropped = np.cumsum(largest[len(hidden)][: len(hidden) // 2])
             drops = min(int(np.searchsorted(dropped, need)) + 1, dropped.size)
         if drops:
-            arr[:, 3] -= [float(largest[m][: min(drops, m // 2)].sum()) for m in live]
+            cut = np.array([float(largest[m][: min(drops, m // 2)].sum()) for m in live])
+            arr[:, 3] -= cut
+            recomputed += cut
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
@@ -565,5 +575,6 @@ def hbm_plan(
         usable_bytes=float(usable_bytes),
         model_state_bytes=params_b + opt_b + model_grads_b,
         timeline=table,
+        recomputed_bytes=float(recomputed[k]),
     )
 
