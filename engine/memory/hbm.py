@@ -537,23 +537,20 @@ def hbm_plan(
         # two at 100%, three or four at 110%). Recomputing from the layer below keeps every other hidden input:
         # Podscope drops at most half of those live at a point (the larger ones).
         hidden = saved[1:]
-        live = np.zeros(2 * n + 3, dtype=int)  # hidden inputs live at each point
-        for m in range(1, len(hidden) + 1):
-            live[m + 1] = m  # forward: units 0..m done
-            live[2 * n + 1 - m] = m  # the backward of unit m: hidden 1..m still live
-        live[n + 1] = len(hidden)  # the loss
-        if windowed and not grad_accumulator:  # the weight gradients' loops after the input gradients: all stay live
-            live[n + 2 : 2 * n + 2] = len(hidden)
         view = arr.sum(axis=1)
         view[n + 2 : 2 * n + 2] += in_place_b[::-1]
-        largest = [np.sort(hidden[:m])[::-1] for m in range(len(hidden) + 1)]
         need = float(view.max() - target_b)
-        drops = 0
-        if need > 0:
-            dropped = np.cumsum(largest[len(hidden)][: len(hidden) // 2])
+        dropped = np.cumsum(np.sort(hidden)[::-1][: len(hidden) // 2])
+        if need > 0 and dropped.size:
             drops = min(int(np.searchsorted(dropped, need)) + 1, dropped.size)
-        if drops:
-            cut = np.array([float(largest[m][: min(drops, m // 2)].sum()) for m in live])
+            live = np.zeros(2 * n + 3, dtype=int)  # hidden inputs live at each point
+            for m in range(1, len(hidden) + 1):
+                live[m + 1] = m  # forward: units 0..m done
+                live[2 * n + 1 - m] = m  # the backward of unit m: hidden 1..m still live
+            live[n + 1] = len(hidden)  # the loss
+            if windowed and not grad_accumulator:  # the weight gradients' loops after the input gradients: all stay live
+                live[n + 2 : 2 * n + 2] = len(hidden)
+            cut = np.array([float(np.sort(hidden[:m])[::-1][: min(drops, m // 2)].sum()) for m in live])
             arr[:, 3] -= cut
             recomputed += cut
     totals = arr.sum(axis=1)
