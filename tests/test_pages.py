@@ -379,3 +379,22 @@ def test_two_models_that_read_alike_are_two_series_told_apart():
     labels = series_labels(df, "strong").tolist()
     assert len(set(labels)) == 3
     assert labels[0] == "transformer 1.3B on tpu-v5p, batch 256, remat full"
+
+
+def test_memory_page_says_when_the_fit_counts_on_xlas_rematerialization(tmp_path, monkeypatch):
+    from engine import scenario_from_dict, simulate
+    from profiler import write_run
+    from profiler.store import Database
+
+    def run(per_chip_batch: int) -> int:
+        raw = {"name": f"mlp-{per_chip_batch}", "pod": {"chip": "tpu-v5e", "topology": "2x2"},
+               "model": {"kind": "mlp", "layer_sizes": [1024] * 9 + [1000]},
+               "training": {"global_batch": 4 * per_chip_batch, "steps": 2, "remat": "none"}, "parallelism": {"data": 4}}  # fmt: skip
+        return write_run(Database(path), simulate(scenario_from_dict(raw)), name=raw["name"])
+
+    path = tmp_path / "remat.duckdb"
+    past, small = run(889_088), run(4096)
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    infos = [i.value for i in _page("views/memory.py", past).info]
+    assert any("XLA's rematerialization recomputes 5.09 GiB at the peak" in i for i in infos), infos
+    assert not [i.value for i in _page("views/memory.py", small).info if "rematerialization" in i.value]

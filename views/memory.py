@@ -23,6 +23,11 @@ def _verdict(summary: dict) -> None:
     if not summary.get("oom"):
         if peak is not None and cap:
             st.success(f"Fits: the busiest chip uses {fmt.percent(peak / cap)} of its HBM capacity.")
+        recomputed = summary.get("hbm_recomputed_bytes") or 0.0
+        if recomputed > 0 and summary.get("hbm_source") != "xla":
+            st.info(f"It fits because XLA's rematerialization recomputes {_gib(recomputed)} at the peak that the program "
+                    "would otherwise keep (activations, or weights gathered again), as XLA does past 95% of the HBM a "
+                    "program may use. Those FLOPs are not in the step time.")  # fmt: skip
         return
     detail = summary.get("oom_detail")
     lines = ["**Out of memory**: this job does not fit in HBM."]
