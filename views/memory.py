@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from engine.memory.hbm import REMAT_TARGET_FRACTION
 from profiler import format as fmt
 from profiler import distributions, queries
 from views import common, figures, palette
@@ -26,8 +27,9 @@ def _verdict(summary: dict) -> None:
         recomputed = summary.get("hbm_recomputed_bytes") or 0.0
         if recomputed > 0 and summary.get("hbm_source") != "xla":
             st.info(f"It fits because XLA's rematerialization recomputes {_gib(recomputed)} at the peak that the program "
-                    "would otherwise keep (activations, or weights gathered again), as XLA does past 95% of the HBM a "
-                    "program may use. Those FLOPs are not in the step time.")  # fmt: skip
+                    f"would otherwise keep (activations, or weights gathered again), as XLA does past "
+                    f"{fmt.percent(REMAT_TARGET_FRACTION)} of the HBM a program may use. Those FLOPs are not in the step "
+                    "time.")  # fmt: skip
         return
     detail = summary.get("oom_detail")
     lines = ["**Out of memory**: this job does not fit in HBM."]

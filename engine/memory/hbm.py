@@ -350,7 +350,6 @@ def hbm_plan(
                                                 devices_per_chip)  # fmt: skip
     windowed = grads_sharded and fsdp * devices_per_chip >= WINDOWED_EINSUM_MIN_FSDP_DEVICES
     in_place_b = np.zeros(n)  # input gradients written over the activation they mask (below)
-    recomputed = np.zeros(2 * n + 3)  # per point: what XLA's rematerialization does not keep (below)
     if cost.kind == "mlp" and remat == "none" and fsdp * expert == 1:
         # Replicated weights, no remat: a layer's backward computes its weight gradient first, then its input
         # gradient, masked by the ReLU below it, in one fusion that reads that ReLU's output elementwise and writes
@@ -427,6 +426,19 @@ def hbm_plan(
     grads_after = np.cumsum(grads_unit[::-1])  # gradients held once each backward unit is done
     grads_done = float(grads_after[-1])
     arr = np.empty((2 * n + 3, 5))
+    # XLA's rematerialization (HloRematerialization, given the memory limit) recomputes what an unrolled program would
+    # keep while its count passes REMAT_TARGET_FRACTION of the HBM a program may use, as far as the program allows; what
+    # it cannot bring under the usable HBM is out of memory. The recomputation's FLOPs are not added to the step.
+    target_b = REMAT_TARGET_FRACTION * usable_bytes
+    recomputed_b = np.zeros(2 * n + 3)  # per point: what XLA's rematerialization does not keep
+
+    def recompute_past_target(column: int, spare_b: np.ndarray | None = None, cut_b: np.ndarray | None = None) -> None:
+        """Take off ``column`` what XLA recomputes: ``cut_b``, or as much of ``spare_b`` as brings a point to the target."""
+        if cut_b is None:
+            cut_b = np.clip(arr.sum(axis=1) - target_b, 0.0, spare_b)
+        arr[:, column] -= cut_b
+        recomputed_b[:] += cut_b
+
     arr[:, 0] = params_b
     arr[:, 2] = opt_b
     arr[0, [1, 3, 4]] = 0.0
@@ -487,19 +499,12 @@ def hbm_plan(
         arr[-1, 1] = 0.0
         if kept:
             regather_b = np.r_[0.0, held_w_b, held_w_b[-1], held_w_b[::-1], 0.0] - weights_tmp
-            cut = np.clip(arr.sum(axis=1) - REMAT_TARGET_FRACTION * usable_bytes, 0.0, np.maximum(regather_b, 0.0))
-            arr[:, 4] -= cut
-            recomputed += cut
+            recompute_past_target(4, np.maximum(regather_b, 0.0))
     if grad_accumulator:
         # Gradient accumulation (MaxText's gradient_accumulation_steps): the accumulator, zeros shaped, typed and
         # sharded as the parameters, is the carry of the loop over microbatches from the first microbatch to the
         # update, and in each microbatch's backward that microbatch's own gradients live beside it until they are added
         arr[1:-1, 1] += params_b
-    # XLA's rematerialization (HloRematerialization, given the memory limit) recomputes activations of an unrolled
-    # program instead of keeping them while its count passes REMAT_TARGET_FRACTION of the HBM a program may use, as far
-    # as the program allows; what it cannot bring under the usable HBM is out of memory. The recomputation's FLOPs are
-    # not added to the step.
-    target_b = REMAT_TARGET_FRACTION * usable_bytes
     if cost.kind == "resnet50" and remat == "none":
         # ResNet-50 programs Podscope would put at 110% to 153% of the usable HBM compile at 91-94% of it, their FLOPs
         # per image up 1-3% (the compiler grid's near-limit points; xla-check on v5e at 560-700 images per chip).
@@ -510,22 +515,17 @@ def hbm_plan(
                                                    devices_per_chip)  # fmt: skip
         cum_f = np.cumsum(saved_f)
         floor = np.r_[0.0, cum_f, cum_f[-1], (cum_f + recompute_f)[::-1], 0.0]
-        spare = np.maximum(arr[:, 3] - floor, 0.0)
-        cut = np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
-        arr[:, 3] -= cut
-        recomputed += cut
+        recompute_past_target(3, np.maximum(arr[:, 3] - floor, 0.0))
     if cost.kind == "resnet50" and remat == "full":
         # Under one checkpoint per block the stem stays outside every checkpoint, and XLA drops the stem convolution's
         # output that the batch norm's backward reads, recomputing the convolution from the image batch in the stem's
         # backward (libtpu's live ranges at the peak of v5e's ResNet-50 under `full`: at 906 images per chip, below the
         # limit, the bf16[906,112,112,64] output is live; at 1,141, past it, it is not, the stem's normalised output
         # and the blocks' checkpoints are, and the step's FLOPs grow by 2-3%). Podscope counts on that one tensor.
-        spare = np.zeros(2 * n + 3)
-        spare[2 : 2 * n + 1] = resnet_stem_output_bytes(cost.ops, per_chip_batch, BYTES_PER_ELEMENT[precision], tensor,
-                                                        devices_per_chip)  # fmt: skip
-        cut = np.clip(arr.sum(axis=1) - target_b, 0.0, spare)
-        arr[:, 3] -= cut
-        recomputed += cut
+        stem_b = np.zeros(2 * n + 3)
+        stem_b[2 : 2 * n + 1] = resnet_stem_output_bytes(cost.ops, per_chip_batch, BYTES_PER_ELEMENT[precision], tensor,
+                                                         devices_per_chip)  # fmt: skip
+        recompute_past_target(3, stem_b)
     if cost.kind == "mlp" and remat == "none" and pipeline == 1:
         # XLA recomputes a hidden layer's input from the layer below it (one layer's forward matmul) instead of keeping
         # it, a whole activation at a time. libtpu's live ranges at the peak of v5e's data-parallel narrow MLP (7
@@ -550,9 +550,7 @@ def hbm_plan(
             live[n + 1] = len(hidden)  # the loss
             if windowed and not grad_accumulator:  # the weight gradients' loops after the input gradients: all stay live
                 live[n + 2 : 2 * n + 2] = len(hidden)
-            cut = np.array([float(np.sort(hidden[:m])[::-1][: min(drops, m // 2)].sum()) for m in live])
-            arr[:, 3] -= cut
-            recomputed += cut
+            recompute_past_target(3, cut_b=np.array([float(np.sort(hidden[:m])[::-1][: min(drops, m // 2)].sum()) for m in live]))
     totals = arr.sum(axis=1)
     k = int(np.argmax(totals))
     npts, ncat = arr.shape
@@ -572,6 +570,6 @@ def hbm_plan(
         usable_bytes=float(usable_bytes),
         model_state_bytes=params_b + opt_b + model_grads_b,
         timeline=table,
-        recomputed_bytes=float(recomputed[k]),
+        recomputed_bytes=float(recomputed_b[k]),
     )
 
