@@ -62,7 +62,7 @@ def load_grid(path: str | Path | None = None) -> list[dict[str, Any]]:
         doc = json.loads(p.read_text())
         configs = doc["configurations"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ReferenceFileError(f"{p}: not a TPU compiler grid file ({e})") from None
+        raise ReferenceFileError(str(p), [("", f"not a TPU compiler grid file ({e})")]) from None
     return list(configs)
 
 

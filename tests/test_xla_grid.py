@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from engine.errors import ReferenceFileError
 from profiler import xla_grid
 from profiler.xla_check import compare, xla_peak_bytes
 from scripts.fixtures.make_xla_grid import WIDE_FSDP_SLICES
@@ -88,6 +89,17 @@ def test_per_chip_numbers_double_xlas_per_tensorcore_device():
     c = compare(pod, xla)
     assert xla_peak_bytes(mem) == 40 and c["xla"]["peak_hbm_bytes"] == 80
     assert c["hbm_diff_pct"] == pytest.approx(25.0) and c["flops_diff_pct"] == pytest.approx(50.0)
+
+
+def test_a_damaged_grid_file_is_named(tmp_path):
+    broken = tmp_path / "grid.json"
+    broken.write_text("{")
+    with pytest.raises(ReferenceFileError, match=r"grid\.json: not a TPU compiler grid file") as e:
+        xla_grid.load_grid(broken)
+    assert e.value.source == str(broken)
+    broken.write_text(json.dumps({"format": "podscope-xla-grid"}))
+    with pytest.raises(ReferenceFileError, match="configurations"):
+        xla_grid.load_grid(broken)
 
 
 def test_validate_json_carries_the_block(block):
