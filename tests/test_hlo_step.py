@@ -183,6 +183,15 @@ class TestSchedule:
         assert step.collective_s == pytest.approx(gather_s - fusion_s, abs=1e-9)
         assert step.collectives.column("exposed_ns").to_pylist() == [round((gather_s - fusion_s) * 1e9)]
 
+    def test_an_op_the_compiler_has_no_estimate_for_gets_the_roofline(self, pod_2x2x4):
+        """libtpu writes INT64_MAX cycles where its cost model has none (a TPU7x copy): no estimate, not 168 years."""
+        text = self._overlap_module(2**63 - 1)
+        (op,) = [o for o in describe_hlo(parse_hlo(text)).ops if o.name == "f"]
+        assert op.estimated_cycles is None
+        step = self._step(text, pod_2x2x4)
+        (f,) = [o for o in step.ops.to_pylist() if o["name"] == "f"]
+        assert f["xla_ns"] is None and step.compute_s == pytest.approx(f["podscope_ns"] / 1e9, abs=1e-9) and step.compute_s < 1e-3
+
     def test_podscope_roofline_when_asked(self, pod_2x2x4):
         step = self._step(self._overlap_module(10_000_000), pod_2x2x4, compute_source="podscope")
         assert step.compute_source == "podscope"

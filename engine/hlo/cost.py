@@ -95,9 +95,17 @@ _CYCLES = re.compile(r'"estimated_cycles"\s*:\s*"?(\d+)')
 _EMITTER = re.compile(r'"collective_algorithm_config"\s*:\s*\{[^{}]*?"emitter"\s*:\s*"([^"]*)"(?:\s*,\s*"strategy"\s*:\s*"([^"]*)")?')
 
 
+#: what libtpu writes as an op's ``estimated_cycles`` when its cost model has no estimate for it (INT64_MAX, beside
+#: ``"cost_model_type":"COST_MODEL_TYPE_INVALID"``: libtpu 0.0.42.1 on a layout-changing copy of a TPU7x module)
+_NO_ESTIMATE_CYCLES = 2**63 - 1
+
+
 def _estimated_cycles(ins: Instruction) -> float | None:
+    """The op's ``estimated_cycles``; None where it carries none, or the compiler's value for "no estimate"."""
     m = _CYCLES.search(ins.attrs.get("backend_config", ""))
-    return float(m.group(1)) if m else None
+    if m is None or int(m.group(1)) >= _NO_ESTIMATE_CYCLES:
+        return None
+    return float(m.group(1))
 
 
 def _algorithm(*instructions: Instruction) -> str:
