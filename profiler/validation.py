@@ -93,6 +93,7 @@ class Validation:
     reference: str
     calibration: str
     xla: dict[str, Any] = dataclasses.field(default_factory=dict)  # profiler.xla_grid.xla_block
+    xla_compute: dict[str, Any] | None = None  # profiler.xla_compute.compute_block
 
     def to_json(self) -> dict[str, Any]:
         """The ``validate --json`` object.
@@ -101,8 +102,10 @@ class Validation:
         leave_one_family_out_error_pct, held_out_range, held_out_in_range, ...}], ``summary`` (``end_to_end``,
         ``end_to_end_never_fitted``, ``checks``, ``all``, ``leave_one_generation_out``, ``leave_one_family_out``, ``step_time_range``,
         ``time_to_train``),
-        ``skipped``, and ``xla`` (Podscope's HBM peak, verdict and FLOPs against the TPU compiler's
-        over ``data/reference/xla_grid.json``: :func:`profiler.xla_grid.xla_block`).
+        ``skipped``, ``xla`` (Podscope's HBM peak, verdict and FLOPs against the TPU compiler's
+        over ``data/reference/xla_grid.json``: :func:`profiler.xla_grid.xla_block`) and ``xla_compute`` (Podscope's
+        compute per transformer layer against the compiler's estimate over ``data/reference/xla_compute.json``:
+        :func:`profiler.xla_compute.compute_block`; None without that file).
         """
         return {
             "reference": self.reference,
@@ -111,6 +114,7 @@ class Validation:
             "summary": self.summary,
             "skipped": [asdict(s) for s in self.skipped],
             "xla": self.xla,
+            "xla_compute": self.xla_compute,
         }
 
 
@@ -230,11 +234,12 @@ def run_validation(
     cal = load_calibration(cal_path)
     cases, skipped = expressible(*map_entries(load_reference(ref_path)))
     results = with_held_out(cases, [_result(c, predict(c, cal)) for c in cases], fit_record(ref_path, cal_path))
-    from .xla_grid import xla_block  # the grid is simulated only when a validation is asked for
+    from .xla_compute import compute_block  # the compiler's files are simulated only when a validation is asked for
+    from .xla_grid import xla_block
 
     return Validation(
         cases=results, skipped=skipped, summary=summary_of(results), reference=str(ref_path), calibration=str(cal_path),
-        xla=xla_block(xla_grid, cal),
+        xla=xla_block(xla_grid, cal), xla_compute=compute_block(None, cal),
     )
 
 
@@ -374,6 +379,13 @@ def format_report(v: Validation) -> str:
                 f"with memory-space assignment off ({x['hbm_only_default_median_abs_pct']:.1f}% / "
                 f"{x['hbm_only_default_p90_abs_pct']:.1f}% against XLA's default peak)"
             )
+    c = v.xla_compute
+    if c:
+        lines.append(
+            f"{'TPU compiler compute':<20} n={c['n']:<3} median |err| {c['median_abs_pct']:5.1f}%   p90 {c['p90_abs_pct']:5.1f}%   "
+            f"compute per transformer layer against the compiler's estimate, median {c['median_pct']:+.1f}% "
+            "(data/reference/xla_compute.json)"
+        )
     rng = v.summary["step_time_range"]
     if rng["n"]:
         lines.append(

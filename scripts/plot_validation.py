@@ -20,6 +20,7 @@ from engine.scenario.calibration import load_calibration
 from profiler.memory_checks import memory_block
 from profiler.reference import load_reference
 from profiler.validation import Validation, fit_record, results_frame, run_validation
+from profiler.xla_compute import compute_table
 from profiler.xla_grid import xla_table
 from scripts.docs_blocks import DOCS, write_block
 
@@ -106,6 +107,7 @@ def tables(v: Validation) -> dict[str, str]:
         "validation-time-to-train": "\n".join(ttt) + "\n",
         "validation-memory": memory_block(load_reference(v.reference)),
         "validation-xla": xla_table(v.xla),
+        "validation-xla-compute": compute_table(v.xla_compute),
     }
 
 

@@ -90,7 +90,7 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     _no_exceptions(at)
     labels = {m.label for m in at.metric}
     assert {"End-to-end cases", "Median |error|", "90th pct |error|"} <= labels
-    assert len(at.dataframe) == 3  # the per-step cases, the MLPerf times to train, the compiler grid's families
+    assert len(at.dataframe) == 4  # the per-step cases, the MLPerf times to train, the compiler grid's families, its layers
     n_all = len(at.dataframe[0].value)
     at.multiselect(key="val_chips").set_value(["tpu-v3"]).run()
     _no_exceptions(at)
@@ -116,3 +116,12 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     assert list(families["family"]) == [*block["families"], "any, gradient accumulation"]
     assert list(families["false_fits"]) == [g["false_fits"] for g in groups]
     assert list(families["n"]) == [g["n"] for g in groups]
+    # compute per layer against the compiler's estimate (validate --json's xla_compute block)
+    from profiler.xla_compute import compute_block
+
+    compute = compute_block()
+    assert any(h.value == "Compute against the TPU compiler" for h in at.subheader)
+    assert shown_metrics["Layer shapes"] == str(compute["n"])
+    assert shown_metrics["Median |difference|, compute per layer"] == f"{compute['median_abs_pct']:.1f}%"
+    layers = at.dataframe[3].value
+    assert len(layers) == compute["n"] and set(layers["chip"]) == set(compute["generations"])

@@ -8,10 +8,11 @@ held-out columns (a fit without the case's chip generation, or without its famil
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from profiler import validation, xla_grid
+from profiler import validation, xla_compute, xla_grid
 from views import figures
 
 
@@ -162,6 +163,37 @@ def _against_the_compiler() -> None:
     st.plotly_chart(figures.xla_hbm_scatter(frame), width="stretch")
 
 
+@st.cache_data(show_spinner="Setting Podscope's compute beside the TPU compiler's estimates...")
+def _xla_compute():
+    return xla_compute.layer_rows(xla_compute.load_layers())
+
+
+def _compute_against_the_compiler() -> None:
+    """Podscope's compute per transformer layer against libtpu's own estimate (``validate --json``'s ``xla_compute``)."""
+    rows = _xla_compute()
+    if not rows:
+        return
+    st.subheader("Compute against the TPU compiler")
+    diffs = np.array([r["diff_pct"] for r in rows])
+    cols = st.columns(3)
+    cols[0].metric("Layer shapes", f"{len(rows)}", help=", ".join(sorted({r["chip"] for r in rows})))
+    cols[1].metric("Median |difference|, compute per layer", _pct(float(np.median(np.abs(diffs)))),
+                   help=f"90th percentile {_pct(float(np.percentile(np.abs(diffs), 90)))}")
+    cols[2].metric("Median signed difference", f"{float(np.median(diffs)):+.1f}%", help="below zero Podscope's compute is shorter")
+    st.caption("Dense decoder layers compiled by libtpu at two depths (data/reference/xla_compute.json, "
+               "scripts/fixtures/make_xla_compute.py): one layer's forward and backward by the compiler's own cycle "
+               "estimate at the catalog clock, against the difference of Podscope's compute at the same depths. The "
+               "compiler's estimate is its cost model, not a measurement.")  # fmt: skip
+    table = pd.DataFrame(rows)[["chip", "layer", "remat", "xla_efficiency", "xla_s_per_layer", "podscope_s_per_layer", "diff_pct"]]
+    st.dataframe(table, hide_index=True, column_config={
+        "chip": st.column_config.TextColumn("Chip"), "layer": st.column_config.TextColumn("Layer"),
+        "remat": st.column_config.TextColumn("Remat"),
+        "xla_efficiency": st.column_config.NumberColumn("Compiler, fraction of peak", format="%.2f"),
+        "xla_s_per_layer": st.column_config.NumberColumn("Compiler (s)", format="%.4g"),
+        "podscope_s_per_layer": st.column_config.NumberColumn("Podscope (s)", format="%.4g"),
+        "diff_pct": st.column_config.NumberColumn("Podscope against the compiler", format="%+.1f%%")})  # fmt: skip
+
+
 def main() -> None:
     st.title("Validation")
     st.caption(
@@ -206,6 +238,7 @@ def main() -> None:
     st.dataframe(table, hide_index=True, width="stretch", column_config=config)
     _time_to_train(view)
     _against_the_compiler()
+    _compute_against_the_compiler()
 
 
 main()
