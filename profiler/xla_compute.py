@@ -6,7 +6,9 @@ layer's forward and backward, free of the embedding, the loss and the optimizer'
 (every loop trip) and the compiler's ``estimated_cycles`` per device, which the catalog clock turns into seconds
 (:func:`profiler.xla_check.estimated_cycles`: the ops on the core; collectives and copies between memory spaces
 are the interconnect's and the DMA engines'). :func:`layer_rows` sets the engine's compute of the same layer (the
-difference of its ``fwd_bwd_s`` at the two depths) beside it.
+difference of its ``fwd_bwd_s`` at the two depths) beside it. With the Pallas flash kernel, a custom call that
+carries no cycle estimate, both sides leave the kernel out: the engine's attention core (``attention_fwd_bwd_s``)
+is taken off its compute.
 
 The compiler's estimate is its cost model, not a measurement (docs/validation.md sets it beside the published jobs'
 layers). It is the check available on shapes and generations no published step time covers (v5e, v6e, TPU7x).
@@ -63,8 +65,9 @@ def layer_rows(records: list[dict[str, Any]], calibration: Calibration | None = 
     Returns
     -------
     list of dict
-        ``chip``, ``layer`` (the id without chip and depth), ``remat``, ``flops_per_layer`` and ``xla_s_per_layer``
-        (per device), ``xla_efficiency`` (the compiler's layer FLOPs per second over the device's peak bf16 FLOP/s),
+        ``chip``, ``layer`` (the id without chip and depth), ``remat``, ``attention``, ``flops_per_layer`` and ``xla_s_per_layer``
+        (per device; outside the flash kernel where the layer runs it), ``xla_efficiency`` (the compiler's layer FLOPs per
+        second over the device's peak bf16 FLOP/s),
         ``podscope_s_per_layer`` (per chip: a chip's devices run side by side) and ``diff_pct`` (Podscope against
         the compiler), ``libtpu_version``.
     """
@@ -84,9 +87,12 @@ def layer_rows(records: list[dict[str, Any]], calibration: Calibration | None = 
         per_device_peak = chip.peak_flops_per_s("bf16") / a["xla"]["devices_per_chip"]
         flops = (b["xla"]["flops_per_device"] - a["xla"]["flops_per_device"]) / (d1 - d0)
         xla_s = (b["xla"]["estimated_cycles_per_device"] - a["xla"]["estimated_cycles_per_device"]) / (d1 - d0) / chip.clock_hz
-        pod = [evaluate(scenario_from_dict(r["scenario"], source=r["id"]), calibration).costs.comp.fwd_bwd_s for r in (a, b)]
+        kernel = a["scenario"]["model"].get("attention") == "flash"  # its cycles are not in the module: leave it out
+        comps = [evaluate(scenario_from_dict(r["scenario"], source=r["id"]), calibration).costs.comp for r in (a, b)]
+        pod = [c.fwd_bwd_s - (c.attention_fwd_bwd_s if kernel else 0.0) for c in comps]
         pod_s = (pod[1] - pod[0]) / (d1 - d0)
         rows.append({"chip": chip.key, "layer": base.removeprefix(f"{chip.key}-"), "remat": a["scenario"]["training"]["remat"],
+                     "attention": a["scenario"]["model"].get("attention", "standard"),
                      "flops_per_layer": flops, "xla_s_per_layer": xla_s, "xla_efficiency": flops / xla_s / per_device_peak,
                      "podscope_s_per_layer": pod_s, "diff_pct": 100.0 * (pod_s / xla_s - 1.0),
                      "libtpu_version": a["xla"]["libtpu_version"]})  # fmt: skip

@@ -66,6 +66,17 @@ def test_a_layer_is_the_difference_between_the_two_depths():
     assert row["diff_pct"] == pytest.approx(100.0 * ((pod[1] - pod[0]) / seconds - 1.0))
 
 
+def test_with_the_flash_kernel_both_sides_leave_it_out():
+    """The kernel is a custom call without a cycle estimate: Podscope's side drops its attention core too."""
+    two, three = [c for c in configurations() if c["name"].startswith("tpu-v5e-d8192-fsdp2-tp4-minimal-flash-")]
+    assert two["model"]["attention"] == "flash"
+    (row,) = xla_compute.layer_rows([_record(two, 1.0e12, 3.0e8), _record(three, 1.5e12, 4.0e8)])
+    comps = [evaluate(scenario_from_dict(r, source="t")).costs.comp for r in (two, three)]
+    assert comps[1].attention_fwd_bwd_s > comps[0].attention_fwd_bwd_s > 0
+    without = [c.fwd_bwd_s - c.attention_fwd_bwd_s for c in comps]
+    assert row["attention"] == "flash" and row["podscope_s_per_layer"] == pytest.approx(without[1] - without[0])
+
+
 def test_a_shape_refused_or_compiled_at_one_depth_is_left_out():
     two, three = [c for c in configurations() if c["name"].startswith("tpu-v5e-d4096-fsdp4-full-")]
     assert xla_compute.layer_rows([_record(two, 1e12, 3e8)]) == []
