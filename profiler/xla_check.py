@@ -144,7 +144,8 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
     for the chip's devices as the catalog has them (the devices :func:`compile_numbers` compiles for)."""
     est = evaluate(scenario, calibration)
     c = est.costs
-    kernel_flops = c.attention_flops_per_chip if xla_reference.kernel_attention(scenario) else 0.0
+    kernel = xla_reference.kernel_attention(scenario)
+    kernel_flops = c.attention_flops_per_chip if kernel else 0.0
     tr = scenario.training
     all_reduce_b = c.comm.grad_shard_bytes if c.mesh["data"].size > 1 or scenario.pod.slices > 1 else 0.0
     return {
@@ -156,6 +157,9 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
         "oom": est.oom,
         "hardware_flops_per_chip": c.hardware_flops_per_chip,
         "kernel_flops_per_chip": kernel_flops,
+        # the step's compute (forward and backward) outside the Pallas kernels, whose cycles the module does not carry
+        "compute_s": c.comp.fwd_bwd_s - (c.comp.attention_fwd_bwd_s if kernel else 0.0),
+        "clock_hz": scenario.chip_spec().clock_hz,
         "gradient_reduce_dtype": gradient_wire_dtype(tr.precision, tr.weight_dtype, tr.gradient_reduce_dtype),
         # per chip per step: the data-parallel all-reduce and every pass's reduce-scatters
         "gradient_reduction_bytes": all_reduce_b + c.comm.grad_reduce_scatter_bytes * c.work,
@@ -169,7 +173,8 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     -------
     dict
         ``podscope`` and ``xla`` (``peak_hbm_bytes`` per chip, XLA's ``argument/output/alias/temp``
-        per chip, ``oom``, ``flops_per_chip``), ``hbm_diff_pct`` and ``flops_diff_pct`` (None where
+        per chip, ``oom``, ``flops_per_chip``, ``compute_s``: the step's compute outside Pallas kernels, XLA's by its
+        cycle estimates at the catalog clock), ``hbm_diff_pct``, ``flops_diff_pct`` and ``compute_diff_pct`` (None where
         XLA refused the program), ``verdicts_agree``.
     """
     k = xla["devices_per_chip"]
@@ -181,16 +186,21 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     else:
         xla_side["peak_hbm_bytes"] = None
     xla_side["flops_per_chip"] = None if xla["flops_per_device"] is None else xla["flops_per_device"] * k
+    cycles, clock = xla.get("estimated_cycles_per_device"), pod.get("clock_hz")
+    # a chip's devices run side by side: one device's estimate is the chip's time
+    xla_side["compute_s"] = cycles / clock if cycles and clock else None
     hbm_pct = None if xla_side["peak_hbm_bytes"] is None else 100.0 * (pod["peak_hbm_bytes"] / xla_side["peak_hbm_bytes"] - 1.0)
     flops = xla_side["flops_per_chip"]
     # the module counts no FLOPs inside a Pallas kernel (a custom call): compare the FLOPs outside them
     pod_flops = pod["hardware_flops_per_chip"] - pod.get("kernel_flops_per_chip", 0.0)
     flops_pct = None if not flops else 100.0 * (pod_flops / flops - 1.0)
+    compute_pct = None if not (xla_side["compute_s"] and pod.get("compute_s")) else 100.0 * (pod["compute_s"] / xla_side["compute_s"] - 1.0)
     return {
         "podscope": {**pod, "flops_per_chip": pod_flops},
         "xla": xla_side,
         "hbm_diff_pct": hbm_pct,
         "flops_diff_pct": flops_pct,
+        "compute_diff_pct": compute_pct,
         "verdicts_agree": bool(pod["oom"]) == xla_side["oom"],
     }
 
@@ -243,6 +253,11 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
         outside = " outside the Pallas attention kernels" if p.get("kernel_flops_per_chip") else ""
         lines.append(f"  FLOPs     Podscope {p['flops_per_chip']:.4g} per chip per step{outside}, XLA {x['flops_per_chip']:.4g} "
                      f"(every loop trip): {cmp['flops_diff_pct']:+.1f}%")  # fmt: skip
+    if cmp.get("compute_diff_pct") is not None:
+        outside = " outside the Pallas attention kernels" if p.get("kernel_flops_per_chip") else ""
+        lines.append(f"  compute   Podscope {p['compute_s']:.4g} s per chip per step{outside}, XLA's cycle estimates "
+                     f"{x['compute_s']:.4g} s at the catalog clock (its cost model, collectives aside): "
+                     f"{cmp['compute_diff_pct']:+.1f}%")  # fmt: skip
     by_op = xla.get("collective_bytes_by_dtype")
     if by_op and xla["mesh"].get("tensor", 1) == 1 and p["gradient_reduction_bytes"] > 0:
         lines.append(f"  gradients Podscope reduces {p['gradient_reduction_bytes'] / gib:.3f} GiB per chip per step in "

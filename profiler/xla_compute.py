@@ -6,9 +6,9 @@ layer's forward and backward, free of the embedding, the loss and the optimizer'
 (every loop trip) and the compiler's ``estimated_cycles`` per device, which the catalog clock turns into seconds
 (:func:`profiler.xla_check.estimated_cycles`: the ops on the core; collectives and copies between memory spaces
 are the interconnect's and the DMA engines'). :func:`layer_rows` sets the engine's compute of the same layer (the
-difference of its ``fwd_bwd_s`` at the two depths) beside it. With the Pallas flash kernel, a custom call that
-carries no cycle estimate, both sides leave the kernel out: the engine's attention core (``attention_fwd_bwd_s``)
-is taken off its compute.
+difference of its compute at the two depths, :func:`profiler.xla_check.podscope_numbers`' ``compute_s``) beside it.
+With the Pallas flash kernel, a custom call that carries no cycle estimate, both sides leave the kernel out: the
+engine's attention core is taken off its compute.
 
 The compiler's estimate is its cost model, not a measurement (docs/validation.md sets it beside the published jobs'
 layers). It is the check available on shapes and generations no published step time covers (v5e, v6e, TPU7x).
@@ -26,9 +26,10 @@ import numpy as np
 from engine import scenario_from_dict
 from engine.data_files import DATA_DIR
 from engine.errors import ReferenceFileError
-from engine.model.analytic import evaluate
 from engine.pod.catalog import load_catalog
 from engine.scenario.calibration import Calibration
+
+from .xla_check import podscope_numbers
 
 __all__ = ["DEFAULT_XLA_COMPUTE_PATH", "compute_block", "compute_table", "layer_rows", "load_layers"]
 
@@ -87,9 +88,8 @@ def layer_rows(records: list[dict[str, Any]], calibration: Calibration | None = 
         per_device_peak = chip.peak_flops_per_s("bf16") / a["xla"]["devices_per_chip"]
         flops = (b["xla"]["flops_per_device"] - a["xla"]["flops_per_device"]) / (d1 - d0)
         xla_s = (b["xla"]["estimated_cycles_per_device"] - a["xla"]["estimated_cycles_per_device"]) / (d1 - d0) / chip.clock_hz
-        kernel = a["scenario"]["model"].get("attention") == "flash"  # its cycles are not in the module: leave it out
-        comps = [evaluate(scenario_from_dict(r["scenario"], source=r["id"]), calibration).costs.comp for r in (a, b)]
-        pod = [c.fwd_bwd_s - (c.attention_fwd_bwd_s if kernel else 0.0) for c in comps]
+        # the compute outside the Pallas kernels, whose cycles the module does not carry
+        pod = [podscope_numbers(scenario_from_dict(r["scenario"], source=r["id"]), calibration)["compute_s"] for r in (a, b)]
         pod_s = (pod[1] - pod[0]) / (d1 - d0)
         rows.append({"chip": chip.key, "layer": base.removeprefix(f"{chip.key}-"), "remat": a["scenario"]["training"]["remat"],
                      "attention": a["scenario"]["model"].get("attention", "standard"),

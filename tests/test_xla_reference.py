@@ -310,6 +310,11 @@ def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
     text = xla_check.format_check("tiny", out, out["xla_compile"])
     assert "XLA       peak" in text and "temporaries" in text and "agree" in text
     assert "memory-space assignment" in text  # a program this small: what XLA keeps on chip weighs on its peak
+    # compute: the compiler's cycle estimates at v5e's 1.5 GHz against Podscope's forward and backward
+    cycles = out["xla_compile"]["estimated_cycles_per_device"]
+    assert x["compute_s"] == pytest.approx(cycles / 1.5e9) and pod["compute_s"] > 0
+    assert out["compute_diff_pct"] == pytest.approx(100 * (pod["compute_s"] / x["compute_s"] - 1))
+    assert f"XLA's cycle estimates {x['compute_s']:.4g} s" in text
 
 
 def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(live, tmp_path):
