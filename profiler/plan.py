@@ -90,8 +90,10 @@ def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
     Returns ``refusal`` (why the scenario has no JAX program, or why libtpu would not compile it; None when compiled)
     and, when compiled, XLA's ``peak_hbm_bytes`` per chip (None when it ran out of HBM), ``oom``, ``oom_message``,
     ``required_bytes`` per chip (what its out-of-memory message asks for), Podscope's ``podscope_peak_hbm_bytes`` for
-    the same devices and ``hbm_diff_pct`` against XLA, ``usable_hbm_bytes``, ``verdicts_agree``, ``compile_s``,
-    ``jax_version``, ``libtpu_version``, and ``record`` (:func:`profiler.xla_check.compile_numbers`'s record, not JSON).
+    the same devices and ``hbm_diff_pct`` against XLA, ``usable_hbm_bytes``, ``verdicts_agree``, the step's compute
+    outside Pallas kernels by XLA's cycle estimates (``compute_s``, its cost model; None when it ran out of HBM) and by
+    Podscope (``podscope_compute_s``) with ``compute_diff_pct``, ``compile_s``, ``jax_version``, ``libtpu_version``, and
+    ``record`` (:func:`profiler.xla_check.compile_numbers`'s record, not JSON).
     """
     row: dict[str, Any] = {"refusal": xla_reference.refusal(scenario)}
     if row["refusal"] is not None:
@@ -112,6 +114,9 @@ def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
         "usable_hbm_bytes": cmp["podscope"]["usable_hbm_bytes"],
         "hbm_diff_pct": cmp["hbm_diff_pct"],
         "verdicts_agree": cmp["verdicts_agree"],
+        "compute_s": cmp["xla"]["compute_s"],
+        "podscope_compute_s": cmp["podscope"]["compute_s"],
+        "compute_diff_pct": cmp["compute_diff_pct"],
         "compile_s": record["compile_s"],
         "jax_version": record["jax_version"],
         "libtpu_version": record["libtpu_version"],

@@ -152,6 +152,9 @@ def _xla_text(out: dict[str, Any]) -> str:
             lines.append(f"  #{b['rank']} out of HBM for XLA where Podscope says it fits: {x['oom_message']}")
         elif not x["verdicts_agree"]:
             lines.append(f"  #{b['rank']} fits for XLA where Podscope says it does not")
+        if x.get("compute_diff_pct") is not None:
+            lines.append(f"  #{b['rank']} compute per step {_seconds(x['podscope_compute_s'])}, XLA's cycle estimates "
+                         f"{_seconds(x['compute_s'])} ({x['compute_diff_pct']:+.0f}%; its cost model, collectives aside)")  # fmt: skip
     best_fit = s["best_rank_xla_fits"]
     if best_fit is None and s["fit"] == 0 and s["checked"] > s["not_compiled"]:
         lines.append("  none of them fits for XLA: widen the search (more chips, remat) or raise --top")

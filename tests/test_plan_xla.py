@@ -92,6 +92,9 @@ def test_the_best_candidates_carry_xlas_peak_beside_podscopes_and_the_db_runs_ta
         assert not x["oom"] and x["verdicts_agree"] and x["peak_hbm_bytes"] > 0 and x["compile_s"] > 0
         assert x["hbm_diff_pct"] == pytest.approx(100 * (x["podscope_peak_hbm_bytes"] / x["peak_hbm_bytes"] - 1))
         assert x["podscope_peak_hbm_bytes"] == pytest.approx(b["peak_hbm_bytes"], rel=1e-9)  # one device per v5e chip
+        # the step's compute: XLA's cycle estimates at the catalog clock beside Podscope's forward and backward
+        assert x["compute_s"] > 0 and 0 < x["podscope_compute_s"] < b["step_time_s"]
+        assert x["compute_diff_pct"] == pytest.approx(100 * (x["podscope_compute_s"] / x["compute_s"] - 1))
     s = data["xla"]
     assert (s["checked"], s["fit"], s["out_of_memory"], s["not_compiled"]) == (4, len(compiled), 0, 4 - len(compiled))
     assert s["best_rank_xla_fits"] == min(b["rank"] for b in data["best"] if b["xla"]["refusal"] is None)
@@ -111,6 +114,7 @@ def test_a_best_candidate_xla_refuses_is_called_out(live, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "HBM (XLA)" in out.stdout and "OOM: needs 3" in out.stdout
     assert "out of HBM for XLA where Podscope says it fits" in out.stdout and "none of them fits for XLA" in out.stdout
+    assert "XLA's cycle estimates" not in out.stdout  # a program XLA refuses has no cycle estimates
     data = json.loads(_cli("plan", str(path), "--xla", "--json", "--quiet").stdout)
     (best,) = data["best"]
     assert best["peak_hbm_bytes"] < 31 * 2**30  # Podscope: fits in v6e's usable HBM
@@ -133,3 +137,16 @@ def test_without_the_tpu_compiler_nothing_is_searched(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err
     assert "libtpu not installed" in err and "requirements-tpu.txt" in err
     assert not (tmp_path / "plan.duckdb").exists()
+
+
+def test_the_text_sets_each_compiled_candidates_compute_beside_xlas_estimate():
+    from profiler.plan_cli import _xla_text
+
+    fits = {"refusal": None, "oom": False, "verdicts_agree": True, "compute_s": 0.5, "podscope_compute_s": 0.4, "compute_diff_pct": -20.0}
+    refused = {"refusal": "no JAX program for a context axis", "oom": False, "verdicts_agree": True, "compute_diff_pct": None}
+    out = {"xla": {"jax_version": "0.10.2", "libtpu_version": "0.0.42.1", "checked": 2, "fit": 1, "out_of_memory": 0, "not_compiled": 1,
+                   "best_rank_xla_fits": 1},
+           "best": [{"rank": 1, "xla": fits}, {"rank": 2, "xla": refused}]}  # fmt: skip
+    text = _xla_text(out)
+    assert "#1 compute per step 400.0 ms, XLA's cycle estimates 500.0 ms (-20%" in text
+    assert "#2 not compiled" in text and "#2 compute" not in text
