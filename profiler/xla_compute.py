@@ -31,7 +31,7 @@ from engine.scenario.calibration import Calibration
 
 from .xla_check import podscope_numbers
 
-__all__ = ["DEFAULT_XLA_COMPUTE_PATH", "compute_block", "compute_table", "layer_rows", "load_layers"]
+__all__ = ["DEFAULT_XLA_COMPUTE_PATH", "block_of", "compute_block", "compute_table", "layer_rows", "load_layers"]
 
 DEFAULT_XLA_COMPUTE_PATH = DATA_DIR / "reference" / "xla_compute.json"
 
@@ -100,7 +100,13 @@ def layer_rows(records: list[dict[str, Any]], calibration: Calibration | None = 
 
 
 def compute_block(path: str | Path | None = None, calibration: Calibration | None = None) -> dict[str, Any] | None:
-    """The ``xla_compute`` block of ``validate --json``; None without the file.
+    """The ``xla_compute`` block of ``validate --json`` (:func:`block_of` the file's :func:`layer_rows`); None without
+    the file."""
+    return block_of(layer_rows(load_layers(path), calibration))
+
+
+def block_of(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``xla_compute`` block of ``validate --json`` from :func:`layer_rows`; None without rows.
 
     Returns
     -------
@@ -110,7 +116,6 @@ def compute_block(path: str | Path | None = None, calibration: Calibration | Non
         ``generations``: per chip ``n``, ``median_pct``, ``min_pct``, ``max_pct`` and ``xla_efficiency_median`` (the
         fraction of peak the compiler expects of its layers).
     """
-    rows = layer_rows(load_layers(path), calibration)
     if not rows:
         return None
     diffs = np.array([r["diff_pct"] for r in rows])

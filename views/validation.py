@@ -8,7 +8,6 @@ held-out columns (a fit without the case's chip generation, or without its famil
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -165,21 +164,21 @@ def _against_the_compiler() -> None:
 
 @st.cache_data(show_spinner="Setting Podscope's compute beside the TPU compiler's estimates...")
 def _xla_compute():
-    return xla_compute.layer_rows(xla_compute.load_layers())
+    rows = xla_compute.layer_rows(xla_compute.load_layers())  # one evaluation serves the metrics and the table
+    return xla_compute.block_of(rows), rows
 
 
 def _compute_against_the_compiler() -> None:
     """Podscope's compute per transformer layer against libtpu's own estimate (``validate --json``'s ``xla_compute``)."""
-    rows = _xla_compute()
-    if not rows:
+    block, rows = _xla_compute()
+    if block is None:
         return
     st.subheader("Compute against the TPU compiler")
-    diffs = np.array([r["diff_pct"] for r in rows])
     cols = st.columns(3)
-    cols[0].metric("Layer shapes", f"{len(rows)}", help=", ".join(sorted({r["chip"] for r in rows})))
-    cols[1].metric("Median |difference|, compute per layer", _pct(float(np.median(np.abs(diffs)))),
-                   help=f"90th percentile {_pct(float(np.percentile(np.abs(diffs), 90)))}")
-    cols[2].metric("Median signed difference", f"{float(np.median(diffs)):+.1f}%", help="below zero Podscope's compute is shorter")
+    cols[0].metric("Layer shapes", f"{block['n']}", help=", ".join(block["generations"]))
+    cols[1].metric("Median |difference|, compute per layer", _pct(block["median_abs_pct"]),
+                   help=f"90th percentile {_pct(block['p90_abs_pct'])}")
+    cols[2].metric("Median signed difference", f"{block['median_pct']:+.1f}%", help="below zero Podscope's compute is shorter")
     st.caption("Dense decoder layers compiled by libtpu at two depths (data/reference/xla_compute.json, "
                "scripts/fixtures/make_xla_compute.py): one layer's forward and backward by the compiler's own cycle "
                "estimate at the catalog clock, against the difference of Podscope's compute at the same depths (with the "
