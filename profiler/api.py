@@ -90,7 +90,7 @@ def run_file(
         why = xla_reference.refusal(scenario)
         if why:
             raise InputError(f"{path}: --xla: {why}")
-        memory = xla_check.xla_memory(xla_check.compile_numbers(scenario))
+        memory = xla_check.xla_memory(xla_check.compile_numbers(scenario, live_range=False))
     try:
         run_id, _ = simulate_and_write(db, scenario, name=name, xla_memory=memory)
     except SimulationError as e:

@@ -13,6 +13,7 @@ this module, and everything that imports it, loads without JAX.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import importlib
 import importlib.metadata
@@ -30,8 +31,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from engine.errors import InputError, TpuCompileError
-from engine.hlo.bundle_format import FORMAT, FORMAT_VERSION, MEMORY_KEYS, MODULE_SUFFIX, SIDE_SUFFIX, TOP_KEYS
+from engine.errors import HloError, InputError, TpuCompileError
+from engine.hlo.live_range import LivePeak, read_live_peak
+from engine.hlo.bundle_format import FORMAT, FORMAT_VERSION, LIVE_PEAK_SUFFIX, MEMORY_KEYS, MODULE_SUFFIX, SIDE_SUFFIX, TOP_KEYS
 
 __all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "require_tpu_compiler", "tpu_compiler_missing", "tpu_target"]
 
@@ -272,6 +274,10 @@ class CaptureResult:
         ``cost_analysis()`` as XLA returns it.
     compile_s : float
         Seconds to lower and compile.
+    live_peak_path : Path or None
+        ``NAME.live-peak.json``, where the capture asked for it and XLA's dumps could be read.
+    live_peak_error : str or None
+        Why they could not, where the capture asked for it.
     """
 
     sidecar_path: Path
@@ -280,6 +286,8 @@ class CaptureResult:
     memory: dict[str, int] | None
     cost: dict[str, float] | None
     compile_s: float
+    live_peak_path: Path | None = None
+    live_peak_error: str | None = None
 
 
 def capture(
@@ -290,6 +298,7 @@ def capture(
     out_dir: str | os.PathLike[str],
     progress: bool = True,
     describes: Mapping[str, Any] | None = None,
+    live_range: bool = False,
     **kwargs: Any,
 ) -> CaptureResult:
     """Lower and compile ``fn(*args, **kwargs)`` for ``target`` and write its module bundle.
@@ -311,6 +320,10 @@ def capture(
         Show a spinner with the elapsed seconds on stderr while XLA compiles.
     describes : mapping, optional
         What the program is (model dims, mesh, dtype, ...), stored as the sidecar's ``describes``.
+    live_range : bool
+        Also write what the compiler holds live at the module's peak, ``NAME.live-peak.json``
+        (:func:`engine.hlo.live_range.read_live_peak` of the live-range, buffer-assignment and module dumps
+        XLA writes with ``xla_dump_to``, for this compile only; also when it runs out of HBM).
     **kwargs
         Keyword arguments of ``fn``.
 
@@ -331,7 +344,8 @@ def capture(
     Both files are written to a temporary name and renamed into place, the module first: a
     capture that is killed leaves the previous bundle or none, never half of one. When XLA
     runs out of HBM only the sidecar is written (``module``, ``memory`` and ``cost`` null,
-    ``oom`` set) and an older module of the same name is removed.
+    ``oom`` set), with the live-range analysis where asked for, and an older module of the same
+    name is removed.
     """
     if not isinstance(name, str) or not _BUNDLE_NAME.match(name):
         raise InputError(f"bundle name {name!r}: valid names are 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit")
@@ -344,13 +358,16 @@ def capture(
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
 
     start = time.perf_counter()
-    compiled, failure = None, None
-    with _progress(progress, f"compiling {name} for {tgt.topology}{f' x {tgt.slices}' if tgt.slices > 1 else ''}"):
+    compiled, failure, live, live_error = None, None, None, None
+    with _progress(progress, f"compiling {name} for {tgt.topology}{f' x {tgt.slices}' if tgt.slices > 1 else ''}"), \
+            (tempfile.TemporaryDirectory(prefix="podscope-xla-dump-") if live_range else contextlib.nullcontext()) as dump:  # fmt: skip
         lowered = jitted.lower(*args, **kwargs)  # an error while tracing is the step's own: raised as it is
         try:
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options={"xla_dump_to": dump}) if live_range else lowered.compile()
         except Exception as e:  # XLA raises JaxRuntimeError (or ValueError / XlaRuntimeError): judged by message
             failure = e
+        if live_range:
+            live, live_error = _live_peak(Path(dump), name)
     compile_s = time.perf_counter() - start
 
     oom = None
@@ -366,9 +383,14 @@ def capture(
     out.mkdir(parents=True, exist_ok=True)
     module_path = out / f"{name}{MODULE_SUFFIX}"
     sidecar_path = out / f"{name}{SIDE_SUFFIX}"
+    live_path = out / f"{name}{LIVE_PEAK_SUFFIX}"
     if compiled is not None:
         # mtime=0: the same program gives the same bytes
         _write_atomic(module_path, gzip.compress(compiled.as_text().encode(), mtime=0))
+    if live is not None:
+        _write_atomic(live_path, (json.dumps(live.to_json(), indent=1) + "\n").encode())
+    else:
+        live_path.unlink(missing_ok=True)  # an older capture's peak is not this program's
     side = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -399,6 +421,8 @@ def capture(
     return CaptureResult(
         sidecar_path=sidecar_path,
         module_path=module_path if compiled is not None else None,
+        live_peak_path=live_path if live is not None else None,
+        live_peak_error=live_error,
         oom=oom is not None,
         memory=memory,
         cost=cost,
@@ -463,6 +487,24 @@ def _cost(cost: Any) -> dict[str, float]:
     if isinstance(cost, (list, tuple)):  # older JAX returned one dict per module
         cost = cost[0] if cost else {}
     return {str(k): float(v) for k, v in sorted((cost or {}).items())}
+
+
+#: the dumps :func:`engine.hlo.live_range.read_live_peak` reads, by their names' endings in an ``xla_dump_to`` folder
+_PEAK_DUMPS = ("after_optimizations-live-range.txt", "after_optimizations-buffer-assignment.txt", "after_optimizations.txt")
+
+
+def _live_peak(folder: Path, name: str) -> tuple[LivePeak | None, str | None]:
+    """What is live at the peak of the one module XLA compiled with its dumps in ``folder``, or why it cannot be read."""
+    texts = []
+    for ending in _PEAK_DUMPS:
+        found = sorted(folder.glob(f"*.{ending}"))
+        if len(found) != 1:
+            return None, f"XLA wrote {len(found)} *.{ending} dumps for {name}, not one"
+        texts.append(found[0].read_text())
+    try:
+        return read_live_peak(*texts, source=f"XLA's dumps of {name}"), None
+    except HloError as e:
+        return None, str(e)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

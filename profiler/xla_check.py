@@ -24,6 +24,7 @@ from engine.hlo.bundle import XlaHbm, XlaMemory, XlaOom
 from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
 from engine.hlo import HloModuleCost, describe_hlo, parse_hlo, read_hlo_text
+from engine.hlo.live_range import SOURCES, LivePeak, PeakBuffer, peak_sources
 from engine.scenario import Scenario
 from engine.units import gradient_wire_dtype
 
@@ -43,7 +44,24 @@ def xla_peak_bytes(memory: dict[str, int]) -> int:
     return int(_memory(memory).peak_live_bytes)
 
 
-def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> dict[str, Any]:
+#: the largest buffers live at XLA's peak a record keeps
+LARGEST_AT_PEAK = 8
+
+
+def live_peak_record(peak: LivePeak) -> dict[str, Any]:
+    """What XLA holds live in HBM at its peak, per device: :func:`engine.hlo.live_range.peak_sources`' bytes by
+    source, ``on_chip_bytes`` (live in the other memory spaces), and ``largest``: the :data:`LARGEST_AT_PEAK` largest
+    HBM buffers (``name``: an argument's path joined by ``" > "``, else the JAX op that made it, else XLA's value;
+    ``bytes``)."""
+
+    def name(b: PeakBuffer) -> str:
+        return " > ".join(b.argument) if b.argument else (b.op_name or b.value)
+
+    return {**peak_sources(peak), "on_chip_bytes": peak.live_bytes(None) - peak.live_bytes(0),
+            "largest": [{"name": name(b), "bytes": b.bytes} for b in peak.largest(LARGEST_AT_PEAK)]}  # fmt: skip
+
+
+def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_range: bool = True) -> dict[str, Any]:
     """Compile the scenario's program for its target and return XLA's numbers.
 
     Parameters
@@ -52,6 +70,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         A transformer scenario :func:`profiler.xla_reference.refusal` accepts.
     out_dir : path, optional
         Where the bundle goes (default: a temporary folder, removed afterwards).
+    live_range : bool
+        Also read what XLA holds live at its peak (its live-range analysis, dumped for this compile).
 
     Returns
     -------
@@ -61,7 +81,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
         ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM),
-        ``collective_bytes_by_dtype`` (:func:`collective_bytes_by_dtype`; None when out of HBM).
+        ``collective_bytes_by_dtype`` (:func:`collective_bytes_by_dtype`; None when out of HBM), ``live_peak``
+        (:func:`live_peak_record`, also when out of HBM; None when not asked for or not written).
 
     Raises
     ------
@@ -74,8 +95,12 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
     with tempfile.TemporaryDirectory(prefix="podscope-xla-") as tmp:
         folder = Path(out_dir) if out_dir is not None else Path(tmp)
         result = capture(program.fn, *program.args, target=program.target, name="xla_check", out_dir=folder,
-                         progress=False, describes=program.describes)  # fmt: skip
+                         progress=False, describes=program.describes, live_range=live_range)  # fmt: skip
         side = json.loads(result.sidecar_path.read_text())
+        live = None
+        if result.live_peak_path is not None:
+            path = result.live_peak_path
+            live = live_peak_record(LivePeak.from_json(json.loads(path.read_text()), str(path)))
         text = read_hlo_text(result.module_path) if result.module_path is not None else None
         module = describe_hlo(parse_hlo(text, str(result.module_path))) if text is not None else None
         loops = windowed_einsum_loops(text) if text is not None else None
@@ -89,11 +114,12 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None) -> di
         "devices": side["devices"],
         "devices_per_chip": program.devices_per_chip,
         "mesh": program.mesh_axes,
-        "notes": program.notes,
+        "notes": program.notes + ([f"what XLA holds live at its peak is not shown: {result.live_peak_error}"] if result.live_peak_error else []),
         "jax_version": side["jax_version"],
         "libtpu_version": side["libtpu_version"],
         "compile_s": side["compile_s"],
         "windowed_einsum_loops": loops,
+        "live_peak": live,
     }
 
 
@@ -174,7 +200,7 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     dict
         ``podscope`` and ``xla`` (``peak_hbm_bytes`` per chip, XLA's ``argument/output/alias/temp``
         per chip, ``oom``, ``flops_per_chip``, ``compute_s``: the step's compute outside Pallas kernels, XLA's by its
-        cycle estimates at the catalog clock), ``hbm_diff_pct``, ``flops_diff_pct`` and ``compute_diff_pct`` (None where
+        cycle estimates at the catalog clock; XLA's ``live_peak``, :func:`live_peak_record` per chip, or None), ``hbm_diff_pct``, ``flops_diff_pct`` and ``compute_diff_pct`` (None where
         XLA refused the program), ``verdicts_agree``.
     """
     k = xla["devices_per_chip"]
@@ -186,6 +212,8 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     else:
         xla_side["peak_hbm_bytes"] = None
     xla_side["flops_per_chip"] = None if xla["flops_per_device"] is None else xla["flops_per_device"] * k
+    live = xla.get("live_peak")
+    xla_side["live_peak"] = None if live is None else _per_chip(live, k)
     cycles, clock = xla.get("estimated_cycles_per_device"), pod.get("clock_hz")
     # a chip's devices run side by side: one device's estimate is the chip's time
     xla_side["compute_s"] = cycles / clock if cycles and clock else None
@@ -205,6 +233,16 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _per_chip(live: dict[str, Any], k: int) -> dict[str, Any]:
+    """A :func:`live_peak_record` per device, its bytes by source times the chip's ``k`` devices (``largest`` stays
+    per device)."""
+    return {
+        **{key: live[key] * k for key in ("live_bytes", "on_chip_bytes", *SOURCES)},
+        "by_argument": {name: b * k for name, b in live["by_argument"].items()},
+        "largest": live["largest"],  # buffers: each of a chip's devices holds its own
+    }
+
+
 #: below this peak per chip, what XLA's memory-space assignment keeps in on-chip memory (or prefetches beside its HBM
 #: buffer) moves the HBM peak by tens of percent either way, chip by chip, and Podscope does not model it: the
 #: compiler grid's programs compiled again with it off (docs/validation.md)
@@ -220,6 +258,43 @@ def _by_dtype_text(by_op: dict[str, dict[str, float]], ops: tuple[str, ...]) -> 
         shares = ", ".join(f"{k} {v / total:.0%}" for k, v in sorted(by.items(), key=lambda kv: -kv[1])) if total else ""
         parts.append(f"{op} {total / 2**30:.3f} GiB" + (f" ({shares})" if shares else ""))
     return "; ".join(parts)
+
+
+#: how the xla-check text names :data:`engine.hlo.live_range.SOURCES`
+_SOURCE_WORDS = {"outputs": "outputs", "forward": "forward pass", "backward": "backward pass", "recomputed": "recomputed by the backward", "update": "update",
+                 "copies": "copies", "collectives": "collective outputs", "loop_state": "loop state", "compiler_other": "other"}  # fmt: skip
+
+
+def _op_name(name: str, parts: int = 2) -> str:
+    """A JAX op's name stack cut to its first and last ``parts`` components: ``jit(step)/transpose(jvp())/.../dot_general``."""
+    steps = name.split("/")
+    return name if len(steps) <= 2 * parts else "/".join(steps[:parts] + ["..."] + steps[-parts:])
+
+
+def _live_lines(live: dict[str, Any], devices_per_chip: int) -> list[str]:
+    """The xla-check lines of what XLA holds live at its peak."""
+    gib = 2**30
+
+    def shown(v: float) -> bool:  # what rounds to 0.000 GiB is left out
+        return v >= gib / 2000
+
+    args = ", ".join(f"{k} {v / gib:.3f}" for k, v in sorted(live["by_argument"].items(), key=lambda kv: -kv[1]) if shown(v))
+    program = [f"arguments {live['arguments'] / gib:.3f}" + (f" ({args})" if args else "")]
+    program += [f"{_SOURCE_WORDS[k]} {live[k] / gib:.3f}" for k in ("outputs", "forward", "backward", "recomputed", "update")
+                if shown(live[k])]  # fmt: skip
+    compiler = [f"{_SOURCE_WORDS[k]} {live[k] / gib:.3f}" for k in ("copies", "collectives", "loop_state", "compiler_other")
+                if shown(live[k])]  # fmt: skip
+    chip = f" (and {live['on_chip_bytes'] / gib:.3f} on chip)" if shown(live["on_chip_bytes"]) else ""
+    lines = [f"  at XLA's peak {live['live_bytes'] / gib:.3f} GiB per chip live in HBM{chip} (its live ranges and buffer assignment), "
+             f"by what made it: {', '.join(program)}" + (f"; the compiler's own: {', '.join(compiler)}" if compiler else "")]  # fmt: skip
+    per = " per device" if devices_per_chip > 1 else ""
+
+    def named(b: dict[str, Any]) -> str:
+        recomputed = " (recomputed)" if "rematted_computation" in b["name"] else ""
+        return f"{b['bytes'] / gib:.3f} GiB{per} {_op_name(b['name'])}{recomputed}"
+
+    lines.append(f"  largest   {'; '.join(named(b) for b in live['largest'][:3])}")
+    return lines
 
 
 def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
@@ -246,6 +321,8 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
                          "Podscope counts the program with every buffer in HBM")  # fmt: skip
     else:
         lines.append(f"  XLA       OUT OF MEMORY: {(x['oom_message'] or '').splitlines()[0][:300]}")
+    if x.get("live_peak"):
+        lines += _live_lines(x["live_peak"], xla["devices_per_chip"])
     usable = p["usable_hbm_bytes"] / gib
     lines.append(f"  verdict   Podscope {'OUT OF MEMORY' if p['oom'] else 'fits'} ({usable:.2f} GiB usable), "
                  f"XLA {'OUT OF MEMORY' if x['oom'] else 'fits'}: {'agree' if cmp['verdicts_agree'] else 'DISAGREE'}")  # fmt: skip

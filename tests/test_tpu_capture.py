@@ -18,6 +18,7 @@ from engine import load_scenario, simulate
 
 from engine.errors import InputError
 from engine.hlo import bundle_format as bf
+from engine.hlo.live_range import LivePeak, peak_sources
 from profiler import tpu_capture
 from profiler.tpu_capture import parse_oom, tpu_target
 
@@ -249,6 +250,30 @@ def test_a_program_too_big_for_hbm_gives_an_oom_bundle(live, tmp_path):
     assert "RESOURCE_EXHAUSTED" in side["oom"]["message"]
     assert side["oom"]["required_bytes"] > side["oom"]["available_bytes"] > 15 * GIB  # a v5e chip's 16 GiB
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.xla.json"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [256, 64 * 1024])  # compiled, and refused for 16 GiB of replicated f32 weights
+def test_capture_keeps_what_xla_holds_live_at_its_peak(live, tmp_path, width):
+    target = tpu_target("v5e:2x2")
+    fn, args = _tiny_step(live, target, width=width)
+    r = tpu_capture.capture(fn, *args, target=target, name="s", out_dir=tmp_path, progress=False, live_range=True)
+    assert r.live_peak_path == tmp_path / f"s{bf.LIVE_PEAK_SUFFIX}" and r.live_peak_error is None
+    peak = LivePeak.from_json(json.loads(r.live_peak_path.read_text()), str(r.live_peak_path))
+    s = peak_sources(peak)
+    # both arguments are live at the peak, by their names in the step's signature, at their size per device
+    n = len(target.devices)
+    assert s["by_argument"] == {"w": width * width * 4, "x": 8 * width * 4}
+    if r.oom:
+        assert s["live_bytes"] > json.loads(r.sidecar_path.read_text())["oom"]["available_bytes"]
+    else:
+        assert s["live_bytes"] <= r.memory["peak_bytes"]
+    # the gradient the backward pass made is live too (in on-chip memory, for a program this small)
+    assert n == 4 and any(peak_sources(peak, space)["backward"] > 0 for space in {b.memory_space for b in peak.buffers})
+    assert not any(p.name.startswith("module_") for p in tmp_path.iterdir())  # the dumps stay in a temporary folder
+    # a capture that does not ask for it leaves no older program's peak beside its bundle
+    r = tpu_capture.capture(fn, *args, target=target, name="s", out_dir=tmp_path, progress=False)
+    assert r.live_peak_path is None and not (tmp_path / f"s{bf.LIVE_PEAK_SUFFIX}").exists()
 
 
 @pytest.mark.slow

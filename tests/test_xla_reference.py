@@ -16,6 +16,7 @@ import pytest
 
 from engine import load_scenario, scenario_from_dict
 from engine.errors import InputError
+from engine.hlo.live_range import SOURCES
 from engine.memory.hbm import bytes_per_param
 from engine.model.models import model_cost
 from profiler import xla_check, xla_reference
@@ -310,6 +311,11 @@ def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
     text = xla_check.format_check("tiny", out, out["xla_compile"])
     assert "XLA       peak" in text and "temporaries" in text and "agree" in text
     assert "memory-space assignment" in text  # a program this small: what XLA keeps on chip weighs on its peak
+    # what XLA holds live at its peak, by what made it: the donated weights and Adam moments among the arguments
+    live = x["live_peak"]
+    assert live["live_bytes"] == sum(live[k] for k in SOURCES) > 0 and live == out["xla_compile"]["live_peak"]  # 1 device per chip
+    assert live["by_argument"]["params"] >= 4 * n / 4 and live["by_argument"]["state"] >= 8 * n / 4
+    assert f"at XLA's peak {live['live_bytes'] / 2**30:.3f} GiB per chip live in HBM" in text
     # compute: the compiler's cycle estimates at v5e's 1.5 GHz against Podscope's forward and backward
     cycles = out["xla_compile"]["estimated_cycles_per_device"]
     assert x["compute_s"] == pytest.approx(cycles / 1.5e9) and pod["compute_s"] > 0

@@ -8,7 +8,8 @@ Constants only, so any module can import it without pulling anything else in.
 
 from __future__ import annotations
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MEMORY_KEYS", "MODULE_SUFFIX", "OOM_KEYS", "OPTIONAL_KEYS", "SIDE_SUFFIX", "TOP_KEYS"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "LIVE_PEAK_SUFFIX", "MEMORY_KEYS", "MODULE_SUFFIX", "OOM_KEYS", "OPTIONAL_KEYS", "SIDE_SUFFIX",
+           "TOP_KEYS"]
 
 #: the sidecar's ``format`` value
 FORMAT = "podscope-xla-bundle"
@@ -19,6 +20,9 @@ FORMAT_VERSION = 1
 SIDE_SUFFIX = ".xla.json"
 #: the module file: ``NAME.hlo.txt.gz``
 MODULE_SUFFIX = ".hlo.txt.gz"
+#: what the compiler holds live at the module's peak (:meth:`engine.hlo.live_range.LivePeak.to_json`, read from its
+#: live-range, buffer-assignment and module dumps), written when the capture asks for it, also when XLA ran out of HBM
+LIVE_PEAK_SUFFIX = ".live-peak.json"
 
 #: every key of the sidecar's top-level object, in the order the writer puts them
 TOP_KEYS = (

@@ -1,0 +1,261 @@
+"""What XLA holds live at a program's memory peak, and which part of the program made each buffer.
+
+With ``xla_dump_to``, XLA's TPU compiler writes beside the optimized module (``*after_optimizations.txt``) its
+live-range analysis (``*after_optimizations-live-range.txt``: the values live at the position of its peak) and its
+buffer assignment (``*after_optimizations-buffer-assignment.txt``: the allocation, offset and size of every value),
+also for a program it refuses for lack of HBM. :func:`read_live_peak` joins the three:
+
+- a value is live at the peak where the analysis lists it, and the program's arguments are (their buffers are
+  held for the whole step, though the analysis drops an argument after its last read). Values that share their bytes (a loop's carried state
+  and the buffer it was given, an output written in place of its input) are listed once each, so the analysis's
+  own sum counts those bytes twice or more: the peak's bytes are the union, per allocation, of the live values'
+  ``[offset, offset + size)`` (each byte counted once, for the value that covers it first);
+- the allocation says what the bytes are (a parameter of the program, a temporary, an output, a constant) and
+  in which memory space (``color`` 0 is HBM; the others are on-chip memories);
+- the module's ``metadata={op_name=...}`` says which part of the JAX program made the value: an argument's path
+  (``params['layers.w1']``) or the op's name stack (``jit(step)/transpose(jvp())/.../dot_general``); a value the
+  compiler made itself (a prefetch ``copy-start.4``, a loop's state ``wide.param.1``) has none.
+
+:func:`peak_sources` sums the peak's HBM bytes by where they come from. The analysis's peak position is its own;
+its HBM bytes are close to, not the same as, ``memory_analysis()``'s peak (which counts every memory space).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from engine.errors import HloError
+
+__all__ = ["LIVE_PEAK_FORMAT", "LivePeak", "PeakBuffer", "SOURCES", "peak_sources", "read_live_peak"]
+
+#: the ``format`` of :meth:`LivePeak.to_json`'s object
+LIVE_PEAK_FORMAT = "podscope-xla-live-peak"
+
+_PEAK = re.compile(r"^\s*Live ranges at (\d+) \(peak\):\s*$")
+_PEAK_VALUE = re.compile(r"^\s+(\S+): (\d+) bytes")
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*)$")
+_VALUE = re.compile(r"^\s*value: <\d+ (\S+)(?: \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*?metadata=\{[^}]*?op_name="((?:[^"\\]|\\.)*)"')
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%([\w.\-]+) \(")
+_NAME = re.compile(r"^\s+(?:ROOT )?%([\w.\-]+) = ")
+_WHILE_COMPUTATIONS = re.compile(r"\b(?:condition|body)=%([\w.\-]+)")
+_COLOR = re.compile(r"\bcolor (\d+)\b")
+_ARGUMENT = re.compile(r"^(\w+)((?:\[[^\]]*\])*)$")
+_KEY = re.compile(r"\[(?:'([^']*)'|(\d+))\]")
+
+#: :func:`peak_sources`' keys, in the order they are printed
+SOURCES = ("arguments", "outputs", "forward", "backward", "recomputed", "update", "copies", "collectives", "loop_state", "compiler_other")
+_COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all", "ragged-all-to-all")
+
+
+@dataclass(frozen=True)
+class PeakBuffer:
+    """Bytes live at the peak that one value holds (and no value counted before it does).
+
+    ``value``: XLA's value (instruction name, tuple index); ``op_name``: its instruction's metadata, or None;
+    ``allocation``: ``parameter``, ``output``, ``temp``, ``constant`` or ``thread-local``; ``memory_space``: the
+    allocation's colour (0: HBM)."""
+
+    bytes: int
+    value: str
+    op_name: str | None
+    allocation: str
+    memory_space: int = 0
+
+    @property
+    def argument(self) -> tuple[str, ...] | None:
+        """An argument's path (``("params", "layers.w1")``) where the buffer is one of the program's parameters."""
+        if self.allocation != "parameter" or not self.op_name:
+            return None
+        m = _ARGUMENT.match(self.op_name)
+        if m is None:
+            return (self.op_name,)
+        return (m.group(1), *(a or b for a, b in _KEY.findall(m.group(2))))
+
+
+@dataclass(frozen=True)
+class LivePeak:
+    """The values live at XLA's peak, per device: ``position`` in the module's schedule, ``listed_bytes`` (the
+    analysis's own sum, aliased values each counted), and ``buffers`` (bytes counted once)."""
+
+    position: int
+    listed_bytes: int
+    buffers: tuple[PeakBuffer, ...]
+
+    def live_bytes(self, memory_space: int | None = 0) -> int:
+        """Bytes live at the peak in one memory space (0: HBM), or in all of them (None)."""
+        return sum(b.bytes for b in self.buffers if memory_space is None or b.memory_space == memory_space)
+
+    def largest(self, n: int, memory_space: int | None = 0) -> list[PeakBuffer]:
+        """The ``n`` largest buffers of a memory space (or all), largest first."""
+        return sorted((b for b in self.buffers if memory_space is None or b.memory_space == memory_space), key=lambda b: -b.bytes)[:n]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": LIVE_PEAK_FORMAT, "position": self.position, "listed_bytes": self.listed_bytes,
+                "buffers": [asdict(b) for b in self.buffers]}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], source: str = "live peak") -> LivePeak:
+        """Raises :class:`~engine.errors.HloError` when ``doc`` is not :meth:`to_json`'s object."""
+        try:
+            if doc["format"] != LIVE_PEAK_FORMAT:
+                raise ValueError(f"format {doc['format']!r}, expected {LIVE_PEAK_FORMAT!r}")
+            return cls(int(doc["position"]), int(doc["listed_bytes"]), tuple(PeakBuffer(**b) for b in doc["buffers"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise HloError(f"{source}: not a live peak written by Podscope ({e})") from None
+
+
+def _peak_values(text: str, source: str) -> tuple[int, list[tuple[str, int]]]:
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _PEAK.match(line)), None)
+    if start is None:
+        raise HloError(f"{source}: no 'Live ranges at N (peak)' section (XLA's *after_optimizations-live-range.txt has one)")
+    values = []
+    for line in lines[start + 1 :]:
+        m = _PEAK_VALUE.match(line)
+        if m is None:
+            break
+        values.append((m.group(1), int(m.group(2))))
+    return int(_PEAK.match(lines[start]).group(1)), values
+
+
+def _value_places(text: str, source: str) -> dict[str, tuple[int, int, int, str, int]]:
+    """value -> (allocation, offset, size, allocation kind, memory space) of a buffer-assignment dump (a value of
+    tuple shape keeps its ``{}``)."""
+    places: dict[str, tuple[int, int, int, str, int]] = {}
+    allocation: tuple[int, str, int] | None = None
+    for line in text.splitlines():
+        a = _ALLOCATION.match(line)
+        if a is not None:
+            rest = a.group(3)
+            kind = next((k for k in ("parameter", "output", "preallocated-temp", "constant", "thread-local") if k in rest), "other")
+            color = _COLOR.search(rest)
+            allocation = (int(a.group(1)), "temp" if kind == "preallocated-temp" else kind, int(color.group(1)) if color else 0)
+            continue
+        v = _VALUE.match(line)
+        if v is not None and allocation is not None:
+            places[v.group(1)] = (allocation[0], int(v.group(3)), int(v.group(2)), allocation[1], allocation[2])
+    if not places:
+        raise HloError(f"{source}: no 'allocation N: ...' with 'value: <...>' lines (XLA's *after_optimizations-buffer-assignment.txt)")
+    return places
+
+
+def _op_names(module_text: str) -> dict[str, str]:
+    """instruction -> its metadata op_name (unescaped) in a module's text. An instruction without one inside a
+    loop's condition or body (their parameter: the loop's carried state) takes the op_name of the ``while``."""
+    out: dict[str, str] = {}
+    computation_of: dict[str, str] = {}
+    loop_names: dict[str, str] = {}  # a while's condition and body computations -> its op_name
+    computation = ""
+    for line in module_text.splitlines():
+        c = _COMPUTATION.match(line)
+        if c is not None:
+            computation = c.group(1)
+            continue
+        i = _NAME.match(line)
+        if i is None:
+            continue
+        computation_of[i.group(1)] = computation
+        m = _INSTRUCTION.match(line)
+        if m is not None:
+            out[m.group(1)] = m.group(2).replace("\\'", "'").replace('\\"', '"')
+            if " while(" in line:
+                for called in _WHILE_COMPUTATIONS.findall(line):
+                    loop_names[called] = out[m.group(1)]
+    for name, comp in computation_of.items():
+        if name not in out and comp in loop_names:
+            out[name] = loop_names[comp]
+    return out
+
+
+def read_live_peak(live_range_text: str, buffer_assignment_text: str, module_text: str, source: str = "XLA dump") -> LivePeak:
+    """The buffers live at XLA's peak, from its live-range, buffer-assignment and module dumps of one compile.
+
+    Raises
+    ------
+    HloError
+        A dump lacks the section this reads, or a value live at the peak is not in the buffer assignment.
+    """
+    position, values = _peak_values(live_range_text, source)
+    places = _value_places(buffer_assignment_text, source)
+    names = _op_names(module_text)
+    # The program's arguments are held for the whole step: their allocations count whole, listed at the peak or not
+    # (the analysis drops an argument after its last read, though its buffer is held; a donated one until the update
+    # writes over it), named by their parameter instruction (a prefetch of one shares its allocation, unnamed).
+    arguments: dict[int, list] = {}
+    for value, (alloc, _, size, kind, space) in places.items():
+        if kind == "parameter":
+            entry = arguments.setdefault(alloc, [size, value, None, space])
+            name = names.get(value.split("{", 1)[0])
+            if entry[2] is None and name and "jit(" not in name:
+                entry[2] = name
+    placed = []
+    for value, size in values:
+        key = value if value in places else value.removesuffix("{}")  # a tuple's own value keeps its "{}"
+        if key not in places:
+            raise HloError(f"{source}: value {value} is live at the peak but not in the buffer assignment")
+        alloc, offset, _, kind, space = places[key]
+        if kind != "parameter":
+            placed.append((alloc, offset, size, key, names.get(key.split("{", 1)[0]), kind, space))
+    # per allocation, each byte once: the values in offset order, the larger (then the one a JAX op names) first
+    placed.sort(key=lambda p: (p[0], p[1], -p[2], 0 if p[4] and "jit(" in p[4] else 1))
+    buffers = [PeakBuffer(size, value, name, "parameter", space) for size, value, name, space in arguments.values()]
+    covered_to: dict[int, int] = {}
+    for alloc, offset, size, key, op_name, kind, space in placed:
+        start = max(offset, covered_to.get(alloc, 0))
+        end = offset + size
+        if end <= start:
+            continue  # its bytes are a value's already counted
+        covered_to[alloc] = end
+        buffers.append(PeakBuffer(end - start, key, op_name, kind, space))
+    return LivePeak(position, sum(size for _, size in values), tuple(buffers))
+
+
+def _source(b: PeakBuffer) -> str:
+    """Where one buffer comes from (a key of :data:`SOURCES`)."""
+    if b.allocation == "parameter":
+        return "arguments"
+    if b.allocation == "output":
+        return "outputs"
+    name = b.op_name or ""
+    if "jit(" in name:  # an op of the JAX program: its name stack says which pass made it
+        if "transpose(" in name:
+            return "recomputed" if "rematted_computation" in name else "backward"
+        return "forward" if "jvp(" in name else "update"
+    op = b.value.split("{", 1)[0].split(".", 1)[0]
+    if op.startswith("copy"):
+        return "copies"
+    if op.startswith(_COLLECTIVE_OPS):
+        return "collectives"
+    if op in ("param", "wide"):  # a loop body's parameter (``wide.param.1{4}``: one element of its carried tuple)
+        return "loop_state"
+    return "compiler_other"
+
+
+def peak_sources(peak: LivePeak, memory_space: int = 0) -> dict[str, Any]:
+    """The peak's bytes in one memory space (0: HBM) by where each buffer comes from.
+
+    Returns
+    -------
+    dict
+        ``live_bytes``; one entry per :data:`SOURCES` key, in bytes: ``arguments`` (the program's parameters),
+        ``outputs`` (outputs not written over a parameter), ``forward`` (made by the forward pass and still live:
+        what it keeps for the backward), ``backward`` (made by the backward pass: gradients and its temporaries),
+        ``recomputed`` (the forward the backward runs again under ``jax.checkpoint``), ``update`` (ops outside
+        differentiation: the optimizer, the loss's scaling), and the compiler's own buffers: ``copies`` (prefetches,
+        layout copies), ``collectives`` (their outputs), ``loop_state`` (a loop's carried values), ``compiler_other``;
+        ``by_argument``: the ``arguments`` bytes by the argument's name (the first part of its path).
+    """
+    out: dict[str, Any] = {"live_bytes": 0, **{k: 0 for k in SOURCES}, "by_argument": {}}
+    for b in peak.buffers:
+        if b.memory_space != memory_space:
+            continue
+        kind = _source(b)
+        out[kind] += b.bytes
+        out["live_bytes"] += b.bytes
+        if kind == "arguments":
+            name = (b.argument or (b.value,))[0]
+            out["by_argument"][name] = out["by_argument"].get(name, 0) + b.bytes
+    return out
