@@ -93,6 +93,15 @@ LOGIT_BYTES = 4.0
 #:   gradient is live at once (10.9 GiB per device, over 4 devices 6.9 GiB); with each layer checkpointed
 #:   (``full``) the recomputation interleaves them (6.4 GiB).
 WINDOWED_EINSUM_MIN_FSDP_DEVICES = 8
+#: ... and up to this many: from 64 devices on the FSDP axis XLA:TPU writes no windowed-einsum loop, and holds no
+#: logits' gradient beside the logits. Measured with libtpu 0.0.42.1 (``windowed_einsum_loops`` of ``xla-check``) on
+#: a 2-layer transformer of width 2,048 at 16 sequences of 2,048 per chip: 7 all-gather and 7 reduce-scatter loops
+#: over 32 FSDP devices on v4 ``2x4x4``, v5e and v6e ``4x8``, v5p ``2x4x4`` (and over 8 and 16 on v5p, at 128
+#: sequences per chip), none over 64 (v4 and v5p ``4x4x4``, v5e and v6e ``8x8``; on v5p also at 128 and 512
+#: sequences per chip, at width 4,096, and over 128 devices on ``4x4x8``); TPU7x counts its TensorCore devices:
+#: loops over 32 (16 chips, ``2x2x4``), none over 64 (``2x4x4``). Over 64 v5p devices at 128 sequences per chip
+#: XLA's peak is 23.15 GiB per chip, in a layer's backward; counting the second logits-sized buffer, 35.5 GiB.
+WINDOWED_EINSUM_MAX_FSDP_DEVICES = 32
 
 #: Fraction of the HBM a program may use that XLA's rematerialization keeps an unrolled program under: libtpu 0.0.42.1's
 #: compile environment (``tpu_comp_env.txt`` of ``XLA_FLAGS=--xla_dump_to=DIR``) sets
@@ -348,7 +357,7 @@ def hbm_plan(
     grads_unit = (p_chip if grads_sharded else p_tensor) * bpp.grads
     saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context,
                                                 devices_per_chip)  # fmt: skip
-    windowed = grads_sharded and fsdp * devices_per_chip >= WINDOWED_EINSUM_MIN_FSDP_DEVICES
+    windowed = grads_sharded and WINDOWED_EINSUM_MIN_FSDP_DEVICES <= fsdp * devices_per_chip <= WINDOWED_EINSUM_MAX_FSDP_DEVICES
     in_place_b = np.zeros(n)  # input gradients written over the activation they mask (below)
     if cost.kind == "mlp" and remat == "none" and fsdp * expert == 1:
         # Replicated weights, no remat: a layer's backward computes its weight gradient first, then its input
