@@ -49,9 +49,9 @@ LARGEST_AT_PEAK = 8
 
 
 def live_peak_record(peak: LivePeak) -> dict[str, Any]:
-    """What XLA holds live in HBM at its peak, per device: :func:`engine.hlo.live_range.peak_sources`' bytes by
-    source, ``on_chip_bytes`` (live in the other memory spaces), and ``largest``: the :data:`LARGEST_AT_PEAK` largest
-    HBM buffers (``name``: an argument's path joined by ``" > "``, else the JAX op that made it, else XLA's value;
+    """What XLA holds live in HBM at its HBM peak, per device: :func:`engine.hlo.live_range.peak_sources`' bytes by
+    source, ``on_chip_bytes`` (live in the other memory spaces at that position), and ``largest``: the
+    :data:`LARGEST_AT_PEAK` largest HBM buffers (``name``: an argument's path joined by ``" > "``, else the JAX op that made it, else XLA's value;
     ``bytes``)."""
 
     def name(b: PeakBuffer) -> str:

@@ -1,23 +1,26 @@
-"""What XLA holds live at a program's memory peak, and which part of the program made each buffer.
+"""What XLA holds in HBM at a program's memory peak, and which part of the program made each buffer.
 
 With ``xla_dump_to``, XLA's TPU compiler writes beside the optimized module (``*after_optimizations.txt``) its
-live-range analysis (``*after_optimizations-live-range.txt``: the values live at the position of its peak) and its
-buffer assignment (``*after_optimizations-buffer-assignment.txt``: the allocation, offset and size of every value),
-also for a program it refuses for lack of HBM. :func:`read_live_peak` joins the three:
+live-range analysis (``*after_optimizations-live-range.txt``: where in the module's schedule each value is live) and
+its buffer assignment (``*after_optimizations-buffer-assignment.txt``: the allocation, offset and size of every
+value), also for a program it refuses for lack of HBM. :func:`read_live_peak` joins the three:
 
-- a value is live at the peak where the analysis lists it, and the program's arguments are (their buffers are
-  held for the whole step, though the analysis drops an argument after its last read). Values that share their bytes (a loop's carried state
-  and the buffer it was given, an output written in place of its input) are listed once each, so the analysis's
-  own sum counts those bytes twice or more: the peak's bytes are the union, per allocation, of the live values'
-  ``[offset, offset + size)`` (each byte counted once, for the value that covers it first);
-- the allocation says what the bytes are (a parameter of the program, a temporary, an output, a constant) and
-  in which memory space (``color`` 0 is HBM; the others are on-chip memories);
+- the allocation says what a value's bytes are (a parameter of the program, a temporary, an output, a constant)
+  and in which memory space (``color`` 0 is HBM; the others are on-chip memories). The program's arguments are
+  held for the whole step (the analysis drops an argument after its last read; its buffer stays);
+- values that share their bytes (a loop's carried state and the buffer it was given, an output written in place
+  of its input) are counted once: at a position in the schedule the live bytes are the union, per allocation, of
+  the live values' ``[offset, offset + size)``, each byte for the value that covers it first;
+- the peak is the position where the most bytes are live in HBM. The analysis names a peak of its own (its
+  "Live ranges at N (peak)"), taken over every memory space with shared bytes counted once per value: on a small
+  program whose buffers sit on chip it can lie far from the HBM peak, so it is not used;
 - the module's ``metadata={op_name=...}`` says which part of the JAX program made the value: an argument's path
-  (``params['layers.w1']``) or the op's name stack (``jit(step)/transpose(jvp())/.../dot_general``); a value the
-  compiler made itself (a prefetch ``copy-start.4``, a loop's state ``wide.param.1``) has none.
+  (``params['layers.w1']``) or the op's name stack (``jit(step)/transpose(jvp())/.../dot_general``). A loop's
+  carried state takes the name of its ``while``; a value the compiler made itself (a prefetch ``copy-start.4``)
+  has none.
 
-:func:`peak_sources` sums the peak's HBM bytes by where they come from. The analysis's peak position is its own;
-its HBM bytes are close to, not the same as, ``memory_analysis()``'s peak (which counts every memory space).
+:func:`peak_sources` sums the peak's HBM bytes by where they come from. They are close to, not the same as,
+``memory_analysis()``'s peak, which counts every memory space and the heap's packing of the buffers.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from engine.errors import HloError
 
 __all__ = ["LIVE_PEAK_FORMAT", "LivePeak", "PeakBuffer", "SOURCES", "peak_sources", "read_live_peak"]
@@ -33,8 +38,8 @@ __all__ = ["LIVE_PEAK_FORMAT", "LivePeak", "PeakBuffer", "SOURCES", "peak_source
 #: the ``format`` of :meth:`LivePeak.to_json`'s object
 LIVE_PEAK_FORMAT = "podscope-xla-live-peak"
 
-_PEAK = re.compile(r"^\s*Live ranges at (\d+) \(peak\):\s*$")
-_PEAK_VALUE = re.compile(r"^\s+(\S+): (\d+) bytes")
+_RANGES = re.compile(r"^\s*BufferLiveRange:\s*$")
+_RANGE = re.compile(r"^\s+(\S+):(\d+)-(\d+)\s*$")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*)$")
 _VALUE = re.compile(r"^\s*value: <\d+ (\S+)(?: \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = .*?metadata=\{[^}]*?op_name="((?:[^"\\]|\\.)*)"')
@@ -77,11 +82,10 @@ class PeakBuffer:
 
 @dataclass(frozen=True)
 class LivePeak:
-    """The values live at XLA's peak, per device: ``position`` in the module's schedule, ``listed_bytes`` (the
-    analysis's own sum, aliased values each counted), and ``buffers`` (bytes counted once)."""
+    """The buffers live at a module's HBM peak, per device: ``position`` in its schedule, and ``buffers`` (each byte
+    counted once, in every memory space)."""
 
     position: int
-    listed_bytes: int
     buffers: tuple[PeakBuffer, ...]
 
     def live_bytes(self, memory_space: int | None = 0) -> int:
@@ -93,8 +97,7 @@ class LivePeak:
         return sorted((b for b in self.buffers if memory_space is None or b.memory_space == memory_space), key=lambda b: -b.bytes)[:n]
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": LIVE_PEAK_FORMAT, "position": self.position, "listed_bytes": self.listed_bytes,
-                "buffers": [asdict(b) for b in self.buffers]}  # fmt: skip
+        return {"format": LIVE_PEAK_FORMAT, "position": self.position, "buffers": [asdict(b) for b in self.buffers]}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any], source: str = "live peak") -> LivePeak:
@@ -102,23 +105,26 @@ class LivePeak:
         try:
             if doc["format"] != LIVE_PEAK_FORMAT:
                 raise ValueError(f"format {doc['format']!r}, expected {LIVE_PEAK_FORMAT!r}")
-            return cls(int(doc["position"]), int(doc["listed_bytes"]), tuple(PeakBuffer(**b) for b in doc["buffers"]))
+            return cls(int(doc["position"]), tuple(PeakBuffer(**b) for b in doc["buffers"]))
         except (KeyError, TypeError, ValueError) as e:
             raise HloError(f"{source}: not a live peak written by Podscope ({e})") from None
 
 
-def _peak_values(text: str, source: str) -> tuple[int, list[tuple[str, int]]]:
+def _live_ranges(text: str, source: str) -> dict[str, tuple[int, int]]:
+    """value -> (first, last) position in the schedule where it is live, from a live-range dump."""
     lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if _PEAK.match(line)), None)
+    start = next((i for i, line in enumerate(lines) if _RANGES.match(line)), None)
     if start is None:
-        raise HloError(f"{source}: no 'Live ranges at N (peak)' section (XLA's *after_optimizations-live-range.txt has one)")
-    values = []
+        raise HloError(f"{source}: no 'BufferLiveRange:' section (XLA's *after_optimizations-live-range.txt has one)")
+    ranges = {}
     for line in lines[start + 1 :]:
-        m = _PEAK_VALUE.match(line)
+        m = _RANGE.match(line)
         if m is None:
             break
-        values.append((m.group(1), int(m.group(2))))
-    return int(_PEAK.match(lines[start]).group(1)), values
+        ranges[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    if not ranges:
+        raise HloError(f"{source}: its 'BufferLiveRange:' section lists no value")
+    return ranges
 
 
 def _value_places(text: str, source: str) -> dict[str, tuple[int, int, int, str, int]]:
@@ -171,19 +177,18 @@ def _op_names(module_text: str) -> dict[str, str]:
 
 
 def read_live_peak(live_range_text: str, buffer_assignment_text: str, module_text: str, source: str = "XLA dump") -> LivePeak:
-    """The buffers live at XLA's peak, from its live-range, buffer-assignment and module dumps of one compile.
+    """The buffers live at the HBM peak of a compiled module, from XLA's live-range, buffer-assignment and module
+    dumps of one compile.
 
     Raises
     ------
     HloError
-        A dump lacks the section this reads, or a value live at the peak is not in the buffer assignment.
+        A dump lacks the section this reads.
     """
-    position, values = _peak_values(live_range_text, source)
+    ranges = _live_ranges(live_range_text, source)
     places = _value_places(buffer_assignment_text, source)
     names = _op_names(module_text)
-    # The program's arguments are held for the whole step: their allocations count whole, listed at the peak or not
-    # (the analysis drops an argument after its last read, though its buffer is held; a donated one until the update
-    # writes over it), named by their parameter instruction (a prefetch of one shares its allocation, unnamed).
+    # The program's arguments, whole, named by their parameter instruction (a prefetch of one shares its allocation).
     arguments: dict[int, list] = {}
     for value, (alloc, _, size, kind, space) in places.items():
         if kind == "parameter":
@@ -191,26 +196,44 @@ def read_live_peak(live_range_text: str, buffer_assignment_text: str, module_tex
             name = names.get(value.split("{", 1)[0])
             if entry[2] is None and name and "jit(" not in name:
                 entry[2] = name
-    placed = []
-    for value, size in values:
-        key = value if value in places else value.removesuffix("{}")  # a tuple's own value keeps its "{}"
-        if key not in places:
-            raise HloError(f"{source}: value {value} is live at the peak but not in the buffer assignment")
-        alloc, offset, _, kind, space = places[key]
-        if kind != "parameter":
-            placed.append((alloc, offset, size, key, names.get(key.split("{", 1)[0]), kind, space))
-    # per allocation, each byte once: the values in offset order, the larger (then the one a JAX op names) first
-    placed.sort(key=lambda p: (p[0], p[1], -p[2], 0 if p[4] and "jit(" in p[4] else 1))
+    # every other value with its place and live range (a tuple's own value keeps its "{}" in the assignment)
+    values = []
+    for value, (first, last) in ranges.items():
+        key = value if value in places else value.removesuffix("{}")
+        if key in places and places[key][3] != "parameter":
+            alloc, offset, size, kind, space = places[key]
+            values.append((alloc, offset, size, key, names.get(key.split("{", 1)[0]), kind, space, first, last))
+    # the HBM peak: per position, the bytes of the live values, those sharing a place (allocation, offset, size)
+    # counted once
+    end = max(last for *_, last in values) + 2 if values else 1
+    by_place: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
+    for alloc, offset, size, _, _, _, space, first, last in values:
+        if space == 0:
+            by_place.setdefault((alloc, offset, size), []).append((first, last))
+    change = np.zeros(end + 1)  # bytes that start (+) and stop (-) being live at each position
+    for (_, _, size), spans in by_place.items():
+        spans.sort()
+        first, last = spans[0]
+        for a, b in spans[1:] + [(end + 1, end + 1)]:
+            if a > last + 1:  # a gap: the merged span ends
+                change[first] += size
+                change[last + 1] -= size
+                first, last = a, b
+            else:
+                last = max(last, b)
+    position = int(np.argmax(np.cumsum(change)[:end]))
+    at_peak = [v for v in values if v[7] <= position <= v[8]]
+    # each byte once: per allocation the values in offset order, the larger (then the one a JAX op names) first
+    at_peak.sort(key=lambda v: (v[0], v[1], -v[2], 0 if v[4] and "jit(" in v[4] else 1))
     buffers = [PeakBuffer(size, value, name, "parameter", space) for size, value, name, space in arguments.values()]
     covered_to: dict[int, int] = {}
-    for alloc, offset, size, key, op_name, kind, space in placed:
+    for alloc, offset, size, key, op_name, kind, space, _, _ in at_peak:
         start = max(offset, covered_to.get(alloc, 0))
-        end = offset + size
-        if end <= start:
+        if offset + size <= start:
             continue  # its bytes are a value's already counted
-        covered_to[alloc] = end
-        buffers.append(PeakBuffer(end - start, key, op_name, kind, space))
-    return LivePeak(position, sum(size for _, size in values), tuple(buffers))
+        covered_to[alloc] = offset + size
+        buffers.append(PeakBuffer(offset + size - start, key, op_name, kind, space))
+    return LivePeak(position, tuple(buffers))
 
 
 def _source(b: PeakBuffer) -> str:
