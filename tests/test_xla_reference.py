@@ -427,6 +427,22 @@ def test_xla_check_names_the_windowed_einsum_loops_xla_wrote(live, tmp_path, top
         assert found == {"all_gather": 0, "reduce_scatter": 0} and "windowed-einsum" not in text
 
 
+def test_over_64_fsdp_devices_xla_writes_no_windowed_loop_and_holds_the_logits_once(live, tmp_path):
+    """Over 64 v5e devices XLA gathers whole (no windowed-einsum loop) and keeps no logits' gradient beside the logits:
+    Podscope's peak, at the loss of a head-heavy model, is XLA's (counting the second buffer it would be 2x)."""
+    _, out = _xla_check_json(
+        tmp_path / "fsdp64.toml",
+        'name = "fsdp64"\n[pod]\nchip = "tpu-v5e"\ntopology = "8x8"\n'
+        '[model]\nkind = "transformer"\nlayers = 2\nd_model = 256\nheads = 4\nd_ff = 1024\nvocab = 32000\nseq_len = 1024\n'
+        'attention = "standard"\n[training]\nglobal_batch = 512\nsteps = 2\nremat = "full"\n[parallelism]\nfsdp = 64\n',
+    )
+    assert out["xla_compile"]["windowed_einsum_loops"] == {"all_gather": 0, "reduce_scatter": 0}
+    assert out["podscope"]["peak_phase"] == "loss" and abs(out["hbm_diff_pct"]) < 10
+    # XLA's largest buffer at its peak is the logits the forward pass made: 8 sequences x 1024 x 32000 in bf16
+    largest = out["xla"]["live_peak"]["largest"][0]
+    assert largest["bytes"] == 8 * 1024 * 32000 * 2 and "jvp(" in largest["name"]
+
+
 @pytest.mark.parametrize("model", [
     'kind = "transformer"\nlayers = 2\nd_model = 256\nheads = 4\nd_ff = 1024\nvocab = 4096\nseq_len = 256\nattention = "standard"',
     'kind = "mlp"\nlayer_sizes = [1024, 2048, 2048, 1000]',
