@@ -262,14 +262,12 @@ def test_capture_keeps_what_xla_holds_live_at_its_peak(live, tmp_path, width):
     peak = LivePeak.from_json(json.loads(r.live_peak_path.read_text()), str(r.live_peak_path))
     s = peak_sources(peak)
     # both arguments are live at the peak, by their names in the step's signature, at their size per device
-    n = len(target.devices)
     assert s["by_argument"] == {"w": width * width * 4, "x": 8 * width * 4}
     if r.oom:  # what XLA's message says the program needs: the weights and their gradient, made by the backward
         oom = json.loads(r.sidecar_path.read_text())["oom"]
         assert s["live_bytes"] == pytest.approx(oom["required_bytes"], rel=1e-3) and s["backward"] >= width * width * 4
     else:  # XLA's peak also counts what a program this small keeps on chip
         assert s["arguments"] <= s["live_bytes"] <= r.memory["peak_bytes"]
-    assert n == 4
     assert not any(p.name.startswith("module_") for p in tmp_path.iterdir())  # the dumps stay in a temporary folder
     # a capture that does not ask for it leaves no older program's peak beside its bundle
     r = tpu_capture.capture(fn, *args, target=target, name="s", out_dir=tmp_path, progress=False)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -127,10 +127,29 @@ def _live_ranges(text: str, source: str) -> dict[str, tuple[int, int]]:
     return ranges
 
 
-def _value_places(text: str, source: str) -> dict[str, tuple[int, int, int, str, int]]:
-    """value -> (allocation, offset, size, allocation kind, memory space) of a buffer-assignment dump (a value of
-    tuple shape keeps its ``{}``)."""
-    places: dict[str, tuple[int, int, int, str, int]] = {}
+class _Place(NamedTuple):
+    """Where the buffer assignment puts one value."""
+
+    allocation: int
+    offset_bytes: int
+    size_bytes: int
+    kind: str  # the allocation's: parameter, output, temp, constant, thread-local, other
+    memory_space: int  # the allocation's colour (0: HBM)
+
+
+class _Live(NamedTuple):
+    """A value other than an argument: its place, name, op_name and the positions where it is live."""
+
+    place: _Place
+    value: str
+    op_name: str | None
+    first: int
+    last: int
+
+
+def _value_places(text: str, source: str) -> dict[str, _Place]:
+    """value -> its place in a buffer-assignment dump (a value of tuple shape keeps its ``{}``)."""
+    places: dict[str, _Place] = {}
     allocation: tuple[int, str, int] | None = None
     for line in text.splitlines():
         a = _ALLOCATION.match(line)
@@ -142,7 +161,7 @@ def _value_places(text: str, source: str) -> dict[str, tuple[int, int, int, str,
             continue
         v = _VALUE.match(line)
         if v is not None and allocation is not None:
-            places[v.group(1)] = (allocation[0], int(v.group(3)), int(v.group(2)), allocation[1], allocation[2])
+            places[v.group(1)] = _Place(allocation[0], int(v.group(3)), int(v.group(2)), allocation[1], allocation[2])
     if not places:
         raise HloError(f"{source}: no 'allocation N: ...' with 'value: <...>' lines (XLA's *after_optimizations-buffer-assignment.txt)")
     return places
@@ -189,50 +208,52 @@ def read_live_peak(live_range_text: str, buffer_assignment_text: str, module_tex
     places = _value_places(buffer_assignment_text, source)
     names = _op_names(module_text)
     # The program's arguments, whole, named by their parameter instruction (a prefetch of one shares its allocation).
-    arguments: dict[int, list] = {}
-    for value, (alloc, _, size, kind, space) in places.items():
-        if kind == "parameter":
-            entry = arguments.setdefault(alloc, [size, value, None, space])
+    argument_places: dict[int, tuple[str, _Place]] = {}
+    argument_names: dict[int, str] = {}
+    for value, place in places.items():
+        if place.kind == "parameter":
+            argument_places.setdefault(place.allocation, (value, place))
             name = names.get(value.split("{", 1)[0])
-            if entry[2] is None and name and "jit(" not in name:
-                entry[2] = name
+            if name and "jit(" not in name:
+                argument_names.setdefault(place.allocation, name)
     # every other value with its place and live range (a tuple's own value keeps its "{}" in the assignment)
     values = []
     for value, (first, last) in ranges.items():
         key = value if value in places else value.removesuffix("{}")
-        if key in places and places[key][3] != "parameter":
-            alloc, offset, size, kind, space = places[key]
-            values.append((alloc, offset, size, key, names.get(key.split("{", 1)[0]), kind, space, first, last))
-    # the HBM peak: per position, the bytes of the live values, those sharing a place (allocation, offset, size)
-    # counted once
-    end = max(last for *_, last in values) + 2 if values else 1
-    by_place: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
-    for alloc, offset, size, _, _, _, space, first, last in values:
-        if space == 0:
-            by_place.setdefault((alloc, offset, size), []).append((first, last))
+        if key in places and places[key].kind != "parameter":
+            values.append(_Live(places[key], key, names.get(key.split("{", 1)[0]), first, last))
+    # the HBM peak: per position, the bytes of the live values, those sharing a place counted once
+    end = max(v.last for v in values) + 2 if values else 1
+    by_place: dict[_Place, list[tuple[int, int]]] = {}
+    for v in values:
+        if v.place.memory_space == 0:
+            by_place.setdefault(v.place, []).append((v.first, v.last))
     change = np.zeros(end + 1)  # bytes that start (+) and stop (-) being live at each position
-    for (_, _, size), spans in by_place.items():
+    for place, spans in by_place.items():
         spans.sort()
         first, last = spans[0]
         for a, b in spans[1:] + [(end + 1, end + 1)]:
             if a > last + 1:  # a gap: the merged span ends
-                change[first] += size
-                change[last + 1] -= size
+                change[first] += place.size_bytes
+                change[last + 1] -= place.size_bytes
                 first, last = a, b
             else:
                 last = max(last, b)
     position = int(np.argmax(np.cumsum(change)[:end]))
-    at_peak = [v for v in values if v[7] <= position <= v[8]]
     # each byte once: per allocation the values in offset order, the larger (then the one a JAX op names) first
-    at_peak.sort(key=lambda v: (v[0], v[1], -v[2], 0 if v[4] and "jit(" in v[4] else 1))
-    buffers = [PeakBuffer(size, value, name, "parameter", space) for size, value, name, space in arguments.values()]
+    at_peak = sorted((v for v in values if v.first <= position <= v.last),
+                     key=lambda v: (v.place.allocation, v.place.offset_bytes, -v.place.size_bytes,
+                                    0 if v.op_name and "jit(" in v.op_name else 1))  # fmt: skip
+    buffers = [PeakBuffer(p.size_bytes, value, argument_names.get(alloc), "parameter", p.memory_space)
+               for alloc, (value, p) in argument_places.items()]  # fmt: skip
     covered_to: dict[int, int] = {}
-    for alloc, offset, size, key, op_name, kind, space, _, _ in at_peak:
-        start = max(offset, covered_to.get(alloc, 0))
-        if offset + size <= start:
+    for v in at_peak:
+        p = v.place
+        start = max(p.offset_bytes, covered_to.get(p.allocation, 0))
+        if p.offset_bytes + p.size_bytes <= start:
             continue  # its bytes are a value's already counted
-        covered_to[alloc] = offset + size
-        buffers.append(PeakBuffer(offset + size - start, key, op_name, kind, space))
+        covered_to[p.allocation] = p.offset_bytes + p.size_bytes
+        buffers.append(PeakBuffer(p.offset_bytes + p.size_bytes - start, v.value, v.op_name, p.kind, p.memory_space))
     return LivePeak(position, tuple(buffers))
 
 
