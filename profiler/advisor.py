@@ -88,6 +88,10 @@ def advice_metrics(summary: dict[str, Any]) -> dict[str, float]:
         # E = E_min (1 + B / B_crit) (McCandlish et al. 2018) give these ratios at B = k B_crit
         m["half_batch_time_ratio"] = (k + 2.0) / (k + 1.0)
         m["half_batch_chip_hours_saved"] = (k / 2.0) / (1.0 + k)
+    band, usable = summary.get("peak_hbm_range_bytes"), m.get("hbm_usable_bytes")
+    if band and usable:
+        # the top of the 80% range of XLA's peak against the HBM a step may use (profiler.ranges.peak_hbm_range)
+        m["hbm_range_top_frac"] = float(band[1]) / usable
     wall = m.get("wall_time_s")
     if wall:
         for key, name in (("compile_s", "compile_frac"), ("checkpoint_s", "checkpoint_frac")):

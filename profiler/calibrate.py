@@ -38,7 +38,7 @@ import numpy as np
 
 from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH, Calibration
 
-from . import crossval, ranges
+from . import crossval, ranges, xla_grid
 from .reference import DEFAULT_REFERENCE_PATH, Case, load_reference, map_entries, reference_sha256
 from .validation import expressible, predict, summarize
 
@@ -210,6 +210,26 @@ def step_time_range_record(cases: Sequence[Case], generation_pct: dict[str, floa
     }
 
 
+def hbm_range_record(cal: Calibration, grid: str | Path | None = None) -> dict[str, Any]:
+    """The HBM range table runs read, and its check with each chip generation held out, from the TPU compiler grid.
+
+    Returns
+    -------
+    dict with ``hbm_range_rule``, ``hbm_ranges`` (group -> n, low_factor, high_factor, over every program of the
+    grid) and ``hbm_range_check`` (:func:`profiler.xla_grid.hbm_range_check` without its per-verdict table); empty
+    without a grid file.
+    """
+    rows = xla_grid.grid_rows(xla_grid.load_grid(grid), cal)
+    if not rows:
+        return {}
+    check = xla_grid.hbm_range_check(rows)
+    return {
+        "hbm_range_rule": ranges.HBM_RULE,
+        "hbm_ranges": xla_grid.hbm_range_table(rows),
+        "hbm_range_check": {k: v for k, v in check.items() if k != "verdicts"},
+    }
+
+
 def _display_path(path: Path) -> str:
     """Repository-relative when inside the repository, so the written file does not name a machine's paths."""
     root = DEFAULT_CALIBRATION_PATH.parent.parent
@@ -225,13 +245,15 @@ def calibrate(
     family_folds: bool = True,
     today: dt.date | None = None,
     params: dict[str, Bound] | None = None,
+    grid: str | Path | None = None,
 ) -> dict[str, Any]:
     """Fit on the reference file's end-to-end cases, cross-validate, write the calibration file.
 
     One fit on all cases gives the parameters; one more per chip generation
     (leave-one-generation-out) and, unless ``family_folds`` is False, one per family
     (leave-one-family-out) give the held-out errors and the step-time range table.
-    ``params`` fits a subset of :data:`FITTED` (default: all of them).
+    ``params`` fits a subset of :data:`FITTED` (default: all of them). The TPU compiler grid
+    (``grid``, default the bundled one) gives the HBM range table (:func:`hbm_range_record`).
 
     Returns
     -------
@@ -239,7 +261,7 @@ def calibrate(
     ``leave_one_family_out`` summaries, ``residuals_pct`` / ``leave_one_generation_out_pct`` /
     ``leave_one_family_out_pct`` (case id -> % error; the family ones empty when ``family_folds``
     is False), ``generation_folds`` / ``family_folds`` (fold -> case ids), ``step_time_ranges``,
-    ``step_time_range_check``, ``cases``, ``path``.
+    ``step_time_range_check``, ``hbm_ranges``, ``hbm_range_check``, ``cases``, ``path``.
     """
     ref_path = Path(reference) if reference is not None else DEFAULT_REFERENCE_PATH
     out_path = Path(out) if out is not None else DEFAULT_CALIBRATION_PATH
@@ -273,6 +295,7 @@ def calibrate(
         "family_folds": _fold_ids(e2e, crossval.family) if family_folds else {},
         "step_time_range_rule": ranges.RULE,
         **step_time_range_record(e2e, by_generation),
+        **hbm_range_record(cal, grid),
     }
     write_calibration_toml(out_path, cal, report)
     return report
@@ -292,7 +315,7 @@ def _toml_value(v: Any) -> str:
 
 #: [fit] tables written after the scalar keys, in this order (flat: key -> value; nested: key -> table)
 _RECORD_TABLES = (
-    "prior", "in_sample", "leave_one_generation_out", "leave_one_family_out", "step_time_range_check",
+    "prior", "in_sample", "leave_one_generation_out", "leave_one_family_out", "step_time_range_check", "hbm_range_check",
     "residuals_pct", "leave_one_generation_out_pct", "leave_one_family_out_pct", "generation_folds", "family_folds",
 )  # fmt: skip
 
@@ -309,7 +332,8 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         "# the rest are priors. [fit] records the inputs and the residuals. No entry here encodes a published outcome:",
         "# residuals are errors of the fitted model, kept so a reader can judge the fit. Held-out errors come from",
         "# fits without the case's chip generation (leave_one_generation_out) or family (leave_one_family_out);",
-        "# [fit.step_time_ranges] is the range table runs read (profiler/ranges.py).",
+        "# [fit.step_time_ranges] is the range table runs read (profiler/ranges.py); [fit.hbm_ranges] the range of a",
+        "# run's HBM peak, from the TPU compiler grid (data/reference/xla_grid.json): no fit, XLA's peaks against Podscope's.",
     ]
     for section in ("compute", "interconnect"):
         lines += ["", f"[{section}]"]
@@ -324,8 +348,9 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         lines.append(f"{key} = {_toml_value(report[key])}")
     lines.append('objective = "mean |ln(predicted / published)| over end-to-end cases"')
     lines.append(f"fitted = {_toml_value(list(report['fitted']))}")
-    if "step_time_range_rule" in report:
-        lines.append(f"step_time_range_rule = {_toml_value(report['step_time_range_rule'])}")
+    for rule in ("step_time_range_rule", "hbm_range_rule"):
+        if rule in report:
+            lines.append(f"{rule} = {_toml_value(report[rule])}")
     for table in _RECORD_TABLES:
         if table not in report:
             continue
@@ -333,10 +358,11 @@ def write_calibration_toml(path: str | Path, cal: Calibration, report: dict[str,
         for k, v in report[table].items():
             lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
     lines += _bounds_lines(report["fitted"])
-    for group, row in report.get("step_time_ranges", {}).items():
-        lines += ["", f"[fit.step_time_ranges.{_toml_key(group)}]"]
-        for k, v in row.items():
-            lines.append(f"{k} = {_toml_value(v)}")
+    for table in ("step_time_ranges", "hbm_ranges"):
+        for group, row in report.get(table, {}).items():
+            lines += ["", f"[fit.{table}.{_toml_key(group)}]"]
+            for k, v in row.items():
+                lines.append(f"{k} = {_toml_value(v)}")
     Path(path).write_text("\n".join(lines) + "\n")
 
 
@@ -386,8 +412,17 @@ def format_fit(report: dict[str, Any]) -> str:
             f"their generation ({100 * check['coverage']:.0f}%, nominal {100 * check['nominal_coverage']:.0f}%), "
             f"median width {check['median_width_pct']:.1f}% of the prediction"
         )
+    hbm = report.get("hbm_range_check") or {}
+    if hbm.get("n"):
+        lines.append(
+            f"HBM ranges           {hbm['inside']} of {hbm['n']} compiler-grid programs inside the range built without "
+            f"their generation ({100 * hbm['coverage']:.0f}%, nominal {100 * hbm['nominal_coverage']:.0f}%), "
+            f"median width {hbm['median_width_pct']:.1f}% of Podscope's peak"
+        )
     lines += _bounds_lines(report["fitted"])
     for group, row in report.get("step_time_ranges", {}).items():
         lines.append(f"  range {group:<36} n={row['n']:<3} x{row['low_factor']:.3f} .. x{row['high_factor']:.3f}")
+    for group, row in report.get("hbm_ranges", {}).items():
+        lines.append(f"  HBM range {group:<32} n={row['n']:<4} x{row['low_factor']:.3f} .. x{row['high_factor']:.3f}")
     lines.append(f"wrote {report['path']}")
     return "\n".join(lines)

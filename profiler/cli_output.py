@@ -69,6 +69,7 @@ def summary_text(s: dict[str, Any]) -> str:
     if s.get("peak_hbm_bytes") is not None:
         by = " (XLA's memory analysis)" if s.get("hbm_source") == "xla" else ""
         lines.append(f"  HBM peak      {fmt.gib(s['peak_hbm_bytes'], 2)} of {fmt.gib(s['hbm_capacity_bytes'], 2)} per chip{by}")
+        lines += _hbm_range_lines(s)
         if s.get("hbm_source") != "xla" and (s.get("hbm_recomputed_bytes") or 0) > 0:
             lines.append(f"                with XLA's rematerialization recomputing {fmt.gib(s['hbm_recomputed_bytes'], 2)} it would "
                          "keep (its FLOPs not in the step time)")  # fmt: skip
@@ -81,6 +82,20 @@ def summary_text(s: dict[str, Any]) -> str:
     lines += _time_to_train_lines(s)
     lines += _idle_lines(s)
     return "\n".join(lines)
+
+
+def _hbm_range_lines(s: dict[str, Any]) -> list[str]:
+    """The 80% range of XLA's HBM peak around Podscope's, and what it says where it differs from the point verdict."""
+    band, basis = s.get("peak_hbm_range_bytes"), s.get("peak_hbm_range_basis")
+    if not band or not basis:
+        return []
+    lines = [f"                80% range of XLA's peak {fmt.gib(band[0], 2)} to {fmt.gib(band[1], 2)} (its spread around "
+             f"Podscope's over {fmt.count(basis['programs'])} compiled '{basis['group']}' programs)"]  # fmt: skip
+    usable = s.get("hbm_usable_bytes")
+    if s.get("hbm_verdict") == "may not fit" and usable:
+        lines.append(f"                {'may fit' if s.get('oom') else 'may not fit'}: the range holds the {fmt.gib(usable, 2)} "
+                     "a step may use; --xla compiles it for XLA's verdict")  # fmt: skip
+    return lines
 
 
 def _time_to_train_lines(s: dict[str, Any]) -> list[str]:

@@ -19,8 +19,9 @@ from engine.errors import InputError
 from engine.data_files import DATA_DIR
 from engine.planning.planner import Plan, load_plan, plan_from_dict
 from engine.planning.search import Candidate, PlanResult, search
+from engine.scenario.calibration import load_calibration
 
-from . import xla_check, xla_reference
+from . import ranges, xla_check, xla_reference
 from .store import Database
 from .streamed_write import simulate_and_write
 
@@ -62,6 +63,24 @@ def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], Non
     """Load a plan file (or take a loaded plan) and search it."""
     plan = path_or_plan if isinstance(path_or_plan, Plan) else load_plan(path_or_plan)
     return search(plan, progress=progress)
+
+
+def hbm_verdict_of(result: PlanResult, candidate: Candidate) -> tuple[list[float] | None, str | None]:
+    """The 80% range of XLA's HBM peak per chip around a candidate's and the verdict it gives
+    (:func:`profiler.ranges.peak_hbm_range`); ``(None, None)`` for a candidate not costed."""
+    if candidate.peak_hbm_bytes is None:
+        return None, None
+    raw = result.scenario(candidate)
+    usable = scenario_from_dict(raw, source=result.plan.source).chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
+    band, _, verdict = ranges.peak_hbm_range(candidate.peak_hbm_bytes, usable, raw)
+    return band, verdict
+
+
+def with_hbm_verdicts(result: PlanResult, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` (``result.to_json(top)``) with ``peak_hbm_range_bytes`` and ``hbm_verdict`` on each of its best."""
+    for b, candidate in zip(out["best"], result.ranked()):
+        b["peak_hbm_range_bytes"], b["hbm_verdict"] = hbm_verdict_of(result, candidate)
+    return out
 
 
 def store_candidate(db: Database, result: PlanResult, candidate: Candidate, name: str | None = None) -> int:

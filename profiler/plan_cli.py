@@ -57,7 +57,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if args.xla:
             compiling = bar.add_task("compiling the best with XLA", total=args.top)
             xla_rows = plans.xla_check_best(result, args.top, progress=lambda done, total: bar.update(compiling, completed=done, total=total))
-    out = result.to_json(args.top)
+    out = plans.with_hbm_verdicts(result, result.to_json(args.top))
     if xla_rows is not None:
         for b, row in zip(out["best"], xla_rows):
             b["xla"] = {k: v for k, v in row.items() if k not in ("rank", "record")}
@@ -111,7 +111,7 @@ def format_result(result: PlanResult, out: dict[str, Any]) -> Any:
         mesh = _mesh(b["mesh"])
         xla_col = [_xla_cell(b["xla"])] if checked else []
         best.add_row(str(b["rank"]), str(b["chips"]), *knobs, mesh, _seconds(b["step_time_s"]), _si(b["tokens_per_s"]),
-                     _si(b["samples_per_s"]), f"{b['peak_hbm_bytes'] / 2**30:.1f} GiB", *xla_col, _si(b["objective"]))  # fmt: skip
+                     _si(b["samples_per_s"]), _hbm_cell(b), *xla_col, _si(b["objective"]))  # fmt: skip
     front = Table(title="Pareto front (fewer chips, more throughput)", title_justify="left")
     key = result.throughput_key
     for col in ("chips", *knob_cols, MESH_HEADER, "step", key.replace("_per_s", "/s"), "per chip"):
@@ -127,6 +127,12 @@ def format_result(result: PlanResult, out: dict[str, Any]) -> Any:
     if checked and out["best"]:
         parts.insert(-1, _xla_text(out))
     return Group(*parts)
+
+
+def _hbm_cell(b: dict[str, Any]) -> str:
+    """The best table's HBM column: Podscope's peak, marked where the range of XLA's peak holds the usable HBM."""
+    cell = f"{b['peak_hbm_bytes'] / 2**30:.1f} GiB"
+    return cell + " (may not fit)" if b.get("hbm_verdict") == "may not fit" else cell
 
 
 def _xla_cell(x: dict[str, Any]) -> str:

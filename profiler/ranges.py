@@ -28,6 +28,17 @@ results it had *not* been fitted on, not from the engine's own noise:
 ``validate`` checks the ranges honestly (:func:`held_out_ranges`): each case gets the range
 built from the ratios of cases *outside its own generation* only, and counts as covered when
 its published result lies inside the range around its held-out prediction.
+
+The HBM peak of a built-in scenario gets a range the same way, from the TPU compiler rather than
+from published runs: over the compiler grid (:mod:`profiler.xla_grid`) each program's ratio is
+``XLA's peak per chip / Podscope's`` (for a program XLA refused, the HBM its message asks for), grouped
+by family and by whether Podscope's peak reaches :data:`LARGE_PROGRAM_BYTES` (below it XLA's on-chip
+placement moves the peak by tens of percent), then by family, then all (:func:`hbm_keys`). ``calibrate``
+writes the rows to ``[fit.hbm_ranges]``; a run's ``peak_hbm_range_bytes`` is its peak times its
+group's row, and ``hbm_verdict`` reads the range against the HBM a step may use
+(:func:`peak_hbm_range`): ``fits`` when its top is under it, ``out of memory`` when its bottom is
+over it, ``may not fit`` between. ``validate`` checks them with each chip generation's programs
+ranged by the other generations' (:func:`held_out_ranges` with the chip as the fold).
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ import numpy as np
 from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH
 
 from .reference import Case
+from .xla_check import ON_CHIP_PLACEMENT_BYTES
 
 __all__ = [
     "NOMINAL_COVERAGE",
@@ -61,6 +73,14 @@ __all__ = [
     "metric_range",
     "load_range_table",
     "step_time_range_s",
+    "LARGE_PROGRAM_BYTES",
+    "HBM_RULE",
+    "HBM_VERDICTS",
+    "model_family",
+    "hbm_keys",
+    "hbm_verdict",
+    "load_hbm_range_table",
+    "peak_hbm_range",
 ]
 
 #: share of real step times a range is meant to contain (the split-conformal level of |ln(real / predicted)|)
@@ -77,6 +97,19 @@ RULE = (
 )
 
 _ALL = "all"
+
+#: a program whose HBM peak per chip (Podscope's) reaches this has its own HBM range row: below it, what XLA's
+#: memory-space assignment keeps in on-chip memory moves the peak by tens of percent either way, chip by chip
+LARGE_PROGRAM_BYTES = ON_CHIP_PLACEMENT_BYTES
+#: the HBM range rule in one line (written beside the table in the calibration file)
+HBM_RULE = (
+    "peak HBM per chip x [exp(-q), exp(q)], q = the ceil((n + 1) x 0.8)-th smallest of the n values of "
+    "|ln(XLA's peak / Podscope's peak)| (for a program XLA refused: the HBM its message asks for) over the TPU "
+    "compiler grid's programs of the same family and size (Podscope's peak under or over 1 GiB per chip), else "
+    f"family, else all programs (a group needs >= {MIN_CASES} programs)"
+)
+#: a run's HBM verdict read against its range: the range under the HBM a step may use, across it, over it
+HBM_VERDICTS = ("fits", "may not fit", "out of memory")
 #: mesh axes whose size > 1 names a parallelism kind (axes a scenario does not have count as 1)
 _AXES = ("fsdp", "tensor", "expert", "pipeline", "context")
 
@@ -172,9 +205,12 @@ def held_out_ranges(
     dict case id -> {"group", "n", "low_factor", "high_factor", "inside"}; cases with no other fold are left out.
     """
     out = {}
+    tables: dict[str, dict[str, dict[str, Any]]] = {}  # one table per fold: it leaves out that fold's cases only
     for case_id, r in sorted(ratios.items()):
-        pool = {j: rj for j, rj in ratios.items() if fold_of[j] != fold_of[case_id]}
-        found = lookup(range_table(pool, keys), keys[case_id])
+        fold = fold_of[case_id]
+        if fold not in tables:
+            tables[fold] = range_table({j: rj for j, rj in ratios.items() if fold_of[j] != fold}, keys)
+        found = lookup(tables[fold], keys[case_id])
         if found is None:
             continue
         group, row = found
@@ -207,13 +243,14 @@ def metric_range(case: Case, predicted: float, low_factor: float, high_factor: f
 
 
 @lru_cache(maxsize=8)
-def load_range_table(path: Path = DEFAULT_CALIBRATION_PATH) -> dict[str, dict[str, Any]]:
-    """The ``[fit.step_time_ranges]`` table of a calibration file (empty when absent or unreadable)."""
+def load_range_table(path: Path = DEFAULT_CALIBRATION_PATH, section: str = "step_time_ranges") -> dict[str, dict[str, Any]]:
+    """The ``[fit.step_time_ranges]`` table (or another ``[fit.SECTION]`` range table) of a calibration file (empty
+    when absent or unreadable)."""
     try:
         raw = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError):
         return {}
-    table = (raw.get("fit") or {}).get("step_time_ranges") or {}
+    table = (raw.get("fit") or {}).get(section) or {}
     return {
         k: row
         for k, row in table.items()
@@ -247,3 +284,67 @@ def step_time_range_s(
     group, row = found
     basis = {"group": group, "cases": int(row["n"]), "nominal_coverage": NOMINAL_COVERAGE}
     return [step_s * float(row["low_factor"]), step_s * float(row["high_factor"])], basis
+
+
+def model_family(kind: str, experts: int = 0, pipeline: int = 1) -> str:
+    """The compiler grid's family of a built-in model: its kind; ``moe`` for a transformer with experts,
+    ``pipeline`` for a transformer over pipeline stages."""
+    if kind != "transformer":
+        return kind
+    if experts:
+        return "moe"
+    return "pipeline" if pipeline > 1 else "transformer"
+
+
+def hbm_keys(family: str, peak_bytes: float) -> tuple[str, ...]:
+    """HBM range group keys of a program, most specific first: ``family/large`` or ``family/small`` (Podscope's peak
+    per chip over or under :data:`LARGE_PROGRAM_BYTES`), ``family``, ``all``."""
+    size = "large" if peak_bytes >= LARGE_PROGRAM_BYTES else "small"
+    return (f"{family}/{size}", family, _ALL)
+
+
+def load_hbm_range_table(path: Path = DEFAULT_CALIBRATION_PATH) -> dict[str, dict[str, Any]]:
+    """The ``[fit.hbm_ranges]`` table of a calibration file (empty when absent or unreadable)."""
+    return load_range_table(path, "hbm_ranges")
+
+
+def hbm_verdict(range_bytes: Sequence[float], usable_bytes: float) -> str:
+    """One of :data:`HBM_VERDICTS`: ``fits`` when the range's top is within the usable HBM, ``out of memory`` when its
+    bottom is beyond it, ``may not fit`` when the range holds it."""
+    low, high = range_bytes
+    if high <= usable_bytes:
+        return HBM_VERDICTS[0]
+    return HBM_VERDICTS[2] if low > usable_bytes else HBM_VERDICTS[1]
+
+
+def peak_hbm_range(
+    peak_bytes: float | None, usable_bytes: float | None, scenario: Mapping[str, Any] | None,
+    table: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[list[float] | None, dict[str, Any] | None, str | None]:  # fmt: skip
+    """The 80% range of XLA's HBM peak per chip around Podscope's, what it rests on, and the verdict it gives.
+
+    Parameters
+    ----------
+    peak_bytes, usable_bytes
+        Podscope's peak HBM per chip and the HBM a step may use, bytes.
+    scenario
+        The run's scenario as a dict (None for imported runs: no model, no range).
+    table
+        Range rows (default: the bundled calibration's, :func:`load_hbm_range_table`).
+
+    Returns
+    -------
+    ``([low_bytes, high_bytes], {"group", "programs", "nominal_coverage"}, verdict)`` (:func:`hbm_verdict`;
+    None without ``usable_bytes``), or ``(None, None, None)``.
+    """
+    if peak_bytes is None or scenario is None:
+        return None, None, None
+    model, par = scenario.get("model") or {}, scenario.get("parallelism") or {}
+    family = model_family(str(model.get("kind")), int(model.get("experts") or 0), int(par.get("pipeline") or 1))
+    found = lookup(load_hbm_range_table() if table is None else table, hbm_keys(family, peak_bytes))
+    if found is None:
+        return None, None, None
+    group, row = found
+    band = [peak_bytes * float(row["low_factor"]), peak_bytes * float(row["high_factor"])]
+    basis = {"group": group, "programs": int(row["n"]), "nominal_coverage": NOMINAL_COVERAGE}
+    return band, basis, (hbm_verdict(band, usable_bytes) if usable_bytes else None)

@@ -25,15 +25,15 @@ from engine.convergence import ConvergencePlan, time_to_train
 from engine.trace import EVENT_KINDS
 
 from .advisor import advise
-from .ranges import step_time_range_s
+from .ranges import peak_hbm_range, step_time_range_s
 
 __all__ = ["build_summary", "time_to_train_keys", "TIME_TO_TRAIN_KEYS", "batch_aggregates", "summary_from", "RunAggregates", "SUMMARY_KEYS", "BATCH_VIEWS"]
 
 SUMMARY_KEYS = (
     "run_id", "name", "source", "chip", "chips", "hosts", "slices", "topology", "steps", "params",
     "step_time_s", "step_time_range_s", "step_time_range_basis", "wall_time_s", "samples_per_s", "tokens_per_s", "mfu", "hfu", "breakdown",
-    "peak_hbm_bytes", "hbm_capacity_bytes", "hbm_breakdown_bytes", "oom", "events",
-    "input_wait_frac", "recompiles", "compile_s", "goodput", "stragglers",
+    "peak_hbm_bytes", "hbm_capacity_bytes", "hbm_breakdown_bytes", "oom", "peak_hbm_range_bytes", "peak_hbm_range_basis", "hbm_verdict",
+    "events", "input_wait_frac", "recompiles", "compile_s", "goodput", "stragglers",
     "steps_to_target", "samples_to_target", "time_to_train_s", "time_to_train_range_s", "chip_hours", "cost_usd", "advice",
 )  # fmt: skip
 #: the time-to-train keys: null without a ``[convergence]`` section
@@ -108,13 +108,22 @@ def summary_from(run_id: int, run: Mapping[str, Any], agg: RunAggregates) -> dic
 
     ``step_time_range_s`` is the calibrated 80% range of the predicted step time and
     ``step_time_range_basis`` the held-out cases it rests on (:mod:`profiler.ranges`); both
-    None for imported runs, which are measurements, not predictions.
+    None for imported runs, which are measurements, not predictions. ``peak_hbm_range_bytes`` is the
+    80% range of XLA's HBM peak per chip around Podscope's, ``peak_hbm_range_basis`` the compiler-grid
+    programs it rests on and ``hbm_verdict`` what it says of the fit (``fits``, ``may not fit``, ``out of
+    memory``; :func:`profiler.ranges.peak_hbm_range`); all None unless the peak is Podscope's model of a
+    built-in scenario (a run whose HBM is XLA's, or an imported one, has none).
     """
     facts = json.loads(run["facts"]) if run["facts"] else {}
     scenario = json.loads(run["scenario"]) if run.get("scenario") else None
     step_ns = agg.steady_ns if agg.steady_ns is not None else agg.all_ns
     step_s = float(step_ns) / 1e9 if step_ns is not None else None
     step_range_s, range_basis = step_time_range_s(step_s, scenario)
+    extra = facts.get("extra") or {}
+    hbm_range, hbm_basis, hbm_verdict = (
+        peak_hbm_range(facts.get("peak_hbm_bytes"), extra.get("hbm_usable_bytes"), scenario)
+        if extra.get("hbm_source") == "podscope" else (None, None, None)
+    )  # fmt: skip
     by_kind = agg.by_kind_ns
     total = sum(by_kind.values())
     kinds = list(EVENT_KINDS) + sorted(k for k in by_kind if k not in EVENT_KINDS)
@@ -146,9 +155,12 @@ def summary_from(run_id: int, run: Mapping[str, Any], agg: RunAggregates) -> dic
         "hbm_capacity_bytes": facts.get("hbm_capacity_bytes"),
         "hbm_breakdown_bytes": facts.get("hbm_breakdown_bytes"),
         "oom": bool(facts.get("oom", False)),
+        "peak_hbm_range_bytes": hbm_range,
+        "peak_hbm_range_basis": hbm_basis,
+        "hbm_verdict": hbm_verdict,
         "events": agg.events,
     }
-    for key, value in (facts.get("extra") or {}).items():
+    for key, value in extra.items():
         summary.setdefault(key, value)
     # Runs without the engine's idle-time facts (e.g. imported traces): the input-wait share of
     # all chip time stands in; what only the engine knows is null.

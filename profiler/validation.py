@@ -379,6 +379,15 @@ def format_report(v: Validation) -> str:
                 f"with memory-space assignment off ({x['hbm_only_default_median_abs_pct']:.1f}% / "
                 f"{x['hbm_only_default_p90_abs_pct']:.1f}% against XLA's default peak)"
             )
+        hr = x.get("hbm_range") or {}
+        if hr.get("n"):
+            maybe = hr["verdicts"]["may not fit"]
+            lines.append(
+                f"{'  80% HBM range':<20} n={hr['n']:<3} {100 * hr['coverage']:.0f}% inside the range built without their "
+                f"generation (nominal {100 * hr['nominal_coverage']:.0f}%), median width {hr['median_width_pct']:.1f}%; "
+                f"its verdicts: {hr['false_fits']} fits XLA refuses, {hr['false_ooms']} out of memory XLA compiles, "
+                f"{maybe['compiled'] + maybe['refused']} may not fit ({maybe['refused']} refused)"
+            )
     c = v.xla_compute
     if c:
         lines.append(

@@ -24,10 +24,11 @@ from engine.scenario.calibration import Calibration
 from engine.data_files import DATA_DIR
 from engine.errors import ReferenceFileError
 
-from .xla_check import ON_CHIP_PLACEMENT_BYTES, compare, podscope_numbers, xla_peak_bytes
+from . import ranges
+from .xla_check import compare, podscope_numbers, xla_peak_bytes
 
-__all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "load_grid", "grid_rows", "xla_block",
-           "xla_table"]  # fmt: skip
+__all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "hbm_range_check",
+           "hbm_range_table", "load_grid", "grid_rows", "xla_block", "xla_table"]  # fmt: skip
 
 DEFAULT_XLA_GRID_PATH = DATA_DIR / "reference" / "xla_grid.json"
 
@@ -40,7 +41,7 @@ NEAR_LIMIT_RATIO = (0.8, 1.25)
 #: programs whose XLA peak reaches this per chip are reported apart; below it, buffers XLA keeps in on-chip memory
 #: weigh on the peak, and the grid also records each such program compiled with memory-space assignment off
 #: (``xla_hbm_only``: every buffer in HBM, ``scripts/fixtures/make_xla_grid.py --hbm-only``)
-LARGE_PROGRAM_BYTES = ON_CHIP_PLACEMENT_BYTES
+LARGE_PROGRAM_BYTES = ranges.LARGE_PROGRAM_BYTES
 #: a false fit counts apart when XLA asks for more than this share of the usable HBM beyond it: a plan sized
 #: by Podscope within a few percent of the limit is one any margin of the user's absorbs
 FALSE_FIT_MARGIN = 0.05
@@ -69,17 +70,13 @@ def load_grid(path: str | Path | None = None) -> list[dict[str, Any]]:
 def family_of(scenario: Scenario) -> str:
     """The grid's family of a scenario: its model kind; ``moe`` for a transformer with experts, ``pipeline``
     for a transformer over pipeline stages."""
-    m = scenario.model
-    if m.kind != "transformer":
-        return m.kind
-    if m.experts:
-        return "moe"
-    return "pipeline" if scenario.parallelism.pipeline > 1 else "transformer"
+    return ranges.model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
 
 
 def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = None) -> list[dict[str, Any]]:
     """One comparison per configuration: id, chip, remat, :func:`profiler.xla_check.compare`'s keys, and
-    the argument-like and temporary-like parts of Podscope's breakdown against XLA's (percent)."""
+    the argument-like and temporary-like parts of Podscope's breakdown against XLA's (percent); ``xla_hbm_bytes``:
+    XLA's peak per chip, or for a program it refused the HBM its message asks for (None when it says no size)."""
     rows = []
     for rec in configs:
         scenario = scenario_from_dict(rec["scenario"], source=f"xla grid {rec['id']}")
@@ -101,13 +98,63 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
             limit_ratio = oom["required_bytes"] / oom["available_bytes"]
         else:
             limit_ratio = None
+        if x["peak_hbm_bytes"] is not None:
+            xla_bytes = x["peak_hbm_bytes"]
+        elif oom and oom.get("required_bytes"):
+            xla_bytes = oom["required_bytes"] * rec["xla"]["devices_per_chip"]
+        else:
+            xla_bytes = None
         only = (rec.get("xla_hbm_only") or {}).get("memory")
         only_peak = xla_peak_bytes(only) * rec["xla"]["devices_per_chip"] if only else None
         accumulated = scenario.training.microbatches > 1 and scenario.parallelism.pipeline == 1
         rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "remat": scenario.training.remat,
-                     "accumulation": accumulated, **cmp, **terms, "hbm_limit_ratio": limit_ratio, "xla_hbm_only_peak_bytes": only_peak,
+                     "accumulation": accumulated, **cmp, **terms, "hbm_limit_ratio": limit_ratio, "xla_hbm_bytes": xla_bytes,
+                     "xla_hbm_only_peak_bytes": only_peak,
                      "hbm_only_diff_pct": None if only_peak is None else 100.0 * (cmp["podscope"]["peak_hbm_bytes"] / only_peak - 1.0)})  # fmt: skip
     return rows
+
+
+def _hbm_range_inputs(rows: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, tuple[str, ...]], dict[str, str]]:
+    """Per program with a size from XLA: ``XLA's bytes / Podscope's peak``, its HBM range group keys, its chip."""
+    sized = [r for r in rows if r["xla_hbm_bytes"] and r["podscope"]["peak_hbm_bytes"]]
+    ratios = {r["id"]: r["xla_hbm_bytes"] / r["podscope"]["peak_hbm_bytes"] for r in sized}
+    keys = {r["id"]: ranges.hbm_keys(r["family"], r["podscope"]["peak_hbm_bytes"]) for r in sized}
+    return ratios, keys, {r["id"]: r["chip"] for r in sized}
+
+
+def hbm_range_table(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The HBM range table runs read (``[fit.hbm_ranges]``, :func:`profiler.ranges.peak_hbm_range`) from :func:`grid_rows`:
+    :func:`profiler.ranges.range_table` over every program's ``XLA / Podscope`` peak ratio."""
+    ratios, keys, _ = _hbm_range_inputs(rows)
+    return ranges.range_table(ratios, keys)
+
+
+def hbm_range_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The HBM ranges checked with each chip generation held out: every program's range is built from the other
+    generations' programs only (:func:`profiler.ranges.held_out_ranges`, the chip as the fold).
+
+    Returns
+    -------
+    dict
+        :func:`profiler.ranges.coverage_summary`'s keys (``n``, ``inside``: programs whose XLA size lies in their
+        range, ``coverage``, ``median_width_pct``, ``nominal_coverage``) and, per verdict the held-out range gives
+        (:data:`profiler.ranges.HBM_VERDICTS`), how many programs XLA compiled and refused: ``verdicts`` ->
+        {verdict: {"compiled", "refused"}}; ``false_fits`` (``fits``, XLA refuses) and ``false_ooms``
+        (``out of memory``, XLA compiles).
+    """
+    ratios, keys, fold_of = _hbm_range_inputs(rows)
+    held = ranges.held_out_ranges(ratios, keys, fold_of)
+    verdicts = {v: {"compiled": 0, "refused": 0} for v in ranges.HBM_VERDICTS}
+    for r in rows:
+        h = held.get(r["id"])
+        if h is None:
+            continue
+        peak = r["podscope"]["peak_hbm_bytes"]
+        verdict = ranges.hbm_verdict((peak * h["low_factor"], peak * h["high_factor"]), r["podscope"]["usable_hbm_bytes"])
+        verdicts[verdict]["refused" if r["xla"]["oom"] else "compiled"] += 1
+    fits, _, oom = ranges.HBM_VERDICTS
+    return {**ranges.coverage_summary(held), "verdicts": verdicts,
+            "false_fits": verdicts[fits]["refused"], "false_ooms": verdicts[oom]["compiled"]}  # fmt: skip
 
 
 def _group(group: list[dict[str, Any]]) -> dict[str, Any]:
@@ -183,7 +230,9 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         terms (grads + activations + temporary against XLA's temporaries); ``hbm_only_n``: the programs also compiled
         with memory-space assignment off (``xla_hbm_only``, under :data:`LARGE_PROGRAM_BYTES`), and over them
         ``hbm_only_median_abs_pct`` and ``hbm_only_p90_abs_pct`` (Podscope's peak against that program's) beside
-        ``hbm_only_default_median_abs_pct`` and ``hbm_only_default_p90_abs_pct`` (against XLA's default peak).
+        ``hbm_only_default_median_abs_pct`` and ``hbm_only_default_p90_abs_pct`` (against XLA's default peak);
+        ``hbm_range``: the 80% HBM ranges runs carry, each chip generation's programs ranged by the others'
+        (:func:`hbm_range_check`).
     """
     compiled = [r for r in rows if r["hbm_diff_pct"] is not None]
     hbm = [r["hbm_diff_pct"] for r in compiled]
@@ -236,7 +285,23 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "hbm_only_default_median_abs_pct": _median(only_default),
         "hbm_only_default_p90_abs_pct": _p90(only_default),
         "by_remat": by_remat,
+        "hbm_range": hbm_range_check(rows),
     }
+
+
+def _hbm_range_lines(check: dict[str, Any] | None) -> list[str]:
+    """docs/validation.md's rows of the held-out HBM ranges (:func:`hbm_range_check`)."""
+    if not check or not check["n"]:
+        return []
+    v = check["verdicts"]
+    fits, maybe, oom = (v[k] for k in ranges.HBM_VERDICTS)
+    return [
+        f"| XLA's size inside the 80% HBM range built without its chip generation | {check['inside']} of {check['n']} "
+        f"({_pct(_share(check['coverage']))}; median width {_pct(check['median_width_pct'])}) |",
+        f"| that range's verdict `fits`: XLA compiles / refuses | {fits['compiled']} / {fits['refused']} |",
+        f"| that range's verdict `may not fit`: XLA compiles / refuses | {maybe['compiled']} / {maybe['refused']} |",
+        f"| that range's verdict `out of memory`: XLA compiles / refuses | {oom['compiled']} / {oom['refused']} |",
+    ]
 
 
 def _pct(x: float | None, signed: bool = False) -> str:
@@ -280,6 +345,7 @@ def xla_table(block: dict[str, Any]) -> str:
         f"| {_pct(block['hbm_only_median_abs_pct'])} / {_pct(block['hbm_only_p90_abs_pct'])} |",
         f"| the same programs against XLA's default peak, median / p90 absolute error "
         f"| {_pct(block['hbm_only_default_median_abs_pct'])} / {_pct(block['hbm_only_default_p90_abs_pct'])} |",
+        *_hbm_range_lines(block.get("hbm_range")),
         "",
         "| transformer remat | compiled | HBM peak, median | params + optimizer vs XLA arguments | grads + activations + temporary vs XLA temporaries |",
         "| --- | ---: | ---: | ---: | ---: |",

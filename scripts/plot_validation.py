@@ -99,8 +99,12 @@ def tables(v: Validation) -> dict[str, str]:
     ranges = ["| comparable cases | n | step-time range (x predicted) |", "| --- | ---: | --- |"]
     for group, row in record.get("step_time_ranges", {}).items():
         ranges.append(f"| `{group}` | {row['n']} | {row['low_factor']:.3f} - {row['high_factor']:.3f} |")
+    hbm = ["| compiled programs | n | range of XLA's HBM peak (x Podscope's) |", "| --- | ---: | --- |"]
+    for group, row in record.get("hbm_ranges", {}).items():
+        hbm.append(f"| `{group}` | {row['n']} | {row['low_factor']:.3f} - {row['high_factor']:.3f} |")
     return {
         "validation-parameters": "\n".join(params) + "\n",
+        "validation-hbm-ranges": "\n".join(hbm) + "\n",
         "validation-summary": "\n".join(summary) + "\n",
         "validation-ranges": "\n".join(ranges) + "\n",
         "validation-cases": "\n".join(cases) + "\n",

@@ -21,8 +21,16 @@ def _verdict(summary: dict) -> None:
     cols[0].metric("Peak HBM per chip", _gib(peak))
     cols[1].metric("Capacity per chip", _gib(cap))
     cols[2].metric("Headroom", _gib(cap - peak) if peak is not None and cap else "n/a")
+    band, basis, usable = summary.get("peak_hbm_range_bytes"), summary.get("peak_hbm_range_basis"), summary.get("hbm_usable_bytes")
+    if band and basis:
+        st.caption(f"80% range of the TPU compiler's peak: {_gib(band[0])} to {_gib(band[1])}, from its spread around "
+                   f"Podscope's over {basis['programs']:,} compiled '{basis['group']}' programs.")  # fmt: skip
+    uncertain = summary.get("hbm_verdict") == "may not fit" and usable
+    if uncertain:
+        st.warning(f"{'May fit' if summary.get('oom') else 'May not fit'}: that range holds the {_gib(usable)} a step may "
+                   "use. `podscope run --xla` compiles the scenario for XLA's own peak and verdict.")  # fmt: skip
     if not summary.get("oom"):
-        if peak is not None and cap:
+        if peak is not None and cap and not uncertain:
             st.success(f"Fits: the busiest chip uses {fmt.percent(peak / cap)} of its HBM capacity.")
         recomputed = summary.get("hbm_recomputed_bytes") or 0.0
         if recomputed > 0 and summary.get("hbm_source") != "xla":

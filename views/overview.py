@@ -28,7 +28,10 @@ def _headline(summary: dict) -> None:
     cols[3].metric("Chips", fmt.chips_label(summary.get("chips"), summary.get("chip")),
                    help=f"{summary.get('chips'):,} x {summary.get('chip')}" + (f", {topo} torus" if topo else ""))  # fmt: skip
     peak, cap = summary.get("peak_hbm_bytes"), summary.get("hbm_capacity_bytes")
-    cols[4].metric("HBM peak", fmt.gib_of(peak, cap) if peak and cap else "n/a", help="peak HBM of the busiest chip / capacity per chip")
+    band = summary.get("peak_hbm_range_bytes")
+    hbm_help = "peak HBM of the busiest chip / capacity per chip" + (
+        f"; 80% range of the TPU compiler's peak {fmt.gib(band[0], 1)} to {fmt.gib(band[1], 1)}" if band else "")  # fmt: skip
+    cols[4].metric("HBM peak", fmt.gib_of(peak, cap) if peak and cap else "n/a", help=hbm_help)
     if (band := common.step_time_range_text(summary)) is not None:
         st.caption(band)
     _time_to_train(summary)

@@ -19,7 +19,7 @@ from engine.planning.planner import OBJECTIVES
 from engine.pod.topology import is_supported_shape
 from engine.scenario import TrainingSection
 from profiler import api, queries
-from profiler.plan import OBJECTIVE_LABELS, plan_frame, plan_from_dict, run_plan, xla_check_scenario
+from profiler.plan import OBJECTIVE_LABELS, hbm_verdict_of, plan_frame, plan_from_dict, run_plan, xla_check_scenario
 from profiler.tpu_capture import TPU_EXTRA_HINT, tpu_compiler_missing
 from views import common, figures
 
@@ -90,8 +90,9 @@ def _form(base: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _table(df: pd.DataFrame, unit: str) -> pd.DataFrame:
+def _table(result: Any, df: pd.DataFrame, unit: str) -> pd.DataFrame:
     best = df[df["feasible"]].sort_values("rank").head(10)
+    verdicts = [hbm_verdict_of(result, result.points[int(i)])[1] for i in best["index"]]
     return pd.DataFrame(
         {
             "Rank": best["rank"].astype(int),
@@ -102,6 +103,8 @@ def _table(df: pd.DataFrame, unit: str) -> pd.DataFrame:
             "Step (s)": best["step_time_s"].round(4),
             f"{unit} per chip": best["throughput_per_chip"].round(1),
             "HBM peak (GiB)": (best["peak_hbm_bytes"] / 2**30).round(1),
+            # the 80% range of the TPU compiler's peak against the usable HBM (profiler.ranges.peak_hbm_range)
+            "HBM verdict": verdicts,
             "Pareto": best["pareto"].map({True: "yes", False: ""}),
         }
     )
@@ -209,7 +212,7 @@ def main() -> None:
         st.warning("No configuration fits: add bigger slices or more remat, or lower the global batch.")
         return
     st.subheader("Best configurations")
-    st.dataframe(_table(df, unit), hide_index=True)
+    st.dataframe(_table(result, df, unit), hide_index=True)
     _simulate_point(result, df, base_run)
 
 

@@ -154,6 +154,14 @@ def _against_the_compiler() -> None:
                    f"percentile {_pct(block['hbm_only_p90_abs_pct'])}), against {_pct(block['hbm_only_default_median_abs_pct'])} "
                    f"and {_pct(block['hbm_only_default_p90_abs_pct'])} of XLA's default peak. On programs this small "
                    "what the compiler keeps on chip moves the HBM peak either way; Podscope does not model it.")  # fmt: skip
+    hr = block.get("hbm_range") or {}
+    if hr.get("n"):
+        maybe = hr["verdicts"]["may not fit"]
+        st.caption(f"Every run's HBM peak carries the 80% range of XLA's peak around it, from these programs. Ranged by "
+                   f"the other chip generations' programs only, {hr['inside']:,} of {hr['n']:,} ({100 * hr['coverage']:.0f}%) "
+                   f"lie inside theirs (median width {_pct(hr['median_width_pct'])}); its verdicts: {hr['false_fits']} fits "
+                   f"XLA refuses, {hr['false_ooms']} out of memory XLA compiles, {maybe['compiled'] + maybe['refused']} may "
+                   f"not fit ({maybe['refused']} of them refused).")  # fmt: skip
     groups = [{"family": f, **g} for f, g in block["families"].items()]
     if block.get("accumulation"):
         groups.append({"family": "any, gradient accumulation", **block["accumulation"]})
