@@ -32,7 +32,7 @@ its published result lies inside the range around its held-out prediction.
 The HBM peak of a built-in scenario gets a range the same way, from the TPU compiler rather than
 from published runs: over the compiler grid (:mod:`profiler.xla_grid`) each program's ratio is
 ``XLA's peak per chip / Podscope's`` (for a program XLA refused, the HBM its message asks for), grouped
-by family and by whether Podscope's peak reaches :data:`LARGE_PROGRAM_BYTES` (below it XLA's on-chip
+by family and by whether Podscope's peak reaches :data:`ON_CHIP_PLACEMENT_BYTES` (below it XLA's on-chip
 placement moves the peak by tens of percent), then by family, then all (:func:`hbm_keys`). ``calibrate``
 writes the rows to ``[fit.hbm_ranges]``; a run's ``peak_hbm_range_bytes`` is its peak times its
 group's row, and ``hbm_verdict`` reads the range against the HBM a step may use
@@ -55,7 +55,6 @@ import numpy as np
 from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH
 
 from .reference import Case
-from .xla_check import ON_CHIP_PLACEMENT_BYTES
 
 __all__ = [
     "NOMINAL_COVERAGE",
@@ -73,7 +72,7 @@ __all__ = [
     "metric_range",
     "load_range_table",
     "step_time_range_s",
-    "LARGE_PROGRAM_BYTES",
+    "ON_CHIP_PLACEMENT_BYTES",
     "HBM_RULE",
     "HBM_VERDICTS",
     "model_family",
@@ -81,6 +80,7 @@ __all__ = [
     "hbm_verdict",
     "load_hbm_range_table",
     "peak_hbm_range",
+    "family_hbm_range",
 ]
 
 #: share of real step times a range is meant to contain (the split-conformal level of |ln(real / predicted)|)
@@ -98,9 +98,11 @@ RULE = (
 
 _ALL = "all"
 
-#: a program whose HBM peak per chip (Podscope's) reaches this has its own HBM range row: below it, what XLA's
-#: memory-space assignment keeps in on-chip memory moves the peak by tens of percent either way, chip by chip
-LARGE_PROGRAM_BYTES = ON_CHIP_PLACEMENT_BYTES
+#: below this peak per chip, what XLA's memory-space assignment keeps in on-chip memory (or prefetches beside its HBM
+#: buffer) moves the HBM peak by tens of percent either way, chip by chip, and Podscope does not model it (the
+#: compiler grid's programs compiled again with it off, docs/validation.md): a program whose peak (Podscope's)
+#: reaches it has its own HBM range row
+ON_CHIP_PLACEMENT_BYTES = 2**30
 #: the HBM range rule in one line (written beside the table in the calibration file)
 HBM_RULE = (
     "peak HBM per chip x [exp(-q), exp(q)], q = the ceil((n + 1) x 0.8)-th smallest of the n values of "
@@ -298,8 +300,8 @@ def model_family(kind: str, experts: int = 0, pipeline: int = 1) -> str:
 
 def hbm_keys(family: str, peak_bytes: float) -> tuple[str, ...]:
     """HBM range group keys of a program, most specific first: ``family/large`` or ``family/small`` (Podscope's peak
-    per chip over or under :data:`LARGE_PROGRAM_BYTES`), ``family``, ``all``."""
-    size = "large" if peak_bytes >= LARGE_PROGRAM_BYTES else "small"
+    per chip over or under :data:`ON_CHIP_PLACEMENT_BYTES`), ``family``, ``all``."""
+    size = "large" if peak_bytes >= ON_CHIP_PLACEMENT_BYTES else "small"
     return (f"{family}/{size}", family, _ALL)
 
 
@@ -341,6 +343,13 @@ def peak_hbm_range(
         return None, None, None
     model, par = scenario.get("model") or {}, scenario.get("parallelism") or {}
     family = model_family(str(model.get("kind")), int(model.get("experts") or 0), int(par.get("pipeline") or 1))
+    return family_hbm_range(peak_bytes, usable_bytes, family, table)
+
+
+def family_hbm_range(
+    peak_bytes: float, usable_bytes: float | None, family: str, table: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[list[float] | None, dict[str, Any] | None, str | None]:  # fmt: skip
+    """:func:`peak_hbm_range` of a program of a known family (:func:`model_family`)."""
     found = lookup(load_hbm_range_table() if table is None else table, hbm_keys(family, peak_bytes))
     if found is None:
         return None, None, None

@@ -28,7 +28,8 @@ from engine.hlo.live_range import SOURCES, LivePeak, PeakBuffer, peak_sources
 from engine.scenario import Scenario
 from engine.units import gradient_wire_dtype
 
-from . import xla_reference
+from . import ranges, xla_reference
+from .ranges import ON_CHIP_PLACEMENT_BYTES
 
 __all__ = ["ON_CHIP_PLACEMENT_BYTES", "compile_numbers", "estimated_cycles", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
            "format_check"]
@@ -166,10 +167,13 @@ def xla_memory(xla: dict[str, Any]) -> XlaHbm:
 
 
 def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None) -> dict[str, Any]:
-    """The engine's HBM peak per chip (and its breakdown by term), usable HBM, verdict and hardware FLOPs per chip per step,
-    for the chip's devices as the catalog has them (the devices :func:`compile_numbers` compiles for)."""
+    """The engine's HBM peak per chip (and its breakdown by term), usable HBM, verdict, the 80% range of XLA's peak around
+    it with the verdict that range gives, and hardware FLOPs per chip per step, for the chip's devices as the catalog has
+    them (the devices :func:`compile_numbers` compiles for)."""
     est = evaluate(scenario, calibration)
     c = est.costs
+    family = ranges.model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
+    band, basis, verdict = ranges.family_hbm_range(est.peak_hbm_bytes, est.usable_hbm_bytes, family)
     kernel = xla_reference.kernel_attention(scenario)
     kernel_flops = c.attention_flops_per_chip if kernel else 0.0
     tr = scenario.training
@@ -181,6 +185,10 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
         "recomputed_bytes": c.mem.recomputed_bytes,
         "usable_hbm_bytes": est.usable_hbm_bytes,
         "oom": est.oom,
+        # the 80% range of XLA's peak around Podscope's, from the compiler grid (profiler.ranges.peak_hbm_range)
+        "hbm_range_bytes": band,
+        "hbm_range_basis": basis,
+        "hbm_verdict": verdict,
         "hardware_flops_per_chip": c.hardware_flops_per_chip,
         "kernel_flops_per_chip": kernel_flops,
         # the step's compute (forward and backward) outside the Pallas kernels, whose cycles the module does not carry
@@ -243,10 +251,27 @@ def _per_chip(live: dict[str, Any], k: int) -> dict[str, Any]:
     }
 
 
-#: below this peak per chip, what XLA's memory-space assignment keeps in on-chip memory (or prefetches beside its HBM
-#: buffer) moves the HBM peak by tens of percent either way, chip by chip, and Podscope does not model it: the
-#: compiler grid's programs compiled again with it off (docs/validation.md)
-ON_CHIP_PLACEMENT_BYTES = 2**30
+
+
+def _range_lines(p: dict[str, Any], x: dict[str, Any], xla: dict[str, Any]) -> list[str]:
+    """Where XLA's peak (or, refused, the HBM it asks for) lies against Podscope's 80% range of it."""
+    band, basis = p.get("hbm_range_bytes"), p.get("hbm_range_basis")
+    if not band or not basis:
+        return []
+    gib = 2**30
+    need = (xla.get("oom") or {}).get("required_bytes")
+    seen = x["peak_hbm_bytes"] if x["peak_hbm_bytes"] is not None else (need * xla["devices_per_chip"] if need else None)
+    where = ""
+    if seen is not None:
+        what = "XLA's peak" if x["peak_hbm_bytes"] is not None else "what XLA asks for"
+        if seen > band[1]:
+            where = f": {what} {100 * (seen / band[1] - 1):.1f}% above it"
+        elif seen < band[0]:
+            where = f": {what} {100 * (1 - seen / band[0]):.1f}% below it"
+        else:
+            where = f": {what} inside it"
+    return [f"  range     80% range of XLA's peak {band[0] / gib:.3f} to {band[1] / gib:.3f} GiB (its spread around Podscope's "
+            f"over {basis['programs']:,} compiled '{basis['group']}' programs; verdict {p['hbm_verdict']}){where}"]  # fmt: skip
 
 
 def _by_dtype_text(by_op: dict[str, dict[str, float]], ops: tuple[str, ...]) -> str:
@@ -321,6 +346,7 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
                          "Podscope counts the program with every buffer in HBM")  # fmt: skip
     else:
         lines.append(f"  XLA       OUT OF MEMORY: {(x['oom_message'] or '').splitlines()[0][:300]}")
+    lines += _range_lines(p, x, xla)
     if x.get("live_peak"):
         lines += _live_lines(x["live_peak"], xla["devices_per_chip"])
     usable = p["usable_hbm_bytes"] / gib

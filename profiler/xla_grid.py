@@ -41,7 +41,7 @@ NEAR_LIMIT_RATIO = (0.8, 1.25)
 #: programs whose XLA peak reaches this per chip are reported apart; below it, buffers XLA keeps in on-chip memory
 #: weigh on the peak, and the grid also records each such program compiled with memory-space assignment off
 #: (``xla_hbm_only``: every buffer in HBM, ``scripts/fixtures/make_xla_grid.py --hbm-only``)
-LARGE_PROGRAM_BYTES = ranges.LARGE_PROGRAM_BYTES
+LARGE_PROGRAM_BYTES = ranges.ON_CHIP_PLACEMENT_BYTES
 #: a false fit counts apart when XLA asks for more than this share of the usable HBM beyond it: a plan sized
 #: by Podscope within a few percent of the limit is one any margin of the user's absorbs
 FALSE_FIT_MARGIN = 0.05

@@ -198,3 +198,24 @@ def test_memory_page_warns_where_the_range_holds_the_usable_hbm(tmp_path, monkey
     assert [w.value for w in near.warning if w.value.startswith("May not fit")] and not near.success
     assert not far.warning and far.success
     assert any("80% range of the TPU compiler's peak" in c.value for c in near.caption)
+
+
+@pytest.mark.parametrize(
+    ("xla_gib", "refused", "where"),
+    [(10.0, False, "XLA's peak inside it"), (11.55, False, "XLA's peak 5.0% above it"), (9.025, False, "XLA's peak 5.0% below it"),
+     (5.775, True, "what XLA asks for 5.0% above it")],
+)  # fmt: skip
+def test_xla_check_says_where_xlas_peak_lies_against_the_range(xla_gib, refused, where):
+    from profiler.xla_check import format_check
+
+    pod = {"peak_hbm_bytes": 10 * GIB, "breakdown_bytes": {"params": GIB}, "peak_phase": "backward", "usable_hbm_bytes": 15 * GIB,
+           "oom": False, "flops_per_chip": 0.0, "hbm_range_bytes": [9.5 * GIB, 11 * GIB],
+           "hbm_range_basis": {"group": "moe/large", "programs": 121, "nominal_coverage": 0.8}, "hbm_verdict": "fits"}  # fmt: skip
+    xla = {"peak_hbm_bytes": None if refused else xla_gib * GIB, "argument_bytes": GIB, "output_bytes": GIB, "alias_bytes": GIB,
+           "temp_bytes": GIB, "oom": refused, "oom_message": "RESOURCE_EXHAUSTED: out of HBM", "flops_per_chip": 0.0}  # fmt: skip
+    cmp = {"podscope": pod, "xla": xla, "hbm_diff_pct": 0.0, "verdicts_agree": not refused, "flops_diff_pct": None}
+    record = {"devices_per_chip": 2, "mesh": {"fsdp": 4}, "devices": 8, "compile_s": 1.0, "notes": [],
+              "oom": {"required_bytes": xla_gib * GIB} if refused else None}  # per device: a chip of two asks for twice  # fmt: skip
+    text = format_check("s", cmp, record)
+    line = next(x for x in text.splitlines() if x.startswith("  range"))
+    assert "9.500 to 11.000 GiB" in line and "121 compiled 'moe/large' programs; verdict fits" in line and line.endswith(where)
