@@ -62,7 +62,15 @@ def plan_path(text: str | Path) -> Path:
 def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], None] | None = None) -> PlanResult:
     """Load a plan file (or take a loaded plan) and search it."""
     plan = path_or_plan if isinstance(path_or_plan, Plan) else load_plan(path_or_plan)
-    return search(plan, progress=progress)
+    return search(plan, progress=progress, hbm_range_factor=_hbm_range_factor)
+
+
+def _hbm_range_factor(scenario: Scenario, peak_bytes: float) -> float:
+    """The top of the 80% range of XLA's peak over Podscope's ``peak_bytes`` (:func:`profiler.ranges.family_hbm_range`);
+    1 where the calibration file has no range table."""
+    family = ranges.model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
+    band, _, _ = ranges.family_hbm_range(peak_bytes, None, family)
+    return band[1] / peak_bytes if band and peak_bytes else 1.0
 
 
 def hbm_verdict_of(result: PlanResult, candidate: Candidate) -> tuple[list[float] | None, str | None]:

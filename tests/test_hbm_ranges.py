@@ -219,3 +219,38 @@ def test_xla_check_says_where_xlas_peak_lies_against_the_range(xla_gib, refused,
     text = format_check("s", cmp, record)
     line = next(x for x in text.splitlines() if x.startswith("  range"))
     assert "9.500 to 11.000 GiB" in line and "121 compiled 'moe/large' programs; verdict fits" in line and line.endswith(where)
+
+
+class TestPlanHbmFit:
+    def test_an_unknown_hbm_fit_is_named_with_its_key(self):
+        from engine.errors import PlanError
+
+        raw = {"base": "llm-1b-v5p-64.toml", "search": {"hbm_fit": "maybe", "training.remat": ["full"]}}
+        with pytest.raises(PlanError) as e:
+            plan.plan_from_dict(raw, source=str(ROOT / "data" / "scenarios" / "plan.toml"))
+        assert ("search.hbm_fit", "unknown value 'maybe'; valid: peak, range") in e.value.problems
+
+    def test_range_needs_the_factor_and_rules_out_what_it_pushes_past_the_usable_hbm(self):
+        import dataclasses
+
+        from engine.errors import PlanError
+        from engine.planning.search import REASONS, search
+
+        base = plan.load_plan(plan.plan_path("llm-7b-v5p"))
+        ranged = dataclasses.replace(base, hbm_fit="range")
+        with pytest.raises(PlanError):
+            search(ranged)  # the engine alone has no compiler range to read
+        point = search(base)
+        same = search(ranged, hbm_range_factor=lambda scenario, peak: 1.0)
+        assert [p.reason for p in same.points] == [p.reason for p in point.points]
+        doubled = search(ranged, hbm_range_factor=lambda scenario, peak: 2.0)
+        flipped = [(a, b) for a, b in zip(point.points, doubled.points) if a.reason != b.reason]
+        assert flipped and all(a.feasible and b.reason == REASONS["hbm_range"] for a, b in flipped)
+        # the bundled table: what it rules out lies under the usable HBM with its range's top past it
+        result = plan.run_plan(ranged)
+        out = [p for p in result.points if p.reason == REASONS["hbm_range"]]
+        assert out and result.infeasible[REASONS["hbm_range"]] == len(out)
+        for p in out[:5]:
+            band, verdict = plan.hbm_verdict_of(result, p)
+            assert verdict == "may not fit" and band[0] < p.peak_hbm_bytes < band[1]
+        assert all(plan.hbm_verdict_of(result, p)[1] == "fits" for p in result.ranked()[:5])

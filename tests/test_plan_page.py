@@ -116,3 +116,18 @@ def test_checking_a_point_with_the_tpu_compiler_gives_xlas_peak_beside_podscopes
     _, row = at.session_state["plan_xla_result"]
     assert row["refusal"] is None and not row["oom"] and row["peak_hbm_bytes"] > 0
     assert f"({row['hbm_diff_pct']:+.1f}%)" in text and f"{row['peak_hbm_bytes'] / 2**30:.2f} GiB per chip" in text
+
+
+def test_the_hbm_range_marks_and_rules_out_what_may_not_fit(page_db):
+    """A batch that puts Podscope's peak just under v5p's usable HBM: the table says whether each point may not fit,
+    and with the range asked for such points are ruled out."""
+    at = _plan_page()
+    next(t for t in at.text_input if t.label.startswith("Global batches")).set_value("12800, 13312")
+    at = _search(at, ["4x4x4"])
+    table = at.dataframe[0].value
+    assert set(table["HBM verdict"]) == {"fits", "may not fit"}
+    assert not any("may not fit (HBM range)" in c.value for c in at.caption)
+    at.checkbox(key="plan_hbm_range").check()
+    at = _search(at, ["4x4x4"])
+    assert any(c.value.startswith("Ruled out") and "may not fit (HBM range)" in c.value for c in at.caption)
+    assert set(at.dataframe[0].value["HBM verdict"]) == {"fits"}

@@ -71,6 +71,9 @@ def _form(base: dict[str, Any]) -> dict[str, Any] | None:
         budget = c1.number_input("Chip budget (max chips)", min_value=1, value=4096)
         batches = c2.text_input("Global batches (comma-separated)", str(base["training"]["global_batch"]))
         slices = c3.number_input("Slices", min_value=1, value=int(base["pod"].get("slices", 1)))
+        sure = st.checkbox("Only configurations the TPU compiler's HBM range says fit", key="plan_hbm_range",
+                           help="rule out a point whose 80% range of XLA's peak (from the compiler grid) reaches past the usable "
+                                "HBM: hbm_fit = \"range\" (docs/planner.md)")  # fmt: skip
         submitted = st.form_submit_button("Search", type="primary")
     if not submitted:
         return None
@@ -87,6 +90,7 @@ def _form(base: dict[str, Any]) -> dict[str, Any] | None:
         "pod.slices": [int(slices)],
         "training.remat": remats,
         "training.global_batch": global_batches,
+        "hbm_fit": "range" if sure else "peak",
     }
 
 

@@ -8,6 +8,7 @@ table) and a ``[search]`` table::
     objective = "tokens_per_s_per_chip"   # see OBJECTIVES
     mesh = "auto"                         # "auto": every factorisation of each slice; "fixed": the base's
     max_chips = 512                       # optional chip budget (min_chips too)
+    hbm_fit = "range"                     # optional: "peak" (default) or the compiler range's top within HBM
     "pod.topology" = ["4x4x4", "4x4x8"]   # any dotted scenario key -> a non-empty list of values
     "training.remat" = ["none", "full"]
 
@@ -35,7 +36,7 @@ from ..model.models import model_cost
 from ..pod.mesh import MESH_AXES
 from ..scenario import MAX_SCENARIO_BYTES, Scenario, load_scenario, scenario_from_dict
 
-__all__ = ["OBJECTIVES", "MESH_MODES", "Plan", "load_plan", "plan_from_dict", "is_scenario_key", "scenario_to_toml"]
+__all__ = ["OBJECTIVES", "MESH_MODES", "HBM_FITS", "Plan", "load_plan", "plan_from_dict", "is_scenario_key", "scenario_to_toml"]
 
 #: objective -> (summary quantity, per chip, maximised)
 OBJECTIVES: dict[str, tuple[str, bool, bool]] = {
@@ -52,7 +53,10 @@ OBJECTIVES: dict[str, tuple[str, bool, bool]] = {
 #: objectives and limits that need the base's [convergence] section
 _NEEDS_CONVERGENCE = ("time_to_train", "cost_to_train")
 MESH_MODES = ("auto", "fixed")
-_SEARCH_KEYS = {"objective", "mesh", "max_chips", "min_chips", "max_time_to_train_s", "max_cost_usd"}
+_SEARCH_KEYS = {"objective", "mesh", "max_chips", "min_chips", "max_time_to_train_s", "max_cost_usd", "hbm_fit"}
+#: what fits in HBM: Podscope's peak within the usable HBM ("peak"), or the top of the 80% range of the TPU
+#: compiler's peak around it ("range": the search is given that range's factor, profiler.plan.run_plan)
+HBM_FITS = ("peak", "range")
 #: values a knob list may hold (TOML scalars; a knob sets one scenario value)
 _SCALARS = (str, int, float, bool)
 
@@ -71,6 +75,7 @@ class Plan:
     min_chips: int | None = None
     max_time_to_train_s: float | None = None  # a deadline: slower candidates are infeasible
     max_cost_usd: float | None = None  # a budget: dearer candidates are infeasible
+    hbm_fit: str = "peak"  # one of HBM_FITS
 
     @property
     def space_size(self) -> int:
@@ -195,6 +200,9 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
         elif value is not None and key == "max_cost_usd" and base is not None and base.cost is None:
             problems.append((f"search.{key}", "a cost limit needs a price: add [cost] usd_per_chip_hour to the base"))
         bounds[key] = float(value) if value is not None else None
+    hbm_fit = search.get("hbm_fit", "peak")
+    if hbm_fit not in HBM_FITS:
+        problems.append(("search.hbm_fit", f"unknown value {hbm_fit!r}; valid: {', '.join(HBM_FITS)}"))
     mesh = search.get("mesh", "auto")
     if mesh not in MESH_MODES:
         problems.append(("search.mesh", f"unknown mesh mode {mesh!r}; valid: {', '.join(MESH_MODES)}"))
@@ -230,7 +238,7 @@ def plan_from_dict(raw: Mapping[str, Any], source: str = "<plan>", base_dir: Pat
     if problems or base is None:
         raise PlanError(source, problems)
     return Plan(source, base, base_raw, objective, mesh, knobs, limits["max_chips"], limits["min_chips"],
-                bounds["max_time_to_train_s"], bounds["max_cost_usd"])  # fmt: skip
+                bounds["max_time_to_train_s"], bounds["max_cost_usd"], hbm_fit)  # fmt: skip
 
 
 def _toml_value(v: Any) -> str:

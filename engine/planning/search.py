@@ -14,7 +14,10 @@ is its reason (counted in :attr:`PlanResult.infeasible`):
    over ``expert``) exceed the usable HBM;
 4. full scenario validation (the mesh must lie on the torus; every other scenario rule);
 5. the analytic step (:func:`engine.model.analytic.evaluate`): same cost functions as a full
-   run; a peak above usable HBM is out of memory, named by its largest term.
+   run; a peak above usable HBM is out of memory, named by its largest term; with
+   ``hbm_fit = "range"`` a peak whose range of the TPU compiler's peak (the ``hbm_range_factor``
+   the caller gives: :func:`profiler.plan.run_plan` reads the compiler grid's table) reaches past the
+   usable HBM may not fit.
 
 Mesh axes are data-driven (:func:`search_axes` and :func:`_axis_rules`): every model is
 searched over ``data x fsdp x tensor``, a transformer also over ``context``, a mixture of
@@ -37,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..convergence import TimeToTrain, plan_convergence, time_to_train
-from ..errors import ScenarioError
+from ..errors import PlanError, ScenarioError
 from ..idle.plan import default_checkpoint_bytes
 from ..memory.hbm import bytes_per_param, zero_shards
 from ..model.analytic import evaluate
@@ -70,6 +73,7 @@ REASONS = {
     "indivisible": "indivisible mesh",
     "torus": "mesh does not fit the torus",
     "model_states": "out of memory (model states)",
+    "hbm_range": "may not fit (HBM range)",
 }
 #: validation problem key -> reason, for problems the vectorised checks do not catch first
 _KEY_REASONS = {
@@ -286,11 +290,23 @@ def search(
     plan: Plan,
     calibration: Calibration | None = None,
     progress: Callable[[int, int], None] | None = None,
+    hbm_range_factor: Callable[[Scenario, float], float] | None = None,
 ) -> PlanResult:
     """Search the plan's space; every candidate is kept with its reason or its numbers.
 
-    ``progress(done, total)`` is called after each knob combination.
+    ``progress(done, total)`` is called after each knob combination. ``hbm_range_factor(scenario, peak_bytes)``,
+    needed by ``hbm_fit = "range"``, gives the top of the range of the TPU compiler's peak as a multiple of
+    Podscope's.
+
+    Raises
+    ------
+    PlanError
+        ``hbm_fit = "range"`` without ``hbm_range_factor``.
     """
+    if plan.hbm_fit == "range" and hbm_range_factor is None:
+        raise PlanError(plan.source, [("search.hbm_fit", "\"range\" needs the TPU compiler's HBM ranges: search through "
+                                       "profiler.plan.run_plan (podscope plan), which reads them")])  # fmt: skip
+    factor = hbm_range_factor if plan.hbm_fit == "range" else None
     cal = calibration or load_calibration()
     t0 = time.perf_counter()
     shared = _Costs()
@@ -311,6 +327,8 @@ def search(
         values |= {"time_to_train_s": ttt.total_s if ttt else None, "chip_hours": ttt.chip_hours if ttt else None}
         objective = values[quantity] / est.chips if per_chip else values[quantity]
         reason = f"out of memory ({est.oom_term})" if est.oom else None
+        if reason is None and factor is not None and est.peak_hbm_bytes * factor(scenario, est.peak_hbm_bytes) > est.usable_hbm_bytes:
+            reason = REASONS["hbm_range"]
         if reason is None and ttt is not None:
             if plan.max_time_to_train_s is not None and ttt.total_s > plan.max_time_to_train_s:
                 reason = "over the time-to-train limit"
