@@ -405,20 +405,15 @@ def format_fit(report: dict[str, Any]) -> str:
             f"{label:<20} n={s['n']:<3} median |err| {s['median_abs_pct']:5.1f}%   p90 {s['p90_abs_pct']:5.1f}%   "
             f"worst {s['worst_abs_pct']:5.1f}% ({s['worst_id']})"
         )
-    check = report.get("step_time_range_check") or {}
-    if check.get("n"):
-        lines.append(
-            f"step-time ranges     {check['inside']} of {check['n']} published results inside the range built without "
-            f"their generation ({100 * check['coverage']:.0f}%, nominal {100 * check['nominal_coverage']:.0f}%), "
-            f"median width {check['median_width_pct']:.1f}% of the prediction"
-        )
-    hbm = report.get("hbm_range_check") or {}
-    if hbm.get("n"):
-        lines.append(
-            f"HBM ranges           {hbm['inside']} of {hbm['n']} compiler-grid programs inside the range built without "
-            f"their generation ({100 * hbm['coverage']:.0f}%, nominal {100 * hbm['nominal_coverage']:.0f}%), "
-            f"median width {hbm['median_width_pct']:.1f}% of Podscope's peak"
-        )
+    for key, label, members, of in (("step_time_range_check", "step-time ranges", "published results", "the prediction"),
+                                    ("hbm_range_check", "HBM ranges", "compiler-grid programs", "Podscope's peak")):  # fmt: skip
+        check = report.get(key) or {}
+        if check.get("n"):
+            lines.append(
+                f"{label:<20} {check['inside']} of {check['n']} {members} inside the range built without "
+                f"their generation ({100 * check['coverage']:.0f}%, nominal {100 * check['nominal_coverage']:.0f}%), "
+                f"median width {check['median_width_pct']:.1f}% of {of}"
+            )
     lines += _bounds_lines(report["fitted"])
     for group, row in report.get("step_time_ranges", {}).items():
         lines.append(f"  range {group:<36} n={row['n']:<3} x{row['low_factor']:.3f} .. x{row['high_factor']:.3f}")
