@@ -216,7 +216,8 @@ def hbm_range_record(cal: Calibration, grid: str | Path | None = None) -> dict[s
     Returns
     -------
     dict with ``hbm_range_rule``, ``hbm_ranges`` (group -> n, low_factor, high_factor, over every program of the
-    grid) and ``hbm_range_check`` (:func:`profiler.xla_grid.hbm_range_check` without its per-verdict table); empty
+    grid) and ``hbm_range_check`` (:func:`profiler.xla_grid.hbm_range_check` without its per-verdict and per-generation
+    tables); empty
     without a grid file.
     """
     rows = xla_grid.grid_rows(xla_grid.load_grid(grid), cal)
@@ -226,7 +227,7 @@ def hbm_range_record(cal: Calibration, grid: str | Path | None = None) -> dict[s
     return {
         "hbm_range_rule": ranges.HBM_RULE,
         "hbm_ranges": xla_grid.hbm_range_table(rows),
-        "hbm_range_check": {k: v for k, v in check.items() if k != "verdicts"},
+        "hbm_range_check": {k: v for k, v in check.items() if k not in ("verdicts", "by_generation")},
     }
 
 

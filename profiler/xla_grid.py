@@ -139,8 +139,8 @@ def hbm_range_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
         :func:`profiler.ranges.coverage_summary`'s keys (``n``, ``inside``: programs whose XLA size lies in their
         range, ``coverage``, ``median_width_pct``, ``nominal_coverage``) and, per verdict the held-out range gives
         (:data:`profiler.ranges.HBM_VERDICTS`), how many programs XLA compiled and refused: ``verdicts`` ->
-        {verdict: {"compiled", "refused"}}; ``false_fits`` (``fits``, XLA refuses) and ``false_ooms``
-        (``out of memory``, XLA compiles).
+        {verdict: {"compiled", "refused"}}; ``by_generation``: the coverage summary of each chip's programs;
+        ``false_fits`` (``fits``, XLA refuses) and ``false_ooms`` (``out of memory``, XLA compiles).
     """
     ratios, keys, fold_of = _hbm_range_inputs(rows)
     held = ranges.held_out_ranges(ratios, keys, fold_of)
@@ -153,7 +153,9 @@ def hbm_range_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
         verdict = ranges.hbm_verdict((peak * h["low_factor"], peak * h["high_factor"]), r["podscope"]["usable_hbm_bytes"])
         verdicts[verdict]["refused" if r["xla"]["oom"] else "compiled"] += 1
     fits, _, oom = ranges.HBM_VERDICTS
-    return {**ranges.coverage_summary(held), "verdicts": verdicts,
+    by_generation = {chip: ranges.coverage_summary({i: h for i, h in held.items() if fold_of[i] == chip})
+                     for chip in sorted(set(fold_of.values()))}  # fmt: skip
+    return {**ranges.coverage_summary(held), "verdicts": verdicts, "by_generation": by_generation,
             "false_fits": verdicts[fits]["refused"], "false_ooms": verdicts[oom]["compiled"]}  # fmt: skip
 
 

@@ -95,6 +95,7 @@ def test_grid_check_ranges_each_chip_generation_from_the_others():
     b.append(_row("b-refused", "B", 90.0, 90.0 * up, refused=True))
     check = xla_grid.hbm_range_check(a + b)
     assert (check["n"], check["inside"]) == (18, 9)
+    assert (check["by_generation"]["A"]["inside"], check["by_generation"]["B"]["inside"]) == (9, 0)
     v = check["verdicts"]
     assert v["may not fit"] == {"compiled": 1, "refused": 0}  # a-near: 90 x e^0.2 > 100
     assert v["fits"] == {"compiled": 16, "refused": 1} and check["false_fits"] == 1  # b-refused: range a point at 90
