@@ -217,8 +217,7 @@ def hbm_range_record(cal: Calibration, grid: str | Path | None = None) -> dict[s
     -------
     dict with ``hbm_range_rule``, ``hbm_ranges`` (group -> n, low_factor, high_factor, over every program of the
     grid) and ``hbm_range_check`` (:func:`profiler.xla_grid.hbm_range_check` without its per-verdict and per-generation
-    tables); empty
-    without a grid file.
+    tables); empty without a grid file.
     """
     rows = xla_grid.grid_rows(xla_grid.load_grid(grid), cal)
     if not rows:

@@ -68,19 +68,18 @@ def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], Non
 def _hbm_range_factor(scenario: Scenario, peak_bytes: float) -> float:
     """The top of the 80% range of XLA's peak over Podscope's ``peak_bytes`` (:func:`profiler.ranges.family_hbm_range`);
     1 where the calibration file has no range table."""
-    family = ranges.model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
-    band, _, _ = ranges.family_hbm_range(peak_bytes, None, family)
+    band, _, _ = ranges.family_hbm_range(peak_bytes, None, ranges.family_of(scenario))
     return band[1] / peak_bytes if band and peak_bytes else 1.0
 
 
 def hbm_verdict_of(result: PlanResult, candidate: Candidate) -> tuple[list[float] | None, str | None]:
     """The 80% range of XLA's HBM peak per chip around a candidate's and the verdict it gives
-    (:func:`profiler.ranges.peak_hbm_range`); ``(None, None)`` for a candidate not costed."""
+    (:func:`profiler.ranges.family_hbm_range`); ``(None, None)`` for a candidate not costed."""
     if candidate.peak_hbm_bytes is None:
         return None, None
-    raw = result.scenario(candidate)
-    usable = scenario_from_dict(raw, source=result.plan.source).chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
-    band, _, verdict = ranges.peak_hbm_range(candidate.peak_hbm_bytes, usable, raw)
+    scenario = scenario_from_dict(result.scenario(candidate), source=result.plan.source)
+    usable = scenario.chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
+    band, _, verdict = ranges.family_hbm_range(candidate.peak_hbm_bytes, usable, ranges.family_of(scenario))
     return band, verdict
 
 

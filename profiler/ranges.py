@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.scenario import Scenario
 from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH
 
 from .reference import Case
@@ -76,6 +77,7 @@ __all__ = [
     "HBM_RULE",
     "HBM_VERDICTS",
     "model_family",
+    "family_of",
     "hbm_keys",
     "hbm_verdict",
     "load_hbm_range_table",
@@ -296,6 +298,11 @@ def model_family(kind: str, experts: int = 0, pipeline: int = 1) -> str:
     if experts:
         return "moe"
     return "pipeline" if pipeline > 1 else "transformer"
+
+
+def family_of(scenario: Scenario) -> str:
+    """:func:`model_family` of a scenario (an MLP or ResNet-50 has no experts)."""
+    return model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
 
 
 def hbm_keys(family: str, peak_bytes: float) -> tuple[str, ...]:

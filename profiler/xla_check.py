@@ -172,8 +172,7 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
     them (the devices :func:`compile_numbers` compiles for)."""
     est = evaluate(scenario, calibration)
     c = est.costs
-    family = ranges.model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
-    band, basis, verdict = ranges.family_hbm_range(est.peak_hbm_bytes, est.usable_hbm_bytes, family)
+    band, basis, verdict = ranges.family_hbm_range(est.peak_hbm_bytes, est.usable_hbm_bytes, ranges.family_of(scenario))
     kernel = xla_reference.kernel_attention(scenario)
     kernel_flops = c.attention_flops_per_chip if kernel else 0.0
     tr = scenario.training

@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine import Scenario, scenario_from_dict
+from engine import scenario_from_dict
 from engine.scenario.calibration import Calibration
 from engine.data_files import DATA_DIR
 from engine.errors import ReferenceFileError
 
 from . import ranges
+from .ranges import family_of
 from .xla_check import compare, podscope_numbers, xla_peak_bytes
 
 __all__ = ["DEFAULT_XLA_GRID_PATH", "FALSE_FIT_MARGIN", "LARGE_PROGRAM_BYTES", "block_of", "family_of", "grid_frame", "hbm_range_check",
@@ -65,12 +66,6 @@ def load_grid(path: str | Path | None = None) -> list[dict[str, Any]]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ReferenceFileError(str(p), [("", f"not a TPU compiler grid file ({e})")]) from None
     return list(configs)
-
-
-def family_of(scenario: Scenario) -> str:
-    """The grid's family of a scenario: its model kind; ``moe`` for a transformer with experts, ``pipeline``
-    for a transformer over pipeline stages."""
-    return ranges.model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
 
 
 def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = None) -> list[dict[str, Any]]:
