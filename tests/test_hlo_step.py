@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.hlo import describe_hlo, parse_hlo
-from engine.hlo.placement import permute_hops, place_groups
+from engine.hlo.placement import DCN, group_links, permute_hops, permute_links, place_groups
 from engine.hlo.step import hlo_step_cost, matmul_precision
 from engine.pod.catalog import load_catalog
 from engine.pod.mesh import Segment1D
@@ -52,6 +52,23 @@ class TestPlaceGroups:
         pod = build_pod(V5P, (4, 4, 4))
         hops, _ = permute_hops(np.array([[0, 3]]), pod)
         assert hops == [0, 0, 1]
+
+    def test_a_ring_collective_keeps_both_directions_of_its_axes_busy(self, pod_2x2x4):
+        p = place_groups(np.arange(16).reshape(4, 4).T, pod_2x2x4)  # over x and y
+        assert group_links(p) == {(0, 1), (0, -1), (1, 1), (1, -1)}
+        assert group_links(p, unidirectional=True) == {(0, 1), (1, 1)}
+
+    def test_a_permute_takes_the_directions_its_pairs_move_in(self):
+        pod = build_pod(V5P, (4, 4, 4))  # wraparound on every axis
+        forward = np.array([[z, (z + 1) % 4] for z in range(4)])  # each chip to the next along z, round the ring
+        backward = forward[:, ::-1]
+        assert permute_links(forward, pod) == {(2, 1)}
+        assert permute_links(backward, pod) == {(2, -1)}
+        assert permute_links(np.array([[0, 4], [0, 16]]), pod) == {(1, 1), (0, 1)}  # one step along y, one along x (chip 16x + 4y + z)
+
+    def test_a_permute_across_slices_takes_the_dcn(self):
+        pod = build_pod(V5P, (2, 2, 2), slices=2)
+        assert DCN in permute_links(np.array([[0, 8]]), pod)
 
 
 def _module(body: str, params: str, partitions: int = 16) -> str:
@@ -209,6 +226,23 @@ class TestSchedule:
         elapsed, exposed = run_schedule(block, np.array([1.0]), np.array([3.0, 2.0]))
         assert elapsed == pytest.approx(5.0)
         assert exposed.tolist() == pytest.approx([2.0, 2.0])
+
+    def test_collectives_on_different_links_run_at_once(self):
+        from engine.hlo.cost import ScheduleBlock
+        from engine.hlo.step import run_schedule
+
+        # the same schedule, A on z's links and B on x's: B no longer waits for A, so both end by 3 s
+        block = ScheduleBlock(1, (("start", 0), ("start", 1), ("op", 0), ("done", 0), ("done", 1)))
+        z, x = frozenset({(2, 1), (2, -1)}), frozenset({(0, 1), (0, -1)})
+        elapsed, exposed = run_schedule(block, np.array([1.0]), np.array([3.0, 2.0]), [z, x])
+        assert elapsed == pytest.approx(3.0)
+        assert exposed.tolist() == pytest.approx([2.0, 0.0])
+        # one direction each way round the same ring: a full-duplex link carries both at once
+        elapsed, _ = run_schedule(block, np.array([1.0]), np.array([3.0, 2.0]), [frozenset({(2, 1)}), frozenset({(2, -1)})])
+        assert elapsed == pytest.approx(3.0)
+        # sharing one direction of one axis, they queue as on one interconnect
+        elapsed, _ = run_schedule(block, np.array([1.0]), np.array([3.0, 2.0]), [z, frozenset({(2, 1)})])
+        assert elapsed == pytest.approx(5.0)
 
     def test_a_collective_pipelined_across_loop_trips(self):
         from engine.hlo.cost import ScheduleBlock

@@ -25,7 +25,13 @@ from ..errors import ScenarioError
 from ..pod.mesh import Segment1D
 from ..pod.topology import Pod
 
-__all__ = ["GroupPlacement", "place_groups", "permute_hops"]
+__all__ = ["DCN", "GroupPlacement", "Link", "group_links", "place_groups", "permute_hops", "permute_links"]
+
+
+#: a direction of a torus axis's links, ``(axis, +1 or -1)``, or :data:`DCN`: what collectives queue for
+Link = tuple[int, int] | str
+#: the data-center network between slices, as a :data:`Link`
+DCN = "dcn"
 
 
 @dataclass(frozen=True)
@@ -96,3 +102,31 @@ def permute_hops(pairs: np.ndarray, pod: Pod) -> tuple[list[int], bool]:
     d = np.where(np.asarray(pod.slice.wrap), np.minimum(d, shape - d), d)
     worst = int(np.argmax(d.sum(axis=1)))
     return [int(h) for h in d[worst]], bool(np.any(s_src != s_dst))
+
+
+def group_links(placement: GroupPlacement, unidirectional: bool = False) -> frozenset[Link]:
+    """The links a collective on ``placement``'s groups keeps busy: both directions of each torus axis its rings run on
+    (one with one-way rings), and the DCN where a group spans slices."""
+    signs = (1,) if unidirectional else (1, -1)
+    links: set[Link] = {(a, s) for a in placement.axes for s in signs}
+    if placement.slices > 1:
+        links.add(DCN)
+    return frozenset(links)
+
+
+def permute_links(pairs: np.ndarray, pod: Pod) -> frozenset[Link]:
+    """The links a collective-permute's routes take: ``(axis, +1 or -1)`` for each torus axis and direction some pair
+    moves along (the shorter way round a wraparound axis), and the DCN where a pair crosses slices. A bidirectional
+    windowed einsum's two permutes (one each way round the ring) take opposite directions, which a full-duplex link
+    carries at once."""
+    if not pairs.size:
+        return frozenset()
+    s_src, c_src = _local(pod, pairs[:, 0])
+    s_dst, c_dst = _local(pod, pairs[:, 1])
+    shape = np.asarray(pod.slice.shape)
+    d = c_dst - c_src
+    d = np.where(np.asarray(pod.slice.wrap) & (2 * np.abs(d) > shape), d - np.sign(d) * shape, d)
+    links: set[Link] = {(a, s) for a in range(d.shape[1]) for s in (1, -1) if np.any(np.sign(d[:, a]) == s)}
+    if np.any(s_src != s_dst):
+        links.add(DCN)
+    return frozenset(links)

@@ -32,8 +32,12 @@ on part of an axis costs a quarter of the all-gather of the same array ([book] i
 engine/comm/collectives.py).
 
 **The schedule** (:func:`run_schedule`): a scheduled module prints its instructions in
-the order they run. Ops run one after another on the core; collectives run one at a
-time on the interconnect. A synchronous collective holds the core until it ends; an
+the order they run. Ops run one after another on the core; a collective keeps the links
+it uses busy (both directions of each torus axis its rings run on, the directions its
+permute pairs move in, the DCN between slices), and one that needs a busy link waits for
+it, while collectives on other links run at once: tensor-parallel collectives on one
+axis beside FSDP gathers on others, a bidirectional windowed einsum's two permutes each
+way round its ring. A synchronous collective holds the core until it ends; an
 asynchronous one (``*-start`` ... ``*-done``, ``async-start`` ... ``async-done``)
 runs beside the ops scheduled between its start and its done, and the core waits at
 the done only for what is left of it. A ``while`` body runs trip after trip, so a
@@ -55,7 +59,7 @@ from ..pod.topology import Pod
 from ..scenario.calibration import Calibration
 from ..trace import TABLES
 from .cost import CollectiveOp, HloModuleCost, ScheduleBlock
-from .placement import GroupPlacement, permute_hops, place_groups
+from .placement import GroupPlacement, Link, group_links, permute_hops, permute_links, place_groups
 
 __all__ = ["HloStepCost", "hlo_step_cost", "matmul_precision", "run_schedule", "COMPUTE_SOURCES"]
 
@@ -172,25 +176,33 @@ def _collective_s(c: CollectiveOp, placement: GroupPlacement | None, pod: Pod, c
 class _Timeline:
     """The core and the interconnect through a schedule (see the module docstring)."""
 
-    def __init__(self, op_s: np.ndarray, coll_s: np.ndarray):
+    def __init__(self, op_s: np.ndarray, coll_s: np.ndarray, links: list[frozenset[Link]] | None = None):
         self.op_s, self.coll_s = op_s, coll_s
+        # the links each collective keeps busy; without them every collective queues for one shared interconnect
+        self.links = links if links is not None else [frozenset({"all"})] * len(coll_s)
         self.t = 0.0  # the core's clock
-        self.link_free = 0.0  # when the interconnect is free for the next collective
+        self.link_free: dict[Link, float] = {}  # each link -> when it is free for the next collective
         self.finish: dict[int, float] = {}  # async collectives in flight -> when they end
         self.exposed = np.zeros(len(coll_s))  # per collective: core time spent waiting for it, summed over executions
+
+    def _occupy(self, x: int) -> float:
+        """Start collective ``x`` once the core has issued it and its links are free; when it ends."""
+        start = max([self.t, *(self.link_free.get(link, 0.0) for link in self.links[x])])
+        end = start + self.coll_s[x]
+        for link in self.links[x]:
+            self.link_free[link] = end
+        return end
 
     def run(self, items, weight: float) -> None:
         for kind, x in items:
             if kind == "op":
                 self.t += self.op_s[x]
             elif kind == "collective":
-                start = max(self.t, self.link_free)
-                end = start + self.coll_s[x]
+                end = self._occupy(x)
                 self.exposed[x] += (end - self.t) * weight
-                self.t = self.link_free = end
+                self.t = end
             elif kind == "start":
-                start = max(self.t, self.link_free)
-                self.finish[x] = self.link_free = start + self.coll_s[x]
+                self.finish[x] = self._occupy(x)
             elif kind == "done":
                 end = self.finish.pop(x, self.t)
                 if end > self.t:
@@ -210,7 +222,7 @@ class _Timeline:
         self.run(block.items, weight * (block.trips - 1))
         shift = (self.t - before) * (block.trips - 2)
         self.t += shift
-        self.link_free += shift
+        self.link_free = {link: v + shift for link, v in self.link_free.items()}
         self.finish = {k: v + shift for k, v in self.finish.items()}
 
     def end(self) -> float:
@@ -223,13 +235,16 @@ class _Timeline:
         return self.t
 
 
-def run_schedule(schedule: ScheduleBlock, op_s: np.ndarray, coll_s: np.ndarray) -> tuple[float, np.ndarray]:
+def run_schedule(schedule: ScheduleBlock, op_s: np.ndarray, coll_s: np.ndarray,
+                 links: list[frozenset[Link]] | None = None) -> tuple[float, np.ndarray]:  # fmt: skip
     """Elapsed seconds of one call, and each collective's exposed seconds (summed over its executions).
 
     ``op_s[i]`` and ``coll_s[j]`` are one execution's seconds of ``ops[i]`` and
-    ``collectives[j]``; ``schedule`` is :attr:`HloModuleCost.schedule`.
+    ``collectives[j]``; ``schedule`` is :attr:`HloModuleCost.schedule`; ``links[j]`` the links ``collectives[j]``
+    keeps busy (:func:`~engine.hlo.placement.group_links`, :func:`~engine.hlo.placement.permute_links`; default: one
+    interconnect all of them share).
     """
-    tl = _Timeline(np.asarray(op_s, dtype=float), np.asarray(coll_s, dtype=float))
+    tl = _Timeline(np.asarray(op_s, dtype=float), np.asarray(coll_s, dtype=float), links)
     for _ in range(schedule.trips):
         tl.run(schedule.items, 1.0)
     return tl.end(), tl.exposed
@@ -256,6 +271,7 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect,
     priced: dict[tuple, float] = {}
     coll_s = np.zeros(len(cost.collectives))
     axes_of: list[str] = []
+    links: list[frozenset[Link]] = []
     for j, c in enumerate(cost.collectives):
         groups = c.groups // devices_per_chip if devices_per_chip > 1 else c.groups
         placement = None
@@ -264,6 +280,9 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect,
             if key not in placements:
                 placements[key] = place_groups(_chip_groups(groups), pod)
             placement = placements[key]
+            links.append(group_links(placement, interconnect.unidirectional))
+        else:
+            links.append(permute_links(groups[groups[:, 0] != groups[:, 1]] if groups.size else groups, pod))
         memo = (c.op, c.bytes, groups.tobytes(), groups.shape)
         if memo not in priced:
             priced[memo] = _collective_s(c if devices_per_chip == 1 else _on_chips(c, groups), placement, pod, cal, interconnect)
@@ -272,7 +291,7 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect,
 
     compute_s = float((op_s * execs).sum())
     if cost.schedule is not None:
-        elapsed, exposed = run_schedule(cost.schedule, op_s, coll_s)
+        elapsed, exposed = run_schedule(cost.schedule, op_s, coll_s, links)
         exposed_s = max(elapsed - compute_s, 0.0)
     else:  # a hand-built cost without a schedule: every collective exposed
         exposed = coll_s * np.array([c.executions for c in cost.collectives], dtype=float)
