@@ -25,17 +25,19 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from engine.errors import HloError, InputError, TpuCompileError
+from engine.hlo.bundle import xla_flag_problems
 from engine.hlo.live_range import LivePeak, read_live_peak
 from engine.hlo.bundle_format import FORMAT, FORMAT_VERSION, LIVE_PEAK_SUFFIX, MEMORY_KEYS, MODULE_SUFFIX, SIDE_SUFFIX, TOP_KEYS
 
-__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "require_tpu_compiler", "tpu_compiler_missing", "tpu_target"]
+__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "parse_xla_flags", "require_tpu_compiler", "tpu_compiler_missing",
+           "tpu_target"]
 
 #: what to install when JAX or libtpu is missing
 TPU_EXTRA_HINT = "pip install 'podscope[tpu]' (or, in a checkout, pip install -r requirements-tpu.txt)"
@@ -299,6 +301,7 @@ def capture(
     progress: bool = True,
     describes: Mapping[str, Any] | None = None,
     live_range: bool = False,
+    xla_flags: Mapping[str, str] | None = None,
     **kwargs: Any,
 ) -> CaptureResult:
     """Lower and compile ``fn(*args, **kwargs)`` for ``target`` and write its module bundle.
@@ -324,6 +327,9 @@ def capture(
         Also write what the compiler holds live at the module's peak, ``NAME.live-peak.json``
         (:func:`engine.hlo.live_range.read_live_peak` of the live-range, buffer-assignment and module dumps
         XLA writes with ``xla_dump_to``, for this compile only; also when it runs out of HBM).
+    xla_flags : mapping, optional
+        XLA options to compile with beyond the compiler's defaults (``{"xla_tpu_enable_async_collective_fusion":
+        "true"}``, :func:`parse_xla_flags`), for this compile only; the sidecar records them as ``xla_flags``.
     **kwargs
         Keyword arguments of ``fn``.
 
@@ -334,7 +340,8 @@ def capture(
     Raises
     ------
     InputError
-        JAX or libtpu is missing, the name or target is invalid, or there are no array arguments.
+        JAX or libtpu is missing, the name, target or an XLA option is invalid (XLA knows no such option, or cannot
+        read its value), or there are no array arguments.
     TpuCompileError
         XLA failed for a reason other than running out of HBM. Errors raised while tracing
         ``fn`` (a shape mismatch in the step) propagate unchanged.
@@ -352,6 +359,10 @@ def capture(
     tgt = tpu_target(target) if isinstance(target, str) else target
     if not isinstance(tgt, TpuTarget):
         raise InputError(f"target must be a TpuTarget or a name such as 'v5p-128', got {type(target).__name__}")
+    flags = dict(xla_flags or {})
+    wrong = xla_flag_problems(flags)
+    if wrong:
+        raise InputError("XLA options: " + "; ".join(wrong))
     jax = _jax()
     devices = tgt.devices
     args, kwargs = _on_target(jax, devices, (args, kwargs))
@@ -363,8 +374,11 @@ def capture(
             (tempfile.TemporaryDirectory(prefix="podscope-xla-dump-") if live_range else contextlib.nullcontext()) as dump:  # fmt: skip
         lowered = jitted.lower(*args, **kwargs)  # an error while tracing is the step's own: raised as it is
         try:
-            compiled = lowered.compile(compiler_options={"xla_dump_to": dump}) if live_range else lowered.compile()
+            options = {**flags, **({"xla_dump_to": dump} if live_range else {})}
+            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
         except Exception as e:  # XLA raises JaxRuntimeError (or ValueError / XlaRuntimeError): judged by message
+            if flags and _BAD_OPTION.search(str(e)):
+                raise InputError(f"XLA refused an option of {', '.join(flags)}: {str(e).splitlines()[0][:300]}") from None
             failure = e
         if live_range:
             live, live_error = _live_peak(Path(dump), name)
@@ -412,6 +426,8 @@ def capture(
     assert tuple(side) == TOP_KEYS
     if describes is not None:
         side["describes"] = dict(describes)
+    if flags:
+        side["xla_flags"] = flags
     _write_atomic(sidecar_path, (json.dumps(side, indent=1) + "\n").encode())
     if compiled is None:
         module_path.unlink(missing_ok=True)
@@ -428,6 +444,37 @@ def capture(
         cost=cost,
         compile_s=compile_s,
     )
+
+
+#: how XLA refuses a compile option it does not know, or a value it cannot read
+_BAD_OPTION = re.compile(r"No such compile option|Failed to parse '.*' into flag", re.I)
+
+
+def parse_xla_flags(items: Sequence[str]) -> dict[str, str]:
+    """XLA options from ``NAME=VALUE`` texts (``--xla-flag``; a leading ``--``, as in ``LIBTPU_INIT_ARGS``, is dropped).
+
+    Raises
+    ------
+    InputError
+        An item is not ``NAME=VALUE``, a name is not an XLA option's (``xla_...``), a value is empty, or a name repeats.
+
+    Examples
+    --------
+    >>> parse_xla_flags(["--xla_tpu_enable_async_collective_fusion=true"])
+    {'xla_tpu_enable_async_collective_fusion': 'true'}
+    """
+    flags: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.strip().removeprefix("--").partition("=")
+        if not eq:
+            raise InputError(f"--xla-flag {item!r}: expected NAME=VALUE, e.g. xla_tpu_enable_async_collective_fusion=true")
+        if name in flags:
+            raise InputError(f"--xla-flag {item!r}: {name} is given twice")
+        wrong = xla_flag_problems({name: value})
+        if wrong:
+            raise InputError(f"--xla-flag {item!r}: {wrong[0]}")
+        flags[name] = value
+    return flags
 
 
 _SIZE = r"(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?"

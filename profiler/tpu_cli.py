@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.errors import InputError
 
-from .tpu_capture import TPU_EXTRA_HINT, CaptureResult, TpuTarget, capture, tpu_target
+from .tpu_capture import TPU_EXTRA_HINT, CaptureResult, TpuTarget, capture, parse_xla_flags, tpu_target
 
 __all__ = ["add_parser", "compile_json", "format_compile", "load_step_builder", "xla_hbm_bytes"]
 
@@ -34,6 +34,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--slices", type=int, default=1, help="slices joined over DCN (default 1)")
     c.add_argument("--name", help="bundle name (default: FUNCTION)")
     c.add_argument("-o", "--out", default=".", help="folder for NAME.hlo.txt.gz and NAME.xla.json (default: .)")
+    c.add_argument("--xla-flag", action="append", default=[], metavar="NAME=VALUE",
+                   help="compile with this XLA option (repeatable; e.g. xla_tpu_enable_async_collective_fusion=true, as "
+                        "LIBTPU_INIT_ARGS gives it); the sidecar records it")  # fmt: skip
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=_cmd_compile)
 
@@ -100,6 +103,7 @@ def compile_json(result: CaptureResult, target: TpuTarget) -> dict[str, Any]:
         "hbm_bytes_per_device": xla_hbm_bytes(result),
         "memory": result.memory,
         "compile_s": result.compile_s,
+        "xla_flags": side.get("xla_flags", {}),
     }
 
 
@@ -122,16 +126,18 @@ def format_compile(result: CaptureResult, target: TpuTarget) -> str:
             f"per device (arguments {m['argument_bytes'] / gib:,.3f} + outputs {m['output_bytes'] / gib:,.3f} "
             f"- donated {m['alias_bytes'] / gib:,.3f} + temporaries {m['temp_bytes'] / gib:,.3f})"
         )
-    lines.append(f"compiled in {result.compile_s:,.1f} s")
+    flags = side.get("xla_flags") or {}
+    lines.append(f"compiled in {result.compile_s:,.1f} s" + (f" with {', '.join(f'{k}={v}' for k, v in flags.items())}" if flags else ""))
     return "\n".join(lines)
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
+    flags = parse_xla_flags(args.xla_flag)
     target = tpu_target(args.target, slices=args.slices)
     builder = load_step_builder(args.step)
     func_name = args.step.rpartition(":")[2]
     fn, fn_args, fn_kwargs = _built(func_name, builder(target))
     result = capture(fn, *fn_args, target=target, name=args.name or func_name, out_dir=args.out,
-                     progress=not args.json and sys.stderr.isatty(), **fn_kwargs)  # fmt: skip
+                     progress=not args.json and sys.stderr.isatty(), xla_flags=flags, **fn_kwargs)  # fmt: skip
     print(json.dumps(compile_json(result, target)) if args.json else format_compile(result, target))
     return EXIT_OOM if result.oom else EXIT_OK

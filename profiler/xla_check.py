@@ -25,7 +25,10 @@ from engine.model.analytic import evaluate
 from engine.scenario.calibration import Calibration
 from engine.hlo import HloModuleCost, describe_hlo, parse_hlo, read_hlo_text
 from engine.hlo.live_range import SOURCES, LivePeak, PeakBuffer, peak_sources
+from engine.hlo.step import hlo_step_cost
+from engine.pod.topology import build_pod
 from engine.scenario import Scenario
+from engine.scenario.calibration import load_calibration
 from engine.units import gradient_wire_dtype
 
 from . import ranges, xla_reference
@@ -62,7 +65,33 @@ def live_peak_record(peak: LivePeak) -> dict[str, Any]:
             "largest": [{"name": name(b), "bytes": b.bytes} for b in peak.largest(LARGEST_AT_PEAK)]}  # fmt: skip
 
 
-def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_range: bool = True) -> dict[str, Any]:
+def collective_schedule(module: HloModuleCost, scenario: Scenario, devices_per_chip: int,
+                        calibration: Calibration | None = None) -> dict[str, Any]:  # fmt: skip
+    """How XLA scheduled a compiled step's collectives, and what Podscope's interconnect model makes of that schedule.
+
+    Returns
+    -------
+    dict
+        ``synchronous`` and ``asynchronous``: per opcode, how many collectives a device runs per step (every loop trip
+        counted) that block its core until they end, and that run between a start and a done (an asynchronous
+        collective fusion, a ``-start`` / ``-done`` pair) with the compute scheduled between them; ``collective_s``:
+        their time per step, each priced on the scenario's slice by Podscope's interconnect model (the run's
+        calibration), and ``exposed_collective_s``: what of it the schedule leaves the core waiting for
+        (:func:`engine.hlo.step.hlo_step_cost`, as ``[model] kind = "hlo"`` runs the module).
+    """
+    sync: dict[str, int] = {}
+    overlapped: dict[str, int] = {}
+    for c in module.collectives:
+        counts = overlapped if c.asynchronous else sync
+        counts[c.op] = counts.get(c.op, 0) + c.executions
+    pod = build_pod(scenario.chip_spec(), scenario.slice_shape, scenario.pod.slices)
+    step = hlo_step_cost(module, pod, calibration or load_calibration(), scenario.interconnect, "xla", devices_per_chip)
+    return {"synchronous": dict(sorted(sync.items())), "asynchronous": dict(sorted(overlapped.items())),
+            "collective_s": step.collective_total_s, "exposed_collective_s": step.collective_s}  # fmt: skip
+
+
+def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_range: bool = True,
+                    xla_flags: dict[str, str] | None = None, calibration: Calibration | None = None) -> dict[str, Any]:  # fmt: skip
     """Compile the scenario's program for its target and return XLA's numbers.
 
     Parameters
@@ -73,6 +102,10 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         Where the bundle goes (default: a temporary folder, removed afterwards).
     live_range : bool
         Also read what XLA holds live at its peak (its live-range analysis, dumped for this compile).
+    xla_flags : dict, optional
+        XLA options to compile with beyond the compiler's defaults (:func:`profiler.tpu_capture.parse_xla_flags`).
+    calibration : Calibration, optional
+        Prices the compiled schedule's collectives (``schedule``; default: data/calibration.toml).
 
     Returns
     -------
@@ -82,7 +115,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
         ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM),
-        ``collective_bytes_by_dtype`` (:func:`collective_bytes_by_dtype`; None when out of HBM), ``live_peak``
+        ``collective_bytes_by_dtype`` (:func:`collective_bytes_by_dtype`; None when out of HBM), ``schedule``
+        (:func:`collective_schedule`; None when out of HBM), ``xla_flags`` (the options given), ``live_peak``
         (:func:`live_peak_record`, also when out of HBM; None when not asked for or not written).
 
     Raises
@@ -96,7 +130,7 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
     with tempfile.TemporaryDirectory(prefix="podscope-xla-") as tmp:
         folder = Path(out_dir) if out_dir is not None else Path(tmp)
         result = capture(program.fn, *program.args, target=program.target, name="xla_check", out_dir=folder,
-                         progress=False, describes=program.describes, live_range=live_range)  # fmt: skip
+                         progress=False, describes=program.describes, live_range=live_range, xla_flags=xla_flags)  # fmt: skip
         side = json.loads(result.sidecar_path.read_text())
         live = None
         if result.live_peak_path is not None:
@@ -105,6 +139,7 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         text = read_hlo_text(result.module_path) if result.module_path is not None else None
         module = describe_hlo(parse_hlo(text, str(result.module_path))) if text is not None else None
         loops = windowed_einsum_loops(text) if text is not None else None
+    schedule = None if module is None else collective_schedule(module, scenario, program.devices_per_chip, calibration)
     return {
         "collective_bytes_by_dtype": None if module is None else collective_bytes_by_dtype(module),
         "memory": result.memory,
@@ -120,6 +155,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         "libtpu_version": side["libtpu_version"],
         "compile_s": side["compile_s"],
         "windowed_einsum_loops": loops,
+        "schedule": schedule,
+        "xla_flags": dict(xla_flags or {}),
         "live_peak": live,
     }
 
@@ -192,6 +229,9 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
         "kernel_flops_per_chip": kernel_flops,
         # the step's compute (forward and backward) outside the Pallas kernels, whose cycles the module does not carry
         "compute_s": c.comp.fwd_bwd_s - (c.comp.attention_fwd_bwd_s if kernel else 0.0),
+        # collective time no compute hides, as the engine lays the step out (its overlap assumptions: FSDP gathers
+        # prefetched, tensor-parallel collectives decomposed with their matmuls where collective_matmul is on)
+        "exposed_collective_s": c.exposed_collective_s,
         "clock_hz": scenario.chip_spec().clock_hz,
         "gradient_reduce_dtype": gradient_wire_dtype(tr.precision, tr.weight_dtype, tr.gradient_reduce_dtype),
         # per chip per step: the data-parallel all-reduce and every pass's reduce-scatters
@@ -207,8 +247,10 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     dict
         ``podscope`` and ``xla`` (``peak_hbm_bytes`` per chip, XLA's ``argument/output/alias/temp``
         per chip, ``oom``, ``flops_per_chip``, ``compute_s``: the step's compute outside Pallas kernels, XLA's by its
-        cycle estimates at the catalog clock; XLA's ``live_peak``, :func:`live_peak_record` per chip, or None), ``hbm_diff_pct``, ``flops_diff_pct`` and ``compute_diff_pct`` (None where
-        XLA refused the program), ``verdicts_agree``.
+        cycle estimates at the catalog clock; ``exposed_collective_s``: the collective time no compute hides, XLA's
+        that of its compiled schedule (:func:`collective_schedule`; XLA's ``collective_s`` all of it); XLA's
+        ``live_peak``, :func:`live_peak_record` per chip, or None), ``hbm_diff_pct``, ``flops_diff_pct`` and
+        ``compute_diff_pct`` (None where XLA refused the program), ``verdicts_agree``.
     """
     k = xla["devices_per_chip"]
     mem = xla["memory"]
@@ -224,6 +266,10 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     cycles, clock = xla.get("estimated_cycles_per_device"), pod.get("clock_hz")
     # a chip's devices run side by side: one device's estimate is the chip's time
     xla_side["compute_s"] = cycles / clock if cycles and clock else None
+    sched = xla.get("schedule")
+    # the schedule's collective times, priced per device, are the chip's: its devices run side by side
+    xla_side["exposed_collective_s"] = None if not sched else sched["exposed_collective_s"]
+    xla_side["collective_s"] = None if not sched else sched["collective_s"]
     hbm_pct = None if xla_side["peak_hbm_bytes"] is None else 100.0 * (pod["peak_hbm_bytes"] / xla_side["peak_hbm_bytes"] - 1.0)
     flops = xla_side["flops_per_chip"]
     # the module counts no FLOPs inside a Pallas kernel (a custom call): compare the FLOPs outside them
@@ -321,6 +367,31 @@ def _live_lines(live: dict[str, Any], devices_per_chip: int) -> list[str]:
     return lines
 
 
+def _counts_text(counts: dict[str, int]) -> str:
+    """``25 (all-gather 12, all-reduce 13)``-style text of per-opcode collective counts."""
+    total = sum(counts.values())
+    return f"{total:,}" + (f" ({', '.join(f'{op} {n:,}' for op, n in counts.items())})" if total else "")
+
+
+def _schedule_lines(p: dict[str, Any], x: dict[str, Any], xla: dict[str, Any]) -> list[str]:
+    """The xla-check lines of how XLA scheduled the step's collectives against what the engine assumes."""
+    sched = xla.get("schedule")
+    if not sched or p.get("exposed_collective_s") is None:
+        return []
+    flags = xla.get("xla_flags") or {}
+    how = f"with {len(flags)} XLA option(s) given" if flags else "with the compiler's default options"
+    ms = 1e3
+    lines = [f"  collectives Podscope leaves {p['exposed_collective_s'] * ms:.3f} ms per step exposed; XLA's schedule "
+             f"({how}), priced on the same links, {x['exposed_collective_s'] * ms:.3f} ms of {x['collective_s'] * ms:.3f} ms: "
+             f"per step {_counts_text(sched['synchronous'])} collective(s) blocking the core, "
+             f"{_counts_text(sched['asynchronous'])} overlapping the compute scheduled beside them"]  # fmt: skip
+    if x["exposed_collective_s"] > p["exposed_collective_s"] + 0.05 * (p.get("compute_s") or 0.0):
+        lines.append("  note      the engine counts on FSDP gathers prefetched behind the previous layer and tensor-parallel "
+                     "collectives decomposed with their matmuls (collective_matmul); XLA overlaps them only as its options "
+                     "allow: check with the options the job compiles with (--xla-flag, docs/cli.md)")  # fmt: skip
+    return lines
+
+
 def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
     """The ``xla-check`` text: Podscope's peak and its terms beside XLA's, FLOPs, verdicts."""
     gib = 2**30
@@ -367,6 +438,7 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
         if "collective-permute" in by_op:
             lines.append(f"  note      XLA wrote some gathers and reductions as collective-permutes: "
                          f"{_by_dtype_text(by_op, ('collective-permute',))}")  # fmt: skip
+    lines += _schedule_lines(p, x, xla)
     loops = xla.get("windowed_einsum_loops") or {}
     if any(loops.values()):
         lines.append(f"  note      XLA wrote {loops['all_gather']} all-gather(s) and {loops['reduce_scatter']} reduce-scatter(s) as "

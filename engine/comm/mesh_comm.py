@@ -17,11 +17,14 @@ Per-step collectives by strategy (one representative chip, steady state):
   ``tensor`` (under full remat the recomputed forward repeats the attention block's; the
   MLP's down-projection, and a parallel block's whole output, is not recomputed:
   engine/model/compute.py ``passes_per_op``). They sit on the critical path (the next matmul needs
-  the result). XLA decomposes them with the matmuls next to them into a loop of
+  the result). XLA can decompose them with the matmuls next to them into a loop of
   collective-permutes, each overlapped with a partial matmul (collective matmul, Wang et
-  al. 2023); TPU's compiler does this by default (MaxText's XLA flag library turns it off
-  with ``--xla_jf_spmd_threshold_for_windowed_einsum_mib=1000000``), so only the part of a
-  layer's tensor-parallel communication longer than its own compute is exposed.
+  al. 2023; MaxText's XLA flag library turns it off with
+  ``--xla_jf_spmd_threshold_for_windowed_einsum_mib=1000000``), and with continuation fusion
+  (MaxText's ``LIBTPU_INIT_ARGS``) run its all-gathers beside compute; with
+  ``collective_matmul`` only the part of a layer's tensor-parallel communication longer than
+  its own compute is exposed, the overlap such a compile aims at. With libtpu's default options XLA
+  decomposes some and runs the rest synchronously (``xla-check`` counts both);
   ``parallelism.collective_matmul = false`` prices them blocking, fully exposed.
 * parameter server (TF ``ParameterServerStrategy``): the sparse parameters
   (embedding tables) live on CPU parameter-server hosts; each step every worker

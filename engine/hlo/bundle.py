@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import HloError
 from ..pod.catalog import load_catalog
-from .bundle_format import FORMAT, FORMAT_VERSION, MEMORY_KEYS, MODULE_SUFFIX, OOM_KEYS, OPTIONAL_KEYS, SIDE_SUFFIX, TOP_KEYS
+from .bundle_format import (FORMAT, FORMAT_VERSION, MAX_XLA_FLAGS, MEMORY_KEYS, MODULE_SUFFIX, OOM_KEYS, OPTIONAL_KEYS, SIDE_SUFFIX, TOP_KEYS,
+                            XLA_FLAG_NAME)
 
-__all__ = ["XlaBundle", "XlaHbm", "XlaMemory", "XlaOom", "read_bundle", "sidecar_for", "MAX_SIDECAR_BYTES", "TOPOLOGY_CHIPS"]
+__all__ = ["XlaBundle", "XlaHbm", "XlaMemory", "XlaOom", "read_bundle", "sidecar_for", "xla_flag_problems", "MAX_SIDECAR_BYTES", "MAX_XLA_FLAG_VALUE_CHARS",
+           "TOPOLOGY_CHIPS"]
 
 #: largest sidecar accepted: a cost analysis is a few hundred numbers
 MAX_SIDECAR_BYTES = 4 * 2**20
@@ -31,6 +33,28 @@ MAX_SIDECAR_BYTES = 4 * 2**20
 _MAX_DEPTH = 8
 #: the chip generation a topology name's prefix means (jax.experimental.topologies names)
 TOPOLOGY_CHIPS = {"v4": "tpu-v4", "v5e": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e", "tpu7x": "tpu7x"}
+_XLA_FLAG = re.compile(rf"^{XLA_FLAG_NAME}$")
+#: the longest value of one XLA option a sidecar or ``--xla-flag`` takes
+MAX_XLA_FLAG_VALUE_CHARS = 1024
+
+
+def xla_flag_problems(flags: Any) -> list[str]:
+    """What is wrong with ``flags`` as a sidecar's ``xla_flags``: an object of at most :data:`MAX_XLA_FLAGS` XLA options,
+    each name ``xla_...`` (lower case, digits, ``_``) and each value a non-empty string; empty when nothing is."""
+    if not isinstance(flags, dict):
+        return [f"expected an object of XLA options and their values, got {type(flags).__name__}"]
+    if len(flags) > MAX_XLA_FLAGS:
+        return [f"{len(flags)} options; at most {MAX_XLA_FLAGS}"]
+    out = []
+    for name, value in flags.items():
+        if not isinstance(name, str) or not _XLA_FLAG.match(name):
+            out.append(f"{str(name)[:80]!r}: not an XLA option name (xla_ then lower-case letters, digits and _, "
+                       "e.g. xla_tpu_enable_async_collective_fusion)")  # fmt: skip
+        elif not isinstance(value, str) or not value or len(value) > MAX_XLA_FLAG_VALUE_CHARS:
+            out.append(f"{name}: expected a value of 1 to {MAX_XLA_FLAG_VALUE_CHARS} characters, got {str(value)[:80]!r}")
+    return out
+
+
 _TOPOLOGY = re.compile(r"^(v4|v5e|v5p|v6e|tpu7x):(\d{1,5}(?:x\d{1,5}){0,2})$")
 
 
@@ -112,6 +136,7 @@ class XlaBundle:
     cost: dict[str, float]
     oom: XlaOom | None
     compile_s: float | None
+    xla_flags: dict[str, str] = field(default_factory=dict)  # the options it was compiled with beyond the defaults
 
     @property
     def slice_shape(self) -> tuple[int, ...]:
@@ -297,6 +322,8 @@ def _check(p: Path, raw: dict[str, Any]) -> XlaBundle:
     if compile_s is not None and (isinstance(compile_s, bool) or not isinstance(compile_s, (int, float)) or not 0 <= compile_s < 1e7):
         bad("compile_s", f"expected null or seconds, got {compile_s!r}")
         compile_s = None
+    flags = raw.get("xla_flags", {})
+    problems += [f"xla_flags: {what}" for what in xla_flag_problems(flags)]
     if problems:
         raise HloError(f"{p}: invalid sidecar\n  " + "\n  ".join(problems))
     return XlaBundle(
@@ -304,4 +331,5 @@ def _check(p: Path, raw: dict[str, Any]) -> XlaBundle:
         target=target or "", topology=topology, chip=str(chip), slices=slices, devices=devices,
         device_kind=device_kind or "", jax_version=jax_version or "", libtpu_version=libtpu_version,
         memory=memory, cost=cost, oom=oom, compile_s=float(compile_s) if compile_s is not None else None,
+        xla_flags=dict(flags),
     )  # fmt: skip

@@ -8,8 +8,8 @@ Constants only, so any module can import it without pulling anything else in.
 
 from __future__ import annotations
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "LIVE_PEAK_SUFFIX", "MEMORY_KEYS", "MODULE_SUFFIX", "OOM_KEYS", "OPTIONAL_KEYS", "SIDE_SUFFIX",
-           "TOP_KEYS"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "LIVE_PEAK_SUFFIX", "MAX_XLA_FLAGS", "MEMORY_KEYS", "MODULE_SUFFIX", "OOM_KEYS", "OPTIONAL_KEYS",
+           "SIDE_SUFFIX", "TOP_KEYS", "XLA_FLAG_NAME"]
 
 #: the sidecar's ``format`` value
 FORMAT = "podscope-xla-bundle"
@@ -45,7 +45,16 @@ TOP_KEYS = (
 )
 
 #: keys a sidecar may also carry
-OPTIONAL_KEYS = ("describes",)  # what the program is (model dims, mesh, dtype, ...), as its writer says
+OPTIONAL_KEYS = (
+    "describes",  # what the program is (model dims, mesh, dtype, ...), as its writer says
+    "xla_flags",  # the XLA options the program was compiled with beyond the compiler's defaults: {name: value}
+)
+
+#: an XLA option's name as a sidecar's ``xla_flags`` and ``--xla-flag`` take it (XLA's and libtpu's options all
+#: begin ``xla_``)
+XLA_FLAG_NAME = r"xla_[a-z0-9_]{1,200}"
+#: the most options one compile takes
+MAX_XLA_FLAGS = 256
 
 #: keys of ``memory``: ``compiled.memory_analysis()`` per device, in bytes
 MEMORY_KEYS = (

@@ -106,6 +106,12 @@ class StepCosts:
         """The attention core's share of :attr:`hardware_flops_per_chip`."""
         return self.comp.attention_hardware_flops * self.work * (1.0 + self.bubble_flops_frac)
 
+    @property
+    def exposed_collective_s(self) -> float:
+        """Collective time of the step that no compute hides: the ``collective`` segments of :meth:`segments`, and a
+        pipeline's stage-to-stage sends on the critical path."""
+        return float(sum(np.mean(s.dur_s) for s in self.segments() if s.kind == "collective")) + self.pipeline_send_s
+
     def segments(self, noise: np.ndarray | float = 1.0, forward_s=None, backward_s=None) -> list[Segment]:
         """The step's device work as segments; ``noise`` multiplies forward and backward compute.
 

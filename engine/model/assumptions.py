@@ -83,9 +83,10 @@ def run_assumptions(scenario: Scenario) -> dict[str, Any]:
                                                      "partitioner does for a jit program; weights if the program reduces "
                                                      "them itself after autodiff: pmap's psum, TF's CrossShardOptimizer)")
     if par.tensor > 1 and "collective_matmul" not in par.model_fields_set:
-        # Wang et al. 2023; on by default in TPU's compiler (MaxText's XLA flag library turns it off)
-        assumed["parallelism.collective_matmul"] = ("true (tensor-parallel collectives overlap the matmuls beside them, "
-                                                    "XLA's default on TPU; false if the program is compiled without it)")
+        # Wang et al. 2023: the overlap a compile tuned for it aims at (MaxText's XLA options); xla-check shows a program's
+        assumed["parallelism.collective_matmul"] = ("true (tensor-parallel collectives overlap the matmuls beside them, as a "
+                                                    "compile tuned for it schedules them; with the compiler's default options "
+                                                    "XLA runs many synchronously: false prices them so)")
     return {
         "attention_kernel": kernel,
         "remat_policy": tr.remat,
