@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 import textwrap
 import tomllib
@@ -150,3 +152,23 @@ def live():
     import jax
 
     return jax
+
+
+@pytest.fixture
+def tpu_sidecar(tmp_path):
+    """A copy of the bundled v5e data-parallel bundle in ``tmp_path``: ``write(change)`` applies ``change`` to its sidecar's
+    JSON object (a fresh copy each time) and returns the sidecar's path."""
+    tpu = Path(__file__).parent / "fixtures" / "tpu"
+    for suffix in (".hlo.txt.gz", ".xla.json"):
+        shutil.copy(tpu / f"transformer_dp_v5e4{suffix}", tmp_path / f"b{suffix}")
+    side = tmp_path / "b.xla.json"
+    raw = json.loads(side.read_text())
+    raw["module"] = "b.hlo.txt.gz"
+
+    def write(change) -> Path:
+        data = json.loads(json.dumps(raw))
+        change(data)
+        side.write_text(json.dumps(data))
+        return side
+
+    return write

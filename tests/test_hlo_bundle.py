@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
@@ -190,20 +189,8 @@ class TestBadSidecars:
     """Each broken sidecar is an HloError naming the file and the key; the CLI exits 2."""
 
     @pytest.fixture
-    def bundle(self, tmp_path):
-        for suffix in (".hlo.txt.gz", ".xla.json"):
-            shutil.copy(TPU / f"transformer_dp_v5e4{suffix}", tmp_path / f"b{suffix}")
-        side = tmp_path / "b.xla.json"
-        raw = json.loads(side.read_text())
-        raw["module"] = "b.hlo.txt.gz"
-
-        def write(change) -> Path:
-            data = json.loads(json.dumps(raw))
-            change(data)
-            side.write_text(json.dumps(data))
-            return side
-
-        return write
+    def bundle(self, tpu_sidecar):
+        return tpu_sidecar
 
     def _error(self, path: Path) -> str:
         with pytest.raises(HloError) as e:

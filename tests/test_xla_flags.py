@@ -4,7 +4,6 @@ and xla-check's account of how XLA scheduled the step's collectives."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,18 +59,8 @@ class TestParse:
 
 class TestSidecar:
     @pytest.fixture
-    def sidecar(self, tmp_path):
-        for suffix in (".hlo.txt.gz", ".xla.json"):
-            shutil.copy(TPU / f"transformer_dp_v5e4{suffix}", tmp_path / f"b{suffix}")
-        side = tmp_path / "b.xla.json"
-        raw = json.loads(side.read_text())
-        raw["module"] = "b.hlo.txt.gz"
-
-        def write(flags) -> Path:
-            side.write_text(json.dumps({**raw, "xla_flags": flags}))
-            return side
-
-        return write
+    def sidecar(self, tpu_sidecar):
+        return lambda flags: tpu_sidecar(lambda d: d.update(xla_flags=flags))
 
     def test_a_bundle_keeps_the_options_it_was_compiled_with(self, sidecar):
         assert read_bundle(sidecar({"xla_enable_async_all_gather": "true"})).xla_flags == {"xla_enable_async_all_gather": "true"}
