@@ -61,7 +61,8 @@ def simulate(
     xla_memory
         The TPU compiler's HBM peak and verdict for the scenario's program (``run --xla``): the
         run's HBM peak, breakdown (arguments, the rest temporary) and out-of-memory verdict are
-        XLA's (``hbm_source = "xla"``); Podscope's own peak stays in ``hbm_podscope_peak_bytes``.
+        XLA's (``hbm_source = "xla"``); Podscope's own peak stays in ``hbm_podscope_peak_bytes``, and the XLA options
+        the program was compiled with (beyond libtpu's defaults) are ``hbm_xla_flags``.
     """
     cal = calibration or load_calibration()
     if scenario.model.kind == "hlo":  # the user's own program: engine/hlo/run.py
@@ -198,7 +199,7 @@ def _with_xla_memory(facts: RunFacts, xla: XlaHbm, mem: MemoryPlan, costs: StepC
         breakdown = {"params": args, "grads": 0.0, "optimizer": 0.0, "activations": 0.0,
                      "temporary": max(0.0, xla.peak_bytes_per_chip - args)}  # fmt: skip
     extra = {**facts.extra, "oom_detail": detail, "hbm_source": "xla", "hbm_podscope_peak_bytes": mem.peak_bytes,
-             "hbm_podscope_oom": mem.oom}  # fmt: skip
+             "hbm_podscope_oom": mem.oom, "hbm_xla_flags": dict(xla.xla_flags)}  # fmt: skip
     return replace(facts, peak_hbm_bytes=xla.peak_bytes_per_chip, oom=xla.oom is not None, hbm_breakdown_bytes=breakdown,
                    extra=extra)  # fmt: skip
 

@@ -66,22 +66,26 @@ def run_file(
     name: str | None = None,
     overrides: Mapping[str, Any] | None = None,
     xla: bool = False,
+    xla_flags: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Load a scenario file (with optional dotted-key overrides), simulate, store; return the summary.
 
     ``xla`` compiles the scenario's JAX program for its chip and topology with the TPU compiler first
     (:func:`profiler.xla_check.compile_numbers`, needs ``podscope[tpu]``) and takes XLA's HBM peak and
-    verdict for the run (``hbm_source = "xla"``).
+    verdict for the run (``hbm_source = "xla"``), compiled with ``xla_flags`` (XLA options beyond libtpu's defaults,
+    :func:`profiler.tpu_capture.parse_xla_flags`; the run records them as ``hbm_xla_flags``).
 
     Raises
     ------
     ScenarioError
         If the file is invalid, or valid but too large to simulate (names the file; nothing is stored).
     InputError
-        ``xla`` for a scenario with no JAX program (it says why), or without jax[tpu].
+        ``xla`` for a scenario with no JAX program (it says why), or without jax[tpu]; ``xla_flags`` without ``xla``.
     """
     if name is not None:
         check_run_name(name)
+    if xla_flags and not xla:
+        raise InputError("--xla-flag: XLA options apply to a compile; add --xla")
     scenario = load_scenario(path, overrides)
     memory = None
     if xla:
@@ -90,7 +94,7 @@ def run_file(
         why = xla_reference.refusal(scenario)
         if why:
             raise InputError(f"{path}: --xla: {why}")
-        memory = xla_check.xla_memory(xla_check.compile_numbers(scenario, live_range=False))
+        memory = xla_check.xla_memory(xla_check.compile_numbers(scenario, live_range=False, xla_flags=dict(xla_flags or {})))
     try:
         run_id, _ = simulate_and_write(db, scenario, name=name, xla_memory=memory)
     except SimulationError as e:

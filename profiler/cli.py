@@ -68,11 +68,16 @@ def _database(args: argparse.Namespace) -> Database:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from .tpu_capture import parse_xla_flags
+
+    flags = parse_xla_flags(args.xla_flag)  # bad input fails before a database is opened or made
+    if flags and not args.xla:
+        raise InputError("--xla-flag: XLA options apply to a compile; add --xla")
     db = _database(args)
     what = "Compiling with the TPU compiler and simulating" if args.xla else "Simulating"
     with cli_output.status(f"{what} {args.scenario} ..."):
         summary = api.run_file(api.scenario_path(args.scenario), db, name=args.name, overrides=cli_output.parse_set(args.set),
-                               xla=args.xla)  # fmt: skip
+                               xla=args.xla, xla_flags=flags)  # fmt: skip
     print(json.dumps(summary) if args.json else _fmt_summary(summary))
     return EXIT_OOM if summary.get("oom") else EXIT_OK
 
@@ -200,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the run summary as one JSON object")
     r.add_argument("--xla", action="store_true", help="compile the scenario's JAX program (transformer, mlp or resnet50 "
                    "family) with the TPU compiler (needs podscope[tpu]) and take XLA's HBM peak and out-of-memory verdict")  # fmt: skip
+    r.add_argument("--xla-flag", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --xla: compile with this XLA option (repeatable, as LIBTPU_INIT_ARGS gives it)")
     r.set_defaults(func=_cmd_run)
 
     ls = sub.add_parser("runs", help="list stored runs")

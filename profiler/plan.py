@@ -110,7 +110,7 @@ def store_best(db: Database, result: PlanResult, top: int, xla: list[dict[str, A
     return out
 
 
-def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
+def xla_check_scenario(scenario: Scenario, xla_flags: dict[str, str] | None = None) -> dict[str, Any]:
     """Compile a candidate's JAX program for its chip and topology with the TPU compiler (needs ``podscope[tpu]``).
 
     Returns ``refusal`` (why the scenario has no JAX program, or why libtpu would not compile it; None when compiled)
@@ -125,7 +125,7 @@ def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
     if row["refusal"] is not None:
         return row
     try:
-        record = xla_check.compile_numbers(scenario, live_range=False)
+        record = xla_check.compile_numbers(scenario, live_range=False, xla_flags=xla_flags)
     except InputError as e:  # libtpu refuses the target or the program: say so for this candidate
         return {"refusal": str(e)}
     cmp = xla_check.compare(xla_check.podscope_numbers(scenario), record)
@@ -150,14 +150,16 @@ def xla_check_scenario(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def xla_check_best(result: PlanResult, top: int, progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """:func:`xla_check_scenario` of each of the ``top`` best candidates, best first, each row with its ``rank``."""
+def xla_check_best(result: PlanResult, top: int, progress: Callable[[int, int], None] | None = None,
+                   xla_flags: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """:func:`xla_check_scenario` of each of the ``top`` best candidates (compiled with ``xla_flags``), best first, each
+    row with its ``rank``."""
     rows: list[dict[str, Any]] = []
     best = result.to_json(top)["best"]
     for i, b in enumerate(best):
         if progress is not None:
             progress(i, len(best))
-        rows.append({"rank": b["rank"], **xla_check_scenario(scenario_from_dict(b["scenario"], source=result.plan.source))})
+        rows.append({"rank": b["rank"], **xla_check_scenario(scenario_from_dict(b["scenario"], source=result.plan.source), xla_flags)})
     if progress is not None:
         progress(len(best), len(best))
     return rows

@@ -35,6 +35,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--xla", action="store_true", help="compile the best --top candidates for their chip and topology with the "
                    "TPU compiler (needs podscope[tpu]) and give XLA's HBM peak and fits verdict beside Podscope's; with "
                    "--db the stored runs take XLA's (hbm_source = \"xla\")")  # fmt: skip
+    p.add_argument("--xla-flag", action="append", default=[], metavar="NAME=VALUE",
+                   help="with --xla: compile with this XLA option (repeatable, as LIBTPU_INIT_ARGS gives it)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_plan)
 
@@ -43,6 +45,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
+    from .tpu_capture import parse_xla_flags
+
+    flags = parse_xla_flags(args.xla_flag)
+    if flags and not args.xla:
+        raise InputError("--xla-flag: XLA options apply to a compile; add --xla")
     plan = plans.load_plan(plans.plan_path(args.plan))  # bad input fails here: nothing searched, nothing written
     if args.db and not Path(args.db).expanduser().resolve().parent.exists():  # a typo must not start a new database
         raise InputError(f"--db {args.db}: folder {Path(args.db).expanduser().resolve().parent} does not exist; check the path")
@@ -56,7 +63,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         result = plans.run_plan(plan, progress=lambda done, total: bar.update(task, completed=done, total=total))
         if args.xla:
             compiling = bar.add_task("compiling the best with XLA", total=args.top)
-            xla_rows = plans.xla_check_best(result, args.top, progress=lambda done, total: bar.update(compiling, completed=done, total=total))
+            xla_rows = plans.xla_check_best(result, args.top, progress=lambda done, total: bar.update(compiling, completed=done, total=total),
+                                            xla_flags=flags)  # fmt: skip
     out = plans.with_hbm_verdicts(result, result.to_json(args.top))
     if xla_rows is not None:
         for b, row in zip(out["best"], xla_rows):

@@ -34,7 +34,7 @@ from engine.units import gradient_wire_dtype
 from . import ranges, xla_reference
 from .ranges import ON_CHIP_PLACEMENT_BYTES
 
-__all__ = ["ON_CHIP_PLACEMENT_BYTES", "compile_numbers", "estimated_cycles", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
+__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "estimated_cycles", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
            "format_check"]
 
 
@@ -200,6 +200,7 @@ def xla_memory(xla: dict[str, Any]) -> XlaHbm:
         memory=None if mem is None else _memory(mem),
         oom=None if oom is None else XlaOom(oom["message"].splitlines()[0][:400], oom.get("required_bytes"), oom.get("available_bytes")),
         devices_per_chip=xla["devices_per_chip"],
+        xla_flags=dict(xla.get("xla_flags") or {}),
     )
 
 

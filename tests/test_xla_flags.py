@@ -128,3 +128,33 @@ def test_a_capture_records_its_options_in_the_sidecar(live, tmp_path):
     flags = {"xla_enable_async_all_gather": "true"}
     xla_check.compile_numbers(load_scenario(toml), out_dir=tmp_path, live_range=False, xla_flags=flags)
     assert read_bundle(tmp_path / "xla_check.xla.json").xla_flags == flags
+
+
+@pytest.mark.parametrize("command", [["run", "resnet50-v3-32"], ["plan", "llm-7b-v5p"]])
+def test_options_without_a_compile_are_refused_before_anything_runs(command, tmp_path, capsys):
+    from profiler.cli import main
+
+    db = tmp_path / "new" / "runs.duckdb"
+    extra = ["--db", str(db)] if command[0] == "run" else []
+    assert main([*command, *extra, "--xla-flag", "xla_enable_async_all_gather=true"]) == 2
+    assert "add --xla" in capsys.readouterr().err
+    assert not db.parent.exists()
+
+
+def test_a_run_compiled_with_options_records_them(live, tmp_path, capsys):
+    from profiler.cli import main
+
+    toml = tmp_path / "fsdp-tp.toml"
+    toml.write_text(FSDP_TP)
+    db = tmp_path / "runs.duckdb"
+    flags = dict(f.split("=") for f in CONTINUATION_FUSION)
+    p = subprocess.run([sys.executable, "-m", "profiler", "run", str(toml), "--db", str(db), "--create", "--xla", "--json",
+                        *(f"--xla-flag={f}" for f in CONTINUATION_FUSION)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["hbm_source"] == "xla" and summary["hbm_xla_flags"] == flags
+    capsys.readouterr()
+    assert main(["run", str(toml), "--db", str(db), "--name", "plain", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)  # Podscope's own HBM: no compile, so no options
+    assert plain["hbm_source"] == "podscope" and "hbm_xla_flags" not in plain

@@ -103,6 +103,7 @@ class XlaHbm:
     memory: XlaMemory | None
     oom: XlaOom | None
     devices_per_chip: int = 1
+    xla_flags: dict[str, str] = field(default_factory=dict)  # the XLA options it was compiled with beyond the defaults
 
     @property
     def peak_bytes_per_chip(self) -> float | None:
