@@ -65,6 +65,15 @@ class TestSidecar:
     def test_a_bundle_keeps_the_options_it_was_compiled_with(self, sidecar):
         assert read_bundle(sidecar({"xla_enable_async_all_gather": "true"})).xla_flags == {"xla_enable_async_all_gather": "true"}
 
+    def test_an_hlo_run_of_the_bundle_says_how_it_was_compiled(self, sidecar, tmp_path):
+        from engine import simulate
+        from engine.scenario import scenario_from_dict
+
+        side = sidecar({"xla_enable_async_all_gather": "true"})
+        s = scenario_from_dict({"name": "b", "pod": {"chip": "tpu-v5e", "topology": "2x2"}, "model": {"kind": "hlo", "path": str(side)},
+                                "training": {"global_batch": 8, "steps": 2}}, source="test")  # fmt: skip
+        assert simulate(s).facts.extra["xla_flags"] == {"xla_enable_async_all_gather": "true"}
+
     def test_a_bundle_without_them_was_compiled_with_the_defaults(self):
         assert read_bundle(TPU / "transformer_dp_v5e4.xla.json").xla_flags == {}
 

@@ -53,6 +53,7 @@ def _xla_facts(b: XlaBundle | None) -> dict:
             "temp": b.memory.temp_bytes, "generated_code": b.memory.generated_code_bytes},
         "xla_optimal_s": b.optimal_s,
         "xla_flops_per_device": b.cost.get("flops"),
+        "xla_flags": dict(b.xla_flags),  # the options it was compiled with beyond libtpu's defaults
     }  # fmt: skip
 
 
