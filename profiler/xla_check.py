@@ -22,13 +22,12 @@ from typing import Any
 
 from engine.hlo.bundle import XlaHbm, XlaMemory, XlaOom
 from engine.model.analytic import evaluate
-from engine.scenario.calibration import Calibration
+from engine.scenario.calibration import Calibration, load_calibration
 from engine.hlo import HloModuleCost, describe_hlo, parse_hlo, read_hlo_text
 from engine.hlo.live_range import SOURCES, LivePeak, PeakBuffer, peak_sources
 from engine.hlo.step import hlo_step_cost
 from engine.pod.topology import build_pod
 from engine.scenario import Scenario
-from engine.scenario.calibration import load_calibration
 from engine.units import gradient_wire_dtype
 
 from . import ranges, xla_reference
