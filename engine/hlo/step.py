@@ -272,6 +272,7 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect,
     coll_s = np.zeros(len(cost.collectives))
     axes_of: list[str] = []
     links: list[frozenset[Link]] = []
+    routes: dict[bytes, frozenset[Link]] = {}  # a permute's links, per distinct set of pairs
     for j, c in enumerate(cost.collectives):
         groups = c.groups // devices_per_chip if devices_per_chip > 1 else c.groups
         placement = None
@@ -282,7 +283,10 @@ def hlo_step_cost(cost: HloModuleCost, pod: Pod, cal: Calibration, interconnect,
             placement = placements[key]
             links.append(group_links(placement, interconnect.unidirectional))
         else:
-            links.append(permute_links(groups[groups[:, 0] != groups[:, 1]] if groups.size else groups, pod))
+            key = b"p" + groups.tobytes() + bytes(str(groups.shape), "ascii")
+            if key not in routes:
+                routes[key] = permute_links(groups[groups[:, 0] != groups[:, 1]] if groups.size else groups, pod)
+            links.append(routes[key])
         memo = (c.op, c.bytes, groups.tobytes(), groups.shape)
         if memo not in priced:
             priced[memo] = _collective_s(c if devices_per_chip == 1 else _on_chips(c, groups), placement, pod, cal, interconnect)
