@@ -85,7 +85,9 @@ def run_file(
     if name is not None:
         check_run_name(name)
     if xla_flags and not xla:
-        raise InputError("--xla-flag: XLA options apply to a compile; add --xla")
+        from .tpu_capture import FLAGS_WITHOUT_COMPILE
+
+        raise InputError(FLAGS_WITHOUT_COMPILE)
     scenario = load_scenario(path, overrides)
     memory = None
     if xla:

@@ -70,9 +70,7 @@ def _database(args: argparse.Namespace) -> Database:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .tpu_capture import parse_xla_flags
 
-    flags = parse_xla_flags(args.xla_flag)  # bad input fails before a database is opened or made
-    if flags and not args.xla:
-        raise InputError("--xla-flag: XLA options apply to a compile; add --xla")
+    flags = parse_xla_flags(args.xla_flag, compiling=args.xla)  # bad input fails before a database is opened or made
     db = _database(args)
     what = "Compiling with the TPU compiler and simulating" if args.xla else "Simulating"
     with cli_output.status(f"{what} {args.scenario} ..."):

@@ -47,9 +47,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     from .tpu_capture import parse_xla_flags
 
-    flags = parse_xla_flags(args.xla_flag)
-    if flags and not args.xla:
-        raise InputError("--xla-flag: XLA options apply to a compile; add --xla")
+    flags = parse_xla_flags(args.xla_flag, compiling=args.xla)
     plan = plans.load_plan(plans.plan_path(args.plan))  # bad input fails here: nothing searched, nothing written
     if args.db and not Path(args.db).expanduser().resolve().parent.exists():  # a typo must not start a new database
         raise InputError(f"--db {args.db}: folder {Path(args.db).expanduser().resolve().parent} does not exist; check the path")

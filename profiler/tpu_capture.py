@@ -36,7 +36,7 @@ from engine.hlo.bundle import xla_flag_problems
 from engine.hlo.live_range import LivePeak, read_live_peak
 from engine.hlo.bundle_format import FORMAT, FORMAT_VERSION, LIVE_PEAK_SUFFIX, MEMORY_KEYS, MODULE_SUFFIX, SIDE_SUFFIX, TOP_KEYS
 
-__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "parse_xla_flags", "require_tpu_compiler", "tpu_compiler_missing",
+__all__ = ["TPU_EXTRA_HINT", "CaptureResult", "TpuTarget", "capture", "parse_oom", "parse_xla_flags", "FLAGS_WITHOUT_COMPILE", "require_tpu_compiler", "tpu_compiler_missing",
            "tpu_target"]
 
 #: what to install when JAX or libtpu is missing
@@ -450,13 +450,18 @@ def capture(
 _BAD_OPTION = re.compile(r"No such compile option|Failed to parse '.*' into flag", re.I)
 
 
-def parse_xla_flags(items: Sequence[str]) -> dict[str, str]:
+#: what a command says of XLA options given where nothing compiles (``run`` or ``plan`` without ``--xla``)
+FLAGS_WITHOUT_COMPILE = "--xla-flag: XLA options apply to a compile; add --xla"
+
+
+def parse_xla_flags(items: Sequence[str], compiling: bool = True) -> dict[str, str]:
     """XLA options from ``NAME=VALUE`` texts (``--xla-flag``; a leading ``--``, as in ``LIBTPU_INIT_ARGS``, is dropped).
 
     Raises
     ------
     InputError
-        An item is not ``NAME=VALUE``, a name is not an XLA option's (``xla_...``), a value is empty, or a name repeats.
+        An item is not ``NAME=VALUE``, a name is not an XLA option's (``xla_...``), a value is empty, or a name repeats;
+        or there are options and nothing ``compiling`` (:data:`FLAGS_WITHOUT_COMPILE`).
 
     Examples
     --------
@@ -474,6 +479,8 @@ def parse_xla_flags(items: Sequence[str]) -> dict[str, str]:
         if wrong:
             raise InputError(f"--xla-flag {item!r}: {wrong[0]}")
         flags[name] = value
+    if flags and not compiling:
+        raise InputError(FLAGS_WITHOUT_COMPILE)
     return flags
 
 

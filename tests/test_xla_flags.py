@@ -167,3 +167,14 @@ def test_a_run_compiled_with_options_records_them(live, tmp_path, capsys):
     assert main(["run", str(toml), "--db", str(db), "--name", "plain", "--json"]) == 0
     plain = json.loads(capsys.readouterr().out)  # Podscope's own HBM: no compile, so no options
     assert plain["hbm_source"] == "podscope" and "hbm_xla_flags" not in plain
+
+
+def test_the_python_api_refuses_options_without_a_compile(tmp_path):
+    from profiler import api
+    from profiler.store import Database
+    from profiler.tpu_capture import FLAGS_WITHOUT_COMPILE
+
+    with pytest.raises(InputError, match="add --xla") as e:
+        api.run_file(api.scenario_path("resnet50-v3-32"), Database(tmp_path / "runs.duckdb"), xla_flags={"xla_enable_async_all_gather": "true"})
+    assert str(e.value) == FLAGS_WITHOUT_COMPILE
+    assert not (tmp_path / "runs.duckdb").exists()
