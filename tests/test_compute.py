@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 
 import pytest
 
@@ -102,3 +104,30 @@ def test_flash_attention_keeps_the_scores_off_hbm(ideal_calibration):
     assert std_bytes * bf16 / hbm > attn_flops / 197e12 > flash_bytes * bf16 / hbm
     # forward pass difference = the attention core's difference (the other ops are identical)
     assert c_std.forward_s - c_flash.forward_s == pytest.approx(std_bytes * bf16 / hbm - attn_flops / 197e12, rel=1e-9)
+
+
+def test_separate_tensorcore_devices_pad_their_own_rows(ideal_calibration):
+    """A v3 chip is two JAX devices (no megacore): each core runs its half of the batch and pads it to the MXU edge."""
+    v3 = load_catalog()["tpu-v3"]
+    assert v3.devices_per_chip == 2
+    cost = model_cost(MlpModel(kind="mlp", layer_sizes=[4096, 4096]))
+    gemm_s = 3 * 2 * 4096 * 4096 / 123e12  # forward and backward of one padded row
+    two = step_compute(cost, v3, ideal_calibration, per_chip_batch=264, precision="bf16", remat="none")
+    one = step_compute(cost, dataclasses.replace(v3, devices_per_chip=1), ideal_calibration, per_chip_batch=264,
+                       precision="bf16", remat="none")  # fmt: skip
+    assert two.matmul_s == pytest.approx(2 * 256 * gemm_s)  # 132 rows per core, each padded to 256
+    assert one.matmul_s == pytest.approx(384 * gemm_s)  # 264 rows on one device pad to 384
+    assert two.model_flops == one.model_flops
+
+
+def test_catalog_devices_per_chip_follow_jax_chip_table():
+    """Each chip's JAX devices: one per TensorCore where JAX's TPU table says the chip has no megacore."""
+    pltpu = pytest.importorskip("jax.experimental.pallas.tpu")
+    versions = {"tpu-v2": "v2", "tpu-v3": "v3", "tpu-v4": "v4", "tpu-v5e": "v5e", "tpu-v5p": "v5p", "tpu-v6e": "v6e", "tpu7x": "7x"}
+    catalog = load_catalog()
+    assert set(versions) <= set(catalog)
+    for chip, version in versions.items():
+        v = pltpu.ChipVersion(version)
+        assert catalog[chip].tensorcores_per_chip == v.num_physical_tensor_cores_per_chip, chip
+        expected = 1 if v.supports_megacore else v.num_physical_tensor_cores_per_chip
+        assert catalog[chip].devices_per_chip == expected, chip

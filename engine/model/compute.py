@@ -200,13 +200,16 @@ def step_compute(
     m_rows = b * ops.m / context
     flops_useful = 2.0 * m_rows * ops.k * n_shard * count
     d = chip.mxu_dim
-    flops_padded = 2.0 * pad_to_mxu(m_rows, d) * pad_to_mxu(ops.k, d) * pad_to_mxu(n_shard, d) * count
+    # Where a chip's TensorCores are separate devices (v2, v3, TPU7x: no megacore), each runs the op on its own
+    # shard of the batch, and pads that shard's rows to the MXU edge.
+    devices = chip.devices_per_chip
+    flops_padded = 2.0 * devices * pad_to_mxu(m_rows / devices, d) * pad_to_mxu(ops.k, d) * pad_to_mxu(n_shard, d) * count
     if gmm_tiling is not None and ops.w_copies is not None:
         tm, tk, tn = gmm_tiling
         parts = ops.n_parts if ops.n_parts is not None else np.ones(len(ops.names))
-        rows_run = grouped_matmul_rows(m_rows, ops.copies / expert, tm)
+        rows_run = grouped_matmul_rows(m_rows / devices, ops.copies / expert, tm)  # per device
         n_run = parts * pad_to_mxu(kernel_tiled(n_shard / parts, tn), d)
-        gmm = 2.0 * pad_to_mxu(rows_run, d) * pad_to_mxu(kernel_tiled(ops.k, tk), d) * n_run * count
+        gmm = 2.0 * devices * pad_to_mxu(rows_run, d) * pad_to_mxu(kernel_tiled(ops.k, tk), d) * n_run * count
         flops_padded = np.where(ops.is_expert, gmm, flops_padded)
     w_elems = np.where(ops.w_is_activation, b * ops.k * n_shard, ops.k * n_shard) * count
     if ops.w_copies is not None:
