@@ -111,8 +111,9 @@ def _knobs(base: dict) -> dict | None:
         c1, c2, _, _ = st.columns(4)
         collective_matmul = c1.checkbox(
             "Collective matmul", value=bool(par.get("collective_matmul", _COLLECTIVE_MATMUL_DEFAULT)),
-            help="tensor-parallel collectives overlap the matmuls beside them (XLA's default on TPU); "
-                 "off: blocking, fully exposed")  # fmt: skip
+            help="tensor-parallel collectives overlap the matmuls beside them, as a compile tuned for it "
+                 "(MaxText's XLA options) schedules them; off: blocking, fully exposed, as libtpu's default options "
+                 "leave many")  # fmt: skip
         reduce_dtype = c2.selectbox(
             "Gradients reduced in", _REDUCES, index=_REDUCES.index(training.get("gradient_reduce_dtype", _REDUCE)),
             help="compute: as the matmuls write them (bf16 unless fp32 training; XLA's SPMD partitioner); "

@@ -83,7 +83,8 @@ class ParallelismSection(Section):
     fsdp: PositiveInt = 1
     tensor: PositiveInt = 1
     # XLA's collective matmul (Wang et al. 2023): tensor-parallel collectives decomposed and overlapped
-    # with the matmuls beside them, TPU's default; false prices them blocking (engine/comm/mesh_comm.py)
+    # with the matmuls beside them, as a compile tuned for it schedules them (MaxText's XLA options; libtpu's
+    # defaults leave many synchronous); false prices them blocking (engine/comm/mesh_comm.py)
     collective_matmul: bool = True
     expert: PositiveInt = 1  # expert-parallel axis: each chip holds experts / expert of every MoE layer
     # pipeline stages (engine/model/pipeline.py); with several slices, a stage count that is a multiple of the
