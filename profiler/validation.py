@@ -101,7 +101,7 @@ class Validation:
         Keys: ``cases`` [{id, metric, predicted, published, error_pct, leave_one_generation_out_error_pct,
         leave_one_family_out_error_pct, held_out_range, held_out_in_range, ...}], ``summary`` (``end_to_end``,
         ``end_to_end_never_fitted``, ``checks``, ``all``, ``leave_one_generation_out``, ``leave_one_family_out``, ``step_time_range``,
-        ``time_to_train``),
+        ``time_to_train``, ``leave_one_generation_out_by_chip``: the generation-held-out summary of each chip's cases),
         ``skipped``, ``xla`` (Podscope's HBM peak, verdict and FLOPs against the TPU compiler's
         over ``data/reference/xla_grid.json``: :func:`profiler.xla_grid.xla_block`) and ``xla_compute`` (Podscope's
         compute per transformer layer against the compiler's estimate over ``data/reference/xla_compute.json``:
@@ -283,7 +283,9 @@ def with_held_out(cases: list[Case], results: list[CaseResult], record: dict[str
 def summary_of(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
     """In-sample (``end_to_end``), never-fitted end-to-end (``end_to_end_never_fitted``: kinds of job the fit
     never sees), ``checks`` and ``all`` (every per-step figure) summaries, the two held-out ones, the range
-    check, and ``time_to_train`` (MLPerf's measured times to train, a group no fit ever sees)."""
+    check, ``time_to_train`` (MLPerf's measured times to train, a group no fit ever sees), and
+    ``leave_one_generation_out_by_chip``: the held-out summary of each chip generation's own cases, each predicted by
+    the fit that never saw that generation."""
     e2e = [r for r in results if r.fit]
     never_fitted = [r for r in results if r.kind == "end_to_end" and not r.fit]
     checks = [r for r in results if r.kind not in ("end_to_end", "time_to_train")]
@@ -306,6 +308,10 @@ def summary_of(results: list[CaseResult]) -> dict[str, dict[str, Any]]:
         "time_to_train": summarize([r.error_pct for r in ttt], [r.id for r in ttt]),
         "leave_one_generation_out": summarize([r.leave_one_generation_out_error_pct for r in gen], [r.id for r in gen]),
         "leave_one_family_out": summarize([r.leave_one_family_out_error_pct for r in fam], [r.id for r in fam]),
+        "leave_one_generation_out_by_chip": {
+            chip: summarize([r.leave_one_generation_out_error_pct for r in gen if r.chip == chip], [r.id for r in gen if r.chip == chip])
+            for chip in sorted({r.chip for r in gen})
+        },
         "step_time_range": {**coverage, "rule": ranges.RULE},
     }
 
@@ -363,6 +369,9 @@ def format_report(v: Validation) -> str:
     for key, label in labels:
         if v.summary[key]["n"]:
             lines.append(_summary_line(label, v.summary[key]))
+        if key == "leave_one_generation_out":
+            for chip, held in v.summary["leave_one_generation_out_by_chip"].items():
+                lines.append(_summary_line(f"  {chip}", held))
     x = v.xla
     if x.get("compiled"):
         lines.append(

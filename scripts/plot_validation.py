@@ -57,6 +57,8 @@ def tables(v: Validation) -> dict[str, str]:
     summary.append(_summary_row("end-to-end, fitted (in-sample)", v.summary["end_to_end"]))
     if v.summary["leave_one_generation_out"]["n"]:
         summary.append(_summary_row("end-to-end, chip generation held out", v.summary["leave_one_generation_out"]))
+        for chip, held in v.summary["leave_one_generation_out_by_chip"].items():
+            summary.append(_summary_row(f"end-to-end, {chip} cases, {chip} held out", held))
     if v.summary["leave_one_family_out"]["n"]:
         summary.append(_summary_row("end-to-end, family held out", v.summary["leave_one_family_out"]))
     if v.summary["end_to_end_never_fitted"]["n"]:

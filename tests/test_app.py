@@ -9,6 +9,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from engine.scenario import parse_topology
+from profiler import validation
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -92,6 +93,11 @@ def test_validation_page_shows_scatter_table_and_filters(page_db):
     assert {"End-to-end cases", "Median |error|", "90th pct |error|"} <= labels
     assert len(at.dataframe) == 4  # the per-step cases, the MLPerf times to train, the compiler grid's families, its layers
     n_all = len(at.dataframe[0].value)
+    errors = at.table[0].value  # held out per generation: each generation's cases by the fit that never saw it
+    by_chip = validation.run_validation().summary["leave_one_generation_out_by_chip"]
+    for chip, held in by_chip.items():
+        row = errors.loc[f"chip generation held out: {chip}"]
+        assert row["cases"] == held["n"] and row["median |error|"] == f"{held['median_abs_pct']:.1f}%"
     at.multiselect(key="val_chips").set_value(["tpu-v3"]).run()
     _no_exceptions(at)
     shown = at.dataframe[0].value

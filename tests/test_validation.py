@@ -14,6 +14,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -317,6 +318,20 @@ class TestCalibration:
         assert (got["n"], got["inside"]) == (recorded["n"], recorded["inside"])
         assert got["median_width_pct"] == pytest.approx(recorded["median_width_pct"], rel=1e-4)
 
+    def test_held_out_errors_are_summarised_per_chip_generation(self):
+        """Each generation's own cases, each predicted by the fit that never saw that generation."""
+        v = validation.run_validation()
+        record = validation.fit_record()["leave_one_generation_out_pct"]
+        by_chip = v.summary["leave_one_generation_out_by_chip"]
+        assert list(by_chip) == sorted(by_chip) and len(by_chip) >= 3
+        assert sum(s["n"] for s in by_chip.values()) == v.summary["leave_one_generation_out"]["n"]
+        for chip, s in by_chip.items():
+            errors = [abs(record[c.id]) for c in v.cases if c.fit and c.chip == chip and c.id in record]
+            assert s["n"] == len(errors)
+            assert s["median_abs_pct"] == pytest.approx(float(np.median(errors)))
+            assert s["worst_abs_pct"] == pytest.approx(max(errors))
+        assert json.loads(json.dumps(v.to_json()))["summary"]["leave_one_generation_out_by_chip"].keys() == by_chip.keys()
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "profiler", *args], cwd=ROOT, capture_output=True, text=True, timeout=180)
@@ -344,6 +359,7 @@ class TestCli:
         assert "median |err|" in p.stdout and "not expressible" in p.stdout
         # the fit was on this reference: both held-out summaries and the range check are printed
         assert "generation held out  n=" in p.stdout and "family held out      n=" in p.stdout
+        assert "\n  tpu-v5p             n=" in p.stdout  # each generation's cases, held out
         assert "80% step-time range" in p.stdout and "coverage" in p.stdout
 
     def test_bad_reference_exits_2(self, tmp_path):

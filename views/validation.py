@@ -42,6 +42,9 @@ def _error_row(label: str, cases: pd.DataFrame, col: str) -> dict:
 
 def _error_table(e2e: pd.DataFrame, never_fitted: pd.DataFrame) -> pd.DataFrame:
     rows = [_error_row(label, e2e, col) for label, col in _ERRORS]
+    held = "leave_one_generation_out_error_pct"
+    for chip, cases in e2e.dropna(subset=[held]).groupby("chip", sort=True):  # each generation by the fit that never saw it
+        rows.append(_error_row(f"chip generation held out: {chip}", cases, held))
     if not never_fitted.empty:  # kinds of job no fit has seen (mixture-of-experts): pure predictions
         rows.append(_error_row("never fitted (mixture-of-experts)", never_fitted, "error_pct"))
     return pd.DataFrame(rows)
