@@ -9,7 +9,7 @@ import pytest
 
 from engine import load_catalog
 from engine.model.compute import step_compute
-from engine.model.models import model_cost
+from engine.model.models import ModelCost, _ops, model_cost
 from engine.scenario import MlpModel, TransformerModel
 
 
@@ -33,7 +33,7 @@ def test_large_batch_becomes_compute_bound_and_remat_costs_a_forward(ideal_calib
     cost = model_cost(MlpModel(kind="mlp", layer_sizes=[4096, 4096]))
     c = step_compute(cost, v4, ideal_calibration, per_chip_batch=8192, precision="bf16", remat="none")
     flops = 2 * 8192 * 4096 * 4096
-    assert c.fwd_bwd_s == pytest.approx(3 * flops / 275e12)
+    assert c.fwd_bwd_s == pytest.approx(3 * flops / 275e12)  # the bias and activation ride in the matmul's fusion
     r = step_compute(cost, v4, ideal_calibration, per_chip_batch=8192, precision="bf16", remat="full")
     assert r.fwd_bwd_s == pytest.approx(4 * flops / 275e12)
     assert r.hardware_flops == pytest.approx(4 / 3 * r.model_flops)
@@ -131,3 +131,19 @@ def test_catalog_devices_per_chip_follow_jax_chip_table():
         assert catalog[chip].tensorcores_per_chip == v.num_physical_tensor_cores_per_chip, chip
         expected = 1 if v.supports_megacore else v.num_physical_tensor_cores_per_chip
         assert catalog[chip].devices_per_chip == expected, chip
+
+
+def test_a_pass_that_reduces_first_is_a_fusion_of_its_own(ideal_calibration):
+    """A normalisation or softmax after a matmul runs as its own fusion: its HBM time adds to the matmul's, where a
+    pointwise pass (bias, activation) rides in the matmul's output fusion, under its FLOPs."""
+    v5p = load_catalog()["tpu-v5p"]
+    rows = [("op", 2048, 4096, 4096, 1, False, 2 * 2048 * 4096)]  # one sequence of 2048 tokens, two passes over the output
+    pointwise = ModelCost("transformer", 4096 * 4096, _ops(rows), 2048, 1, 0, 0.0)
+    reducing = ModelCost("transformer", 4096 * 4096, _ops(rows, reduction_pass={"op"}), 2048, 1, 0, 0.0)
+    a = step_compute(pointwise, v5p, ideal_calibration, per_chip_batch=4, precision="bf16", remat="none")
+    b = step_compute(reducing, v5p, ideal_calibration, per_chip_batch=4, precision="bf16", remat="none")
+    flops_s = 2 * 4 * 2048 * 4096 * 4096 / 459e12
+    pass_s = 4 * 2 * 2048 * 4096 * 2 / 2765e9  # two bf16 passes over the 4 x 2048 x 4096 output
+    assert a.fwd_bwd_s == pytest.approx(3 * flops_s) and a.memory_s == 0.0
+    assert b.fwd_bwd_s == pytest.approx(3 * (flops_s + pass_s))
+    assert b.matmul_s == pytest.approx(3 * flops_s) and b.memory_s == pytest.approx(3 * pass_s)

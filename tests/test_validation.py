@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import subprocess
 import sys
 import tomllib
@@ -359,7 +360,7 @@ class TestCli:
         assert "median |err|" in p.stdout and "not expressible" in p.stdout
         # the fit was on this reference: both held-out summaries and the range check are printed
         assert "generation held out  n=" in p.stdout and "family held out      n=" in p.stdout
-        assert "\n  tpu-v5p             n=" in p.stdout  # each generation's cases, held out
+        assert re.search(r"\n  tpu-v5p +n=\d+ +median", p.stdout)  # each generation's cases, held out
         assert "80% step-time range" in p.stdout and "coverage" in p.stdout
 
     def test_bad_reference_exits_2(self, tmp_path):

@@ -115,7 +115,7 @@ def kernel_tiled(x, tile: int):
 
 
 def roofline_terms_s(flops_padded, bytes_, flop_rate_per_s, byte_rate_per_s):
-    """(seconds bound by the MXU, seconds bound by HBM) of ops; an op takes the larger of the two."""
+    """(seconds bound by the MXU, seconds bound by HBM) of GEMM kernels; a kernel takes the larger of the two."""
     return flops_padded / flop_rate_per_s, bytes_ / byte_rate_per_s
 
 
@@ -127,7 +127,7 @@ class ComputeCost:
     model_flops: float  # useful FLOPs per chip per step (forward + backward, no remat)
     hardware_flops: float  # FLOPs the chip executes (MXU padding excluded; remat, MoE routing einsums and dense dispatch's empty capacity slots included)
     matmul_s: float  # part of fwd_bwd_s bound by FLOPs
-    memory_s: float  # part bound by HBM bandwidth
+    memory_s: float  # part bound by HBM bandwidth (memory-bound GEMMs and every elementwise pass)
     overhead_s: float
     forward_s: float = 0.0  # the forward pass alone; the rest of fwd_bwd_s is backward (incl. recomputation)
     # the routed-expert GEMMs' share of forward_s and of fwd_bwd_s (what a busier expert stretches)
@@ -233,17 +233,27 @@ def step_compute(
     # per TensorCore in libtpu's buffer assignment), not bandwidth that frees these passes; its own cost
     # estimates of a v4 ResNet-50 step make a sample's elementwise fusions dearer at a small per-chip
     # batch, not cheaper (docs/model.md, compute).
-    bytes_ = (in_elems + w_elems + out_elems + elementwise_elems) * elem
+    # Passes that start with a reduction (a normalisation's statistics, a softmax, batch-norm statistics) are fusions
+    # of their own: XLA:TPU runs a step's fusions one after another on each TensorCore (the compiled module's
+    # schedule; only collectives and copies between memory spaces run beside them), and those fusions carry no dot (a
+    # fifth to a quarter of the compiler's estimated cycles of a d_model 4096 layer on v5p and v5e, docs/model.md).
+    # Their HBM time adds to the op's. Pointwise passes ride in the matmul's output fusion: inside its roofline.
+    reduces = ops.reduction_pass if ops.reduction_pass is not None else np.zeros(len(ops.names), dtype=bool)
+    separate_elems = np.where(reduces, elementwise_elems, 0.0)
+    gemm_bytes = (in_elems + w_elems + out_elems + elementwise_elems - separate_elems) * elem
+    elementwise_bytes = separate_elems * elem
     # AQT quantises the weight matmuls only; activation x activation einsums stay in bf16.
     # fp8 recipes (MaxText / AQT fp8, NVIDIA Transformer Engine) likewise quantise the weight matmuls.
     peak = np.where(ops.w_is_activation & (precision in ("int8", "fp8")), chip.peak_flops_per_s("bf16"), chip.peak_flops_per_s(precision))
     flop_rate = peak * cal.mxu_efficiency
     byte_rate = chip.hbm_bytes_per_s * cal.hbm_efficiency
-    t_flops, t_bytes = roofline_terms_s(flops_padded, bytes_, flop_rate, byte_rate)
-    per_pass = np.maximum(t_flops, t_bytes)
+    t_flops, t_gemm_bytes = roofline_terms_s(flops_padded, gemm_bytes, flop_rate, byte_rate)
+    t_elementwise = elementwise_bytes / byte_rate
+    per_pass = np.maximum(t_flops, t_gemm_bytes) + t_elementwise
     passes = passes_per_op(ops, remat, flash, stage_recompute)
     overhead = float((ops.launches * passes).sum()) * cal.op_overhead_s
-    flop_bound = t_flops >= t_bytes
+    flop_bound = t_flops >= t_gemm_bytes
+    matmul_s = float((t_flops * passes)[flop_bound].sum())  # the MXU-bound kernels; their own fusions are memory_s
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
     ex, attn = ops.is_expert, ops.is_attention
@@ -260,8 +270,8 @@ def step_compute(
         fwd_bwd_s=total,
         model_flops=float(useful.sum()) * 3.0,
         hardware_flops=float((flops_executed * passes).sum()),
-        matmul_s=float((per_pass * passes)[flop_bound].sum()),
-        memory_s=float((per_pass * passes)[~flop_bound].sum()),
+        matmul_s=matmul_s,
+        memory_s=float((per_pass * passes).sum()) - matmul_s,
         overhead_s=overhead,
         forward_s=fwd,
     )

@@ -83,6 +83,11 @@ class GemmOps:
     # mask, a comparison's result (MaxText layers/moe.py generate_masks: the dispatch mask is the combine
     # weights' nonzeros, cast). None: none.
     no_input_grad: np.ndarray | None = None
+    # True where the op's elementwise work starts with a reduction over its output (a normalisation's statistics, a
+    # softmax, batch-norm statistics): XLA:TPU runs that as a fusion of its own after the matmul, one at a time on the
+    # core. Pointwise work (a bias, an activation, a residual add) rides in the matmul's output fusion, or in the
+    # next matmul's operand. None: none.
+    reduction_pass: np.ndarray | None = None
 
     @property
     def is_routing(self) -> np.ndarray:
@@ -183,6 +188,7 @@ def _ops(
     in_channels: list[int] | None = None,
     executed_rows_factor: dict[str, float] | None = None,
     no_input_grad: set[str] | frozenset[str] = frozenset(),
+    reduction_pass: set[str] | frozenset[str] = frozenset(),
 ) -> GemmOps:
     names, m, k, n, count, wact, elem = zip(*rows)
     return GemmOps(
@@ -204,6 +210,7 @@ def _ops(
         executed_rows_factor=(np.array([executed_rows_factor.get(name, 1.0) for name in names], dtype=np.float64)
                               if executed_rows_factor else None),  # fmt: skip
         no_input_grad=np.array([name in no_input_grad for name in names], dtype=bool) if no_input_grad else None,
+        reduction_pass=np.array([name in reduction_pass for name in names], dtype=bool) if reduction_pass else None,
     )
 
 
@@ -259,7 +266,8 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
     in_elems.append(c_in)
     in_channels.append(c_in)
     bn_ops = tuple(i for i, r in enumerate(rows) if r[0] != "fc")  # every convolution is followed by a batch norm
-    ops = _ops(rows, in_elems=in_elems, outside_remat={"stem", "fc"}, in_channels=in_channels)
+    ops = _ops(rows, in_elems=in_elems, outside_remat={"stem", "fc"}, in_channels=in_channels,
+               reduction_pass={r[0] for r in rows if r[0] != "fc"})  # each convolution's batch-norm statistics
     return ModelCost("resnet50", params, ops, None, blocks, batch_norm_ops=bn_ops)
 
 
@@ -267,6 +275,9 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
 #: applies ``nn.remat`` to the layer the scan repeats; profiler/xla_reference.py checkpoints the scanned layer), so
 #: ``full`` does not rerun the unembedding and its softmax cross-entropy
 _OUTSIDE_REMAT = frozenset({"unembed"})
+#: a transformer's ops whose elementwise work reduces first: the pre-attention normalisation, the attention softmax,
+#: the loss's softmax over the vocabulary, a mixture of experts' router softmax
+_REDUCTION_PASS = frozenset({"layer.qkv", "layer.scores", "unembed", "layer.router"})
 
 
 def _tp_all_reduces(model: TransformerModel) -> int:
@@ -319,7 +330,8 @@ def _transformer(model: TransformerModel) -> ModelCost:
         rows.append(("unembed", p, d, model.vocab, 1, False, 2 * p * model.vocab))
         launches = [n_l] * 6 + [1]
         # the input embedding is the sparse part: each token looks up one d-wide row
-        return ModelCost("transformer", params, _ops(rows, launches, residual_out=_residual_out(model), outside_remat=_OUTSIDE_REMAT),
+        return ModelCost("transformer", params, _ops(rows, launches, residual_out=_residual_out(model), outside_remat=_OUTSIDE_REMAT,
+                                                     reduction_pass=_REDUCTION_PASS),
                          t, model.layers,
                          model.vocab * d, float(t * d), tp_all_reduces_per_layer=_tp_all_reduces(model),
                          tp_all_reduces_recomputed_per_layer=_tp_recomputed(model))  # fmt: skip
@@ -398,7 +410,8 @@ def _moe_transformer(model: TransformerModel, rows: list, dense_params: int) -> 
         "transformer", params,
         _ops(rows, launches, copies=copies, residual_out=_residual_out(model), routing=routing,
              n_parts={"layer.expert_in": 2} if model.mlp == "swiglu" else None, executed_rows_factor=executed,
-             no_input_grad={"layer.dispatch"} if model.moe_dispatch == "dense" else frozenset(), outside_remat=_OUTSIDE_REMAT),  # fmt: skip
+             no_input_grad={"layer.dispatch"} if model.moe_dispatch == "dense" else frozenset(), outside_remat=_OUTSIDE_REMAT,
+             reduction_pass=_REDUCTION_PASS),  # fmt: skip
         t, model.layers,
         model.vocab * d, float(t * d), expert_params=expert_params, active_params=active, moe_layers=n_moe,
         tp_all_reduces_per_layer=_tp_all_reduces(model), tp_all_reduces_recomputed_per_layer=_tp_recomputed(model),

@@ -1,0 +1,87 @@
+"""docs/model.md's table of the TPU compiler's cycles in fusions with and without a dot, beside the passes Podscope runs
+after an op's matmul (data/reference/xla_fusions.json, ``scripts/fixtures/make_xla_fusions.py``).
+
+    python -m scripts.fusion_table [--write]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from engine import scenario_from_dict
+from engine.model.analytic import scenario_compute
+from engine.model.models import model_cost
+from engine.pod.catalog import load_catalog
+from engine.scenario.calibration import Calibration, load_calibration
+from scripts.docs_blocks import DOCS, block_main
+
+FUSIONS_PATH = Path(__file__).resolve().parent.parent / "data" / "reference" / "xla_fusions.json"
+
+
+def load_fusions(path: Path = FUSIONS_PATH) -> list[dict[str, Any]]:
+    """The fixture's records, in the generator's order."""
+    return json.loads(path.read_text())["configurations"]
+
+
+def podscope_compute_s(scenario: dict[str, Any], cal: Calibration, reduction_passes: bool = True) -> float:
+    """Podscope's forward and backward compute of ``scenario`` per chip, seconds; ``reduction_passes=False``: every
+    elementwise pass inside its matmul's roofline, none run after it."""
+    s = scenario_from_dict(scenario)
+    cost = model_cost(s.model)
+    if not reduction_passes:
+        cost = dataclasses.replace(cost, ops=dataclasses.replace(cost.ops, reduction_pass=None))
+    return scenario_compute(s, cost, cal, s.per_chip_batch).fwd_bwd_s
+
+
+def rows(cal: Calibration | None = None) -> list[dict[str, Any]]:
+    """One row per transformer layer (the difference of its 2- and 3-layer compiles) and per whole ResNet-50 step:
+    ``chip``, ``what``, the compiler's ``dot_s`` and ``other_s`` per device at the catalog clock, ``other_share``, and
+    Podscope's ``podscope_s`` and ``inside_s`` (every pass inside the matmul's roofline) per chip, ``passes_s`` (the
+    passes it runs after the matmul: their difference) and both against the compiler's total (``diff_pct``,
+    ``inside_diff_pct``)."""
+    cal = cal or load_calibration()
+    catalog = load_catalog()
+    records = {r["id"]: r for r in load_fusions()}
+    out = []
+    for rid, rec in records.items():
+        if rid.endswith("-L3"):
+            continue
+        if rid.endswith("-L2"):
+            deeper = records[rid[:-1] + "3"]
+            pair, what = (deeper, rec), "one layer"
+        else:
+            pair, what = (rec,), "whole step"
+        sign = (1.0, -1.0)
+        sc = rec["scenario"]
+        chip = catalog[sc["pod"]["chip"]]
+        dot = sum(k * r["xla"]["cycles_per_device"]["dot"] for k, r in zip(sign, pair)) / chip.clock_hz
+        other = sum(k * r["xla"]["cycles_per_device"]["other"] for k, r in zip(sign, pair)) / chip.clock_hz
+        pod = sum(k * podscope_compute_s(r["scenario"], cal) for k, r in zip(sign, pair))
+        inside = sum(k * podscope_compute_s(r["scenario"], cal, reduction_passes=False) for k, r in zip(sign, pair))
+        xla = dot + other
+        out.append({"chip": sc["pod"]["chip"], "what": what, "model": sc["model"]["kind"], "dot_s": dot, "other_s": other,
+                    "other_share": other / xla, "podscope_s": pod, "inside_s": inside, "passes_s": pod - inside,
+                    "diff_pct": 100.0 * (pod / xla - 1.0), "inside_diff_pct": 100.0 * (inside / xla - 1.0)})  # fmt: skip
+    return out
+
+
+def render() -> str:
+    lines = ["| chip | program | compiler: fusions with a dot | without | share without | Podscope: passes after the matmul "
+             "| Podscope against the compiler | with every pass inside the matmul's roofline |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for r in rows():
+        program = "ResNet-50, 64 images per chip" if r["model"] == "resnet50" else "a `d_model` 4096 layer"
+        lines.append(f"| {r['chip']} | {program} | {1e3 * r['dot_s']:.1f} ms | {1e3 * r['other_s']:.1f} ms | "
+                     f"{100 * r['other_share']:.0f}% | {1e3 * r['passes_s']:.2f} ms | {r['diff_pct']:+.1f}% | "
+                     f"{r['inside_diff_pct']:+.1f}% |")  # fmt: skip
+    versions = sorted({(r["xla"]["jax_version"], r["xla"]["libtpu_version"]) for r in load_fusions()})
+    lines += ["", "Compiled with " + "; ".join(f"jax {j}, libtpu {t}" for j, t in versions) + "; Podscope at the calibration "
+              "in data/calibration.toml."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    block_main(DOCS / "model.md", "xla-fusions", render, __doc__)
