@@ -127,7 +127,7 @@ class ComputeCost:
     model_flops: float  # useful FLOPs per chip per step (forward + backward, no remat)
     hardware_flops: float  # FLOPs the chip executes (MXU padding excluded; remat, MoE routing einsums and dense dispatch's empty capacity slots included)
     matmul_s: float  # part of fwd_bwd_s bound by FLOPs
-    memory_s: float  # part bound by HBM bandwidth (memory-bound GEMMs and every elementwise pass)
+    memory_s: float  # part bound by HBM bandwidth (memory-bound GEMMs and the passes run after a matmul)
     overhead_s: float
     forward_s: float = 0.0  # the forward pass alone; the rest of fwd_bwd_s is backward (incl. recomputation)
     # the routed-expert GEMMs' share of forward_s and of fwd_bwd_s (what a busier expert stretches)
@@ -236,7 +236,7 @@ def step_compute(
     # Passes that start with a reduction (a normalisation's statistics, a softmax, batch-norm statistics) are fusions
     # of their own: XLA:TPU runs a step's fusions one after another on each TensorCore (the compiled module's
     # schedule; only collectives and copies between memory spaces run beside them), and those fusions carry no dot (a
-    # fifth to a quarter of the compiler's estimated cycles of a d_model 4096 layer on v5p and v5e, docs/model.md).
+    # fifth to a third of the compiler's estimated cycles of a d_model 4096 layer on v4, v5e, v5p and v6e, docs/model.md).
     # Their HBM time adds to the op's. Pointwise passes ride in the matmul's output fusion: inside its roofline.
     reduces = ops.reduction_pass if ops.reduction_pass is not None else np.zeros(len(ops.names), dtype=bool)
     separate_elems = np.where(reduces, elementwise_elems, 0.0)

@@ -267,7 +267,7 @@ def _resnet50(model: ResNet50Model) -> ModelCost:
     in_channels.append(c_in)
     bn_ops = tuple(i for i, r in enumerate(rows) if r[0] != "fc")  # every convolution is followed by a batch norm
     ops = _ops(rows, in_elems=in_elems, outside_remat={"stem", "fc"}, in_channels=in_channels,
-               reduction_pass={r[0] for r in rows if r[0] != "fc"})  # each convolution's batch-norm statistics
+               reduction_pass={rows[i][0] for i in bn_ops})  # each batch norm's statistics
     return ModelCost("resnet50", params, ops, None, blocks, batch_norm_ops=bn_ops)
 
 
