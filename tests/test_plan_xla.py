@@ -21,12 +21,12 @@ chip = "tpu-v5e"
 topology = "2x2"
 [model]
 kind = "transformer"
-layers = 4
-d_model = 512
-heads = 8
-d_ff = 2048
-vocab = 8192
-seq_len = 512
+layers = 2
+d_model = 256
+heads = 4
+d_ff = 1024
+vocab = 4096
+seq_len = 256
 attention = "standard"
 [training]
 global_batch = 16

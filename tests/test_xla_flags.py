@@ -3,6 +3,8 @@ and xla-check's account of how XLA scheduled the step's collectives."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pytest
 from engine.errors import HloError, InputError
 from engine.hlo.bundle import read_bundle
 from profiler import xla_check
+from profiler.cli import main
 from profiler.tpu_capture import parse_xla_flags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,10 +96,12 @@ def test_a_malformed_option_exits_2_before_anything_compiles(command):
 
 
 def _check(toml: Path, *flags: str) -> dict:
-    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", str(toml), "--json", *(f"--xla-flag={f}" for f in flags)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
+    """``xla-check TOML --json`` with these options, in this process (each compile takes its own options)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["xla-check", str(toml), "--json", *(f"--xla-flag={f}" for f in flags)])
+    assert code == 0, err.getvalue()
+    return json.loads(out.getvalue())
 
 
 def test_continuation_fusion_makes_the_gathers_asynchronous_and_hides_some_of_them(live, tmp_path):
@@ -141,8 +146,6 @@ def test_a_capture_records_its_options_in_the_sidecar(live, tmp_path):
 
 @pytest.mark.parametrize("command", [["run", "resnet50-v3-32"], ["plan", "llm-7b-v5p"]])
 def test_options_without_a_compile_are_refused_before_anything_runs(command, tmp_path, capsys):
-    from profiler.cli import main
-
     db = tmp_path / "new" / "runs.duckdb"
     extra = ["--db", str(db)] if command[0] == "run" else []
     assert main([*command, *extra, "--xla-flag", "xla_enable_async_all_gather=true"]) == 2
@@ -151,17 +154,14 @@ def test_options_without_a_compile_are_refused_before_anything_runs(command, tmp
 
 
 def test_a_run_compiled_with_options_records_them(live, tmp_path, capsys):
-    from profiler.cli import main
-
     toml = tmp_path / "fsdp-tp.toml"
     toml.write_text(FSDP_TP)
     db = tmp_path / "runs.duckdb"
     flags = dict(f.split("=") for f in CONTINUATION_FUSION)
-    p = subprocess.run([sys.executable, "-m", "profiler", "run", str(toml), "--db", str(db), "--create", "--xla", "--json",
-                        *(f"--xla-flag={f}" for f in CONTINUATION_FUSION)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600)  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    summary = json.loads(p.stdout)
+    code = main(["run", str(toml), "--db", str(db), "--create", "--xla", "--json", *(f"--xla-flag={f}" for f in CONTINUATION_FUSION)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
     assert summary["hbm_source"] == "xla" and summary["hbm_xla_flags"] == flags
     capsys.readouterr()
     assert main(["run", str(toml), "--db", str(db), "--name", "plain", "--json"]) == 0

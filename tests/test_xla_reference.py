@@ -6,6 +6,8 @@ they skip when JAX or libtpu is missing; in CI (``CI=true``) a missing install i
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import subprocess
@@ -19,7 +21,7 @@ from engine.errors import InputError
 from engine.hlo.live_range import SOURCES
 from engine.memory.hbm import bytes_per_param
 from engine.model.models import model_cost
-from profiler import xla_check, xla_reference
+from profiler import cli, xla_check, xla_reference
 from tests.test_tpu_capture import BLOCK_JAX
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -284,13 +286,20 @@ def test_stacked_residuals_per_layer_are_podscopes_count(live, model, remat):
 # --- live: compile and compare ----------------------------------------------------------------
 
 
-def _xla_check_json(toml: Path, text: str) -> tuple[Path, dict]:
-    """Write ``text`` to ``toml`` and return it with ``python -m profiler xla-check TOML --json``'s output."""
+def _xla_check_json(toml: Path, text: str, process: bool = False) -> tuple[Path, dict]:
+    """Write ``text`` to ``toml`` and return it with ``xla-check TOML --json``'s output: run in this process (JAX and
+    libtpu load once for the module), or with ``process`` as ``python -m profiler`` in a process of its own."""
     toml.write_text(text)
-    p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", str(toml), "--json"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)  # fmt: skip
-    assert p.returncode == 0, p.stderr
-    return toml, json.loads(p.stdout)
+    if process:
+        p = subprocess.run([sys.executable, "-m", "profiler", "xla-check", str(toml), "--json"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        return toml, json.loads(p.stdout)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["xla-check", str(toml), "--json"])
+    assert code == 0, err.getvalue()
+    return toml, json.loads(out.getvalue())
 
 
 def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
@@ -299,6 +308,7 @@ def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
         'name = "tiny"\n[pod]\nchip = "tpu-v5e"\ntopology = "2x2"\n'
         '[model]\nkind = "transformer"\nlayers = 2\nd_model = 128\nheads = 2\nd_ff = 512\nvocab = 1024\nseq_len = 128\n'
         'attention = "standard"\n[training]\nglobal_batch = 8\nsteps = 2\nremat = "full"\n[parallelism]\nfsdp = 4\n',
+        process=True,
     )
     x, pod = out["xla"], out["podscope"]
     assert not x["oom"] and not pod["oom"] and out["verdicts_agree"]
@@ -339,13 +349,13 @@ def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(li
 
 
 def test_xla_check_compiles_a_resnet_scenario_with_pooled_batch_norm(live, tmp_path):
-    """ResNet-50 on 4 v4 chips (4 megacore devices), batch norm pooled over 2 chips: the replicated weights and
-    momentum are donated, and the FLOPs are Podscope's convolutions within a few percent (XLA counts only the
-    taps of a "SAME" window that fall inside the image)."""
+    """ResNet-50 on 4 v4 chips (4 megacore devices) at 8 images per chip, batch norm pooled over 2 chips: the
+    replicated weights and momentum are donated, and the FLOPs are Podscope's convolutions within a few percent (XLA
+    counts only the taps of a "SAME" window that fall inside the image)."""
     toml, out = _xla_check_json(
         tmp_path / "resnet.toml",
         'name = "resnet"\n[pod]\nchip = "tpu-v4"\ntopology = "2x2x1"\n[model]\nkind = "resnet50"\nbatch_norm_group = 2\n'
-        '[training]\nglobal_batch = 64\nsteps = 2\noptimizer = "momentum"\n[parallelism]\ndata = 4\n',
+        '[training]\nglobal_batch = 32\nsteps = 2\noptimizer = "momentum"\n[parallelism]\ndata = 4\n',
     )
     assert out["xla_compile"]["mesh"] == {"data": 2, "bn": 2} and out["xla_compile"]["devices_per_chip"] == 1
     assert not out["xla"]["oom"] and out["verdicts_agree"]
