@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,17 @@ def podscope_compute_s(scenario: dict[str, Any], cal: Calibration, reduction_pas
     return scenario_compute(s, cost, cal, s.per_chip_batch).fwd_bwd_s
 
 
+def _across(pair: tuple[dict[str, Any], ...], value: Callable[[dict[str, Any]], float]) -> float:
+    """``value`` of a layer (``pair``: its deeper compile, then its shallower: their difference) or of a step (one record)."""
+    return sum(k * value(r) for k, r in zip((1.0, -1.0), pair))
+
+
 def rows(cal: Calibration | None = None) -> list[dict[str, Any]]:
     """One row per transformer layer (the difference of its 2- and 3-layer compiles) and per whole ResNet-50 step:
-    ``chip``, ``what``, the compiler's ``dot_s`` and ``other_s`` per device at the catalog clock, ``other_share``, and
-    Podscope's ``podscope_s`` and ``inside_s`` (every pass inside the matmul's roofline) per chip, ``passes_s`` (the
-    passes it runs after the matmul: their difference) and both against the compiler's total (``diff_pct``,
-    ``inside_diff_pct``)."""
+    ``chip``, ``what``, ``model`` (the scenario's model table), ``per_chip_batch``, the compiler's ``dot_s`` and
+    ``other_s`` per device at the catalog clock, ``other_share``, and Podscope's ``podscope_s`` and ``inside_s`` (every
+    pass inside the matmul's roofline) per chip, ``passes_s`` (the passes it runs after the matmul: their difference)
+    and both against the compiler's total (``diff_pct``, ``inside_diff_pct``)."""
     cal = cal or load_calibration()
     catalog = load_catalog()
     records = {r["id"]: r for r in load_fusions()}
@@ -54,16 +60,15 @@ def rows(cal: Calibration | None = None) -> list[dict[str, Any]]:
             pair, what = (deeper, rec), "one layer"
         else:
             pair, what = (rec,), "whole step"
-        sign = (1.0, -1.0)
         sc = rec["scenario"]
         chip = catalog[sc["pod"]["chip"]]
-        dot = sum(k * r["xla"]["cycles_per_device"]["dot"] for k, r in zip(sign, pair)) / chip.clock_hz
-        other = sum(k * r["xla"]["cycles_per_device"]["other"] for k, r in zip(sign, pair)) / chip.clock_hz
-        pod = sum(k * podscope_compute_s(r["scenario"], cal) for k, r in zip(sign, pair))
-        inside = sum(k * podscope_compute_s(r["scenario"], cal, reduction_passes=False) for k, r in zip(sign, pair))
+        dot = _across(pair, lambda r: r["xla"]["cycles_per_device"]["dot"]) / chip.clock_hz
+        other = _across(pair, lambda r: r["xla"]["cycles_per_device"]["other"]) / chip.clock_hz
+        pod = _across(pair, lambda r: podscope_compute_s(r["scenario"], cal))
+        inside = _across(pair, lambda r: podscope_compute_s(r["scenario"], cal, reduction_passes=False))
         xla = dot + other
-        out.append({"chip": sc["pod"]["chip"], "what": what, "model": sc["model"]["kind"], "dot_s": dot, "other_s": other,
-                    "other_share": other / xla, "podscope_s": pod, "inside_s": inside, "passes_s": pod - inside,
+        out.append({"chip": sc["pod"]["chip"], "what": what, "model": sc["model"], "per_chip_batch": scenario_from_dict(sc).per_chip_batch,
+                    "dot_s": dot, "other_s": other, "other_share": other / xla, "podscope_s": pod, "inside_s": inside, "passes_s": pod - inside,
                     "diff_pct": 100.0 * (pod / xla - 1.0), "inside_diff_pct": 100.0 * (inside / xla - 1.0)})  # fmt: skip
     return out
 
@@ -73,7 +78,9 @@ def render() -> str:
              "| Podscope against the compiler | with every pass inside the matmul's roofline |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows():
-        program = "ResNet-50, 64 images per chip" if r["model"] == "resnet50" else "a `d_model` 4096 layer"
+        m = r["model"]
+        program = (f"ResNet-50, {r['per_chip_batch']} images per chip" if m["kind"] == "resnet50"
+                   else f"a `d_model` {m['d_model']} layer")  # fmt: skip
         lines.append(f"| {r['chip']} | {program} | {1e3 * r['dot_s']:.1f} ms | {1e3 * r['other_s']:.1f} ms | "
                      f"{100 * r['other_share']:.0f}% | {1e3 * r['passes_s']:.2f} ms | {r['diff_pct']:+.1f}% | "
                      f"{r['inside_diff_pct']:+.1f}% |")  # fmt: skip

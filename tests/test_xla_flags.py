@@ -3,8 +3,6 @@ and xla-check's account of how XLA scheduled the step's collectives."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -17,6 +15,7 @@ from engine.hlo.bundle import read_bundle
 from profiler import xla_check
 from profiler.cli import main
 from profiler.tpu_capture import parse_xla_flags
+from tests.test_xla_reference import xla_check_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 TPU = Path(__file__).parent / "fixtures" / "tpu"
@@ -95,22 +94,13 @@ def test_a_malformed_option_exits_2_before_anything_compiles(command):
     assert "--xla-flag 'xla_tpu_rwb_fusion': expected NAME=VALUE" in p.stderr
 
 
-def _check(toml: Path, *flags: str) -> dict:
-    """``xla-check TOML --json`` with these options, in this process (each compile takes its own options)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["xla-check", str(toml), "--json", *(f"--xla-flag={f}" for f in flags)])
-    assert code == 0, err.getvalue()
-    return json.loads(out.getvalue())
-
-
 def test_continuation_fusion_makes_the_gathers_asynchronous_and_hides_some_of_them(live, tmp_path):
     """The same FSDP x tensor step compiled with the compiler's defaults and with MaxText's continuation-fusion options:
     with the options XLA runs about half its all-gathers beside compute, and the schedule, priced on the same links,
     leaves less collective time exposed; xla-check records the options and says how the step was compiled."""
     toml = tmp_path / "fsdp-tp.toml"
     toml.write_text(FSDP_TP)
-    default, fused = _check(toml), _check(toml, *CONTINUATION_FUSION)
+    default, fused = xla_check_in_process(toml), xla_check_in_process(toml, *CONTINUATION_FUSION)
     before, after = default["xla_compile"]["schedule"], fused["xla_compile"]["schedule"]
     assert "all-gather" not in before["asynchronous"] and before["synchronous"]["all-gather"] > 0
     assert after["asynchronous"]["all-gather"] > 0

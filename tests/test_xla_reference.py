@@ -295,11 +295,17 @@ def _xla_check_json(toml: Path, text: str, process: bool = False) -> tuple[Path,
                            text=True, timeout=600)  # fmt: skip
         assert p.returncode == 0, p.stderr
         return toml, json.loads(p.stdout)
+    return toml, xla_check_in_process(toml)
+
+
+def xla_check_in_process(toml: Path, *options: str) -> dict:
+    """``xla-check TOML --json`` (with ``--xla-flag`` ``options``) through :func:`profiler.cli.main` in this process:
+    JAX and libtpu load once, and each compile takes its own options."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["xla-check", str(toml), "--json"])
+        code = cli.main(["xla-check", str(toml), "--json", *(f"--xla-flag={f}" for f in options)])
     assert code == 0, err.getvalue()
-    return toml, json.loads(out.getvalue())
+    return json.loads(out.getvalue())
 
 
 def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
