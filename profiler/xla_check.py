@@ -227,8 +227,9 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
         "hbm_verdict": verdict,
         "hardware_flops_per_chip": c.hardware_flops_per_chip,
         "kernel_flops_per_chip": kernel_flops,
-        # the step's compute (forward and backward) outside the Pallas kernels, whose cycles the module does not carry
-        "compute_s": c.comp.fwd_bwd_s - (c.comp.attention_fwd_bwd_s if kernel else 0.0),
+        # the step's compute outside the Pallas kernels, whose cycles the module does not carry: every microbatch's
+        # forward and backward, and the optimizer update, as the compiled step runs them
+        "compute_s": c.core_compute_s(without_attention=kernel),
         # collective time no compute hides, as the engine lays the step out (its overlap assumptions: FSDP gathers
         # prefetched, tensor-parallel collectives decomposed with their matmuls where collective_matmul is on)
         "exposed_collective_s": c.exposed_collective_s,

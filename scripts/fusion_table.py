@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import scenario_from_dict
-from engine.model.analytic import scenario_compute
+from engine.model.analytic import step_costs
 from engine.model.models import model_cost
 from engine.pod.catalog import load_catalog
 from engine.scenario.calibration import Calibration, load_calibration
@@ -28,13 +28,14 @@ def load_fusions(path: Path = FUSIONS_PATH) -> list[dict[str, Any]]:
 
 
 def podscope_compute_s(scenario: dict[str, Any], cal: Calibration, reduction_passes: bool = True) -> float:
-    """Podscope's forward and backward compute of ``scenario`` per chip, seconds; ``reduction_passes=False``: every
-    elementwise pass inside its matmul's roofline, none run after it."""
+    """Podscope's compute of ``scenario``'s step per chip, its forward, backward and optimizer update (what the
+    compiler's cycles cover), seconds; ``reduction_passes=False``: every elementwise pass inside its matmul's roofline,
+    none run after it."""
     s = scenario_from_dict(scenario)
     cost = model_cost(s.model)
     if not reduction_passes:
         cost = dataclasses.replace(cost, ops=dataclasses.replace(cost.ops, reduction_pass=None))
-    return scenario_compute(s, cost, cal, s.per_chip_batch).fwd_bwd_s
+    return step_costs(s, cal, cost=cost, tables=False).core_compute_s()
 
 
 def _across(pair: tuple[dict[str, Any], ...], value: Callable[[dict[str, Any]], float]) -> float:

@@ -7,9 +7,12 @@ import json
 import numpy as np
 import pytest
 
+from engine import scenario_from_dict
 from engine.errors import ReferenceFileError
+from engine.model.models import model_cost
+from engine.scenario.calibration import load_calibration
 from profiler import xla_grid
-from profiler.xla_check import compare, xla_peak_bytes
+from profiler.xla_check import compare, podscope_numbers, xla_peak_bytes
 from scripts.fixtures.make_xla_grid import WIDE_FSDP_SLICES
 
 KEYS = {"n", "generations", "hbm_median_abs_pct", "hbm_p90_abs_pct", "verdict_agreement", "false_fits", "flops_median_abs_pct"}
@@ -333,3 +336,20 @@ def test_xla_check_says_when_on_chip_placement_weighs_on_the_peak(peak_gib, note
     cmp = {"podscope": pod, "xla": xla, "hbm_diff_pct": 10.0, "verdicts_agree": True, "flops_diff_pct": None}
     text = format_check("s", cmp, {"devices_per_chip": 1, "mesh": {"fsdp": 4}, "devices": 4, "compile_s": 1.0, "notes": []})
     assert ("memory-space assignment" in text) is noted
+
+
+def test_the_compute_set_beside_the_compilers_cycles_is_the_whole_steps():
+    """The compiled step runs every microbatch's forward and backward and then the optimizer update, and its cycle
+    estimates cover all of them: with 4 microbatches of the same shape Podscope's compute is 4 passes and one update.
+    The update, hand-worked: Adam reads the fp32 weight and gradient and writes the weight (3 x 4 bytes) and reads and
+    writes its two fp32 moments (2 x 8) for the chip's quarter of the parameters, at the HBM bandwidth."""
+    one = {"name": "acc", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+           "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000, "seq_len": 1024},
+           "training": {"global_batch": 8, "steps": 2, "optimizer": "adam", "remat": "full"}, "parallelism": {"fsdp": 4}}  # fmt: skip
+    four = {**one, "training": {**one["training"], "global_batch": 32, "microbatches": 4}}
+    scenario = scenario_from_dict(one)
+    chip = scenario.chip_spec()
+    update_s = model_cost(scenario.model).params / 4 * (3 * 4 + 2 * 8) / (chip.hbm_bytes_per_s * load_calibration().hbm_efficiency)
+    single, accumulated = (podscope_numbers(scenario_from_dict(s))["compute_s"] for s in (one, four))
+    assert single > update_s > 0.0
+    assert accumulated - update_s == pytest.approx(4 * (single - update_s))

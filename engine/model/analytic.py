@@ -106,6 +106,13 @@ class StepCosts:
         """The attention core's share of :attr:`hardware_flops_per_chip`."""
         return self.comp.attention_hardware_flops * self.work * (1.0 + self.bubble_flops_frac)
 
+    def core_compute_s(self, without_attention: bool = False) -> float:
+        """The step's work on the chip's TensorCores: every pass through its layers (MaxText's bubble iterations
+        included, as in :attr:`hardware_flops_per_chip`) and the optimizer update, seconds. ``without_attention``:
+        the attention core left out (a Pallas kernel's share, which a compiled module carries no estimate for)."""
+        passes = self.comp.fwd_bwd_s - (self.comp.attention_fwd_bwd_s if without_attention else 0.0)
+        return passes * self.work * (1.0 + self.bubble_flops_frac) + self.update_s
+
     @property
     def exposed_collective_s(self) -> float:
         """Collective time of the step that no compute hides: the ``collective`` segments of :meth:`segments`, and a
