@@ -33,7 +33,7 @@ from engine.units import gradient_wire_dtype
 from . import ranges, xla_reference
 from .ranges import ON_CHIP_PLACEMENT_BYTES
 
-__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "estimated_cycles", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
+__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "estimated_cycles", "estimated_cycles_by_kind", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
            "format_check"]
 
 
@@ -111,7 +111,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
     dict
         ``memory`` (bytes per device, or None when out of HBM), ``flops_per_device`` (every loop
         trip counted; None when out of HBM), ``estimated_cycles_per_device`` (:func:`estimated_cycles`;
-        None when out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
+        None when out of HBM), ``estimated_cycles_by_kind_per_device`` (:func:`estimated_cycles_by_kind`; None when
+        out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
         ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM),
         ``collective_bytes_by_dtype`` (:func:`collective_bytes_by_dtype`; None when out of HBM), ``schedule``
@@ -144,6 +145,7 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         "memory": result.memory,
         "flops_per_device": None if module is None else module.flops_per_device,
         "estimated_cycles_per_device": None if module is None else estimated_cycles(module),
+        "estimated_cycles_by_kind_per_device": None if module is None else estimated_cycles_by_kind(module),
         "xla_cost_flops_per_device": None if result.cost is None else result.cost.get("flops"),
         "oom": side["oom"],
         "devices": side["devices"],
@@ -183,13 +185,23 @@ def collective_bytes_by_dtype(module: HloModuleCost) -> dict[str, dict[str, floa
     return out
 
 
+def estimated_cycles_by_kind(module: HloModuleCost) -> dict[str, float]:
+    """The compiler's own estimate of one device's compute per call, in its core's cycles, by kind of op: ``dot``
+    (fusions that hold a dot or a convolution) and ``other`` (the rest). Each is the ``estimated_cycles`` XLA:TPU writes
+    on an op times the op's executions (every loop trip), over the ops that run on the core (collectives and
+    asynchronous copies are the interconnect's and the DMA engines'; ops without an estimate are left out)."""
+    out = {"dot": 0.0, "other": 0.0}
+    for op in module.ops:
+        if op.estimated_cycles is None or op.collective or op.asynchronous:
+            continue
+        out["dot" if op.dots else "other"] += op.estimated_cycles * op.executions
+    return out
+
+
 def estimated_cycles(module: HloModuleCost) -> float:
-    """The compiler's own estimate of one device's compute per call, in its core's cycles: the
-    ``estimated_cycles`` XLA:TPU writes on each op, times the op's executions (every loop trip), over the
-    ops that run on the core (collectives and asynchronous copies are the interconnect's and the DMA
-    engines')."""
-    return float(sum(op.estimated_cycles * op.executions for op in module.ops
-                     if op.estimated_cycles is not None and not (op.collective or op.asynchronous)))  # fmt: skip
+    """The compiler's own estimate of one device's compute per call, in its core's cycles: the sum of
+    :func:`estimated_cycles_by_kind`."""
+    return float(sum(estimated_cycles_by_kind(module).values()))
 
 
 def xla_memory(xla: dict[str, Any]) -> XlaHbm:
@@ -230,6 +242,7 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
         # the step's compute outside the Pallas kernels, whose cycles the module does not carry: every microbatch's
         # forward and backward, and the optimizer update, as the compiled step runs them
         "compute_s": c.core_compute_s(without_attention=kernel),
+        "compute_terms_s": c.core_compute_terms_s(without_attention=kernel),
         # collective time no compute hides, as the engine lays the step out (its overlap assumptions: FSDP gathers
         # prefetched, tensor-parallel collectives decomposed with their matmuls where collective_matmul is on)
         "exposed_collective_s": c.exposed_collective_s,
@@ -248,7 +261,8 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     dict
         ``podscope`` and ``xla`` (``peak_hbm_bytes`` per chip, XLA's ``argument/output/alias/temp``
         per chip, ``oom``, ``flops_per_chip``, ``compute_s``: the step's compute outside Pallas kernels, XLA's by its
-        cycle estimates at the catalog clock; ``exposed_collective_s``: the collective time no compute hides, XLA's
+        cycle estimates at the catalog clock (XLA's ``compute_by_kind_s``: ``dot`` and ``other``, None for a record
+        without them; Podscope's ``compute_terms_s``, :meth:`~engine.model.analytic.StepCosts.core_compute_terms_s`); ``exposed_collective_s``: the collective time no compute hides, XLA's
         that of its compiled schedule (:func:`collective_schedule`; XLA's ``collective_s`` all of it); XLA's
         ``live_peak``, :func:`live_peak_record` per chip, or None), ``hbm_diff_pct``, ``flops_diff_pct`` and
         ``compute_diff_pct`` (None where XLA refused the program), ``verdicts_agree``.
@@ -267,6 +281,8 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     cycles, clock = xla.get("estimated_cycles_per_device"), pod.get("clock_hz")
     # a chip's devices run side by side: one device's estimate is the chip's time
     xla_side["compute_s"] = cycles / clock if cycles and clock else None
+    by_kind = xla.get("estimated_cycles_by_kind_per_device")
+    xla_side["compute_by_kind_s"] = {kind: c / clock for kind, c in by_kind.items()} if by_kind and clock else None
     sched = xla.get("schedule")
     # the schedule's collective times, priced per device, are the chip's: its devices run side by side
     xla_side["exposed_collective_s"] = None if not sched else sched["exposed_collective_s"]
@@ -393,6 +409,23 @@ def _schedule_lines(p: dict[str, Any], x: dict[str, Any], xla: dict[str, Any]) -
     return lines
 
 
+def _compute_term_lines(p: dict[str, Any], x: dict[str, Any]) -> list[str]:
+    """The compute line's parts: XLA's estimate in fusions with a dot and in the rest, Podscope's by term."""
+    lines = []
+    kinds = x.get("compute_by_kind_s")
+    if kinds and sum(kinds.values()) > 0:
+        share = kinds["other"] / sum(kinds.values())
+        lines.append(f"            XLA: {kinds['dot']:.4g} s in fusions with a dot, {kinds['other']:.4g} s in the rest ({share:.0%})")
+    terms = p.get("compute_terms_s")
+    if terms:
+        parts = [f"{terms['mxu_bound']:.4g} s in MXU-bound ops", f"{terms['memory_bound']:.4g} s in memory-bound ops and passes",
+                 f"{terms['op_overhead']:.4g} s fixed per-op cost", f"{terms['update']:.4g} s optimizer update"]  # fmt: skip
+        if "attention_kernel" in terms:
+            parts.append(f"less {-terms['attention_kernel']:.4g} s in the attention kernel")
+        lines.append(f"            Podscope: {', '.join(parts)}")
+    return lines
+
+
 def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
     """The ``xla-check`` text: Podscope's peak and its terms beside XLA's, FLOPs, verdicts."""
     gib = 2**30
@@ -432,6 +465,7 @@ def format_check(name: str, cmp: dict[str, Any], xla: dict[str, Any]) -> str:
         lines.append(f"  compute   Podscope {p['compute_s']:.4g} s per chip per step{outside}, XLA's cycle estimates "
                      f"{x['compute_s']:.4g} s at the catalog clock (its cost model, collectives aside): "
                      f"{cmp['compute_diff_pct']:+.1f}%")  # fmt: skip
+        lines += _compute_term_lines(p, x)
     by_op = xla.get("collective_bytes_by_dtype")
     if by_op and xla["mesh"].get("tensor", 1) == 1 and p["gradient_reduction_bytes"] > 0:
         lines.append(f"  gradients Podscope reduces {p['gradient_reduction_bytes'] / gib:.3f} GiB per chip per step in "

@@ -348,12 +348,53 @@ def test_the_compute_set_beside_the_compilers_cycles_is_the_whole_steps():
     The update, hand-worked: Adam reads the fp32 weight and gradient and writes the weight (3 x 4 bytes) and reads and
     writes its two fp32 moments (2 x 8) for the chip's quarter of the parameters, at the HBM bandwidth."""
     one = {"name": "acc", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
-           "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000, "seq_len": 1024},
+           "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000, "seq_len": 1024,
+                     "attention": "standard"},
            "training": {"global_batch": 8, "steps": 2, "optimizer": "adam", "remat": "full"}, "parallelism": {"fsdp": 4}}  # fmt: skip
     four = {**one, "training": {**one["training"], "global_batch": 32, "microbatches": 4}}
     scenario = scenario_from_dict(one)
     chip = scenario.chip_spec()
     update_s = model_cost(scenario.model).params / 4 * (3 * 4 + 2 * 8) / (chip.hbm_bytes_per_s * load_calibration().hbm_efficiency)
-    single, accumulated = (podscope_numbers(scenario_from_dict(s))["compute_s"] for s in (one, four))
+    (single, terms), (accumulated, four_terms) = ((n["compute_s"], n["compute_terms_s"]) for n in
+                                                  (podscope_numbers(scenario_from_dict(s)) for s in (one, four)))  # fmt: skip
     assert single > update_s > 0.0
     assert accumulated - update_s == pytest.approx(4 * (single - update_s))
+    # by term: the update once per step, each pass's terms once per microbatch; they add up to the compute
+    assert terms["update"] == pytest.approx(update_s) and four_terms["update"] == pytest.approx(update_s)
+    for term in ("mxu_bound", "memory_bound", "op_overhead"):
+        assert four_terms[term] == pytest.approx(4 * terms[term]) and terms[term] > 0.0, term
+    assert sum(terms.values()) == pytest.approx(single) and "attention_kernel" not in terms  # standard attention
+
+
+def test_with_the_flash_kernel_the_compute_terms_take_the_attention_core_off():
+    flash = {"name": "flash", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+             "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000,
+                       "seq_len": 1024, "attention": "flash"},
+             "training": {"global_batch": 8, "steps": 2, "remat": "full"}, "parallelism": {"fsdp": 4}}  # fmt: skip
+    numbers = podscope_numbers(scenario_from_dict(flash))
+    terms = numbers["compute_terms_s"]
+    assert terms["attention_kernel"] < 0.0 and sum(terms.values()) == pytest.approx(numbers["compute_s"])
+    assert numbers["compute_s"] < sum(v for k, v in terms.items() if k != "attention_kernel")
+
+
+def test_xla_check_sets_the_compilers_compute_by_kind_beside_podscopes_terms():
+    from profiler.xla_check import format_check
+
+    pod = {"peak_hbm_bytes": 2**30, "breakdown_bytes": {"params": 2**28}, "peak_phase": "backward", "usable_hbm_bytes": 15 * 2**30,
+           "oom": False, "flops_per_chip": 0.0, "compute_s": 0.009,
+           "compute_terms_s": {"mxu_bound": 0.007, "memory_bound": 0.001, "op_overhead": 0.0005, "update": 0.0005}}  # fmt: skip
+    raw = {"memory": {"argument_bytes": 2**28, "output_bytes": 2**28, "alias_bytes": 2**28, "temp_bytes": 2**29,
+                      "generated_code_bytes": 0, "peak_bytes": 2**30},
+           "oom": None, "devices_per_chip": 1, "flops_per_device": None, "estimated_cycles_per_device": 1.5e7,
+           "estimated_cycles_by_kind_per_device": {"dot": 1.2e7, "other": 3.0e6}, "mesh": {"fsdp": 4}, "devices": 4,
+           "compile_s": 1.0, "notes": []}  # fmt: skip
+    cmp = compare({**pod, "clock_hz": 1.5e9, "hardware_flops_per_chip": 0.0}, raw)
+    assert cmp["xla"]["compute_s"] == pytest.approx(0.01) and cmp["compute_diff_pct"] == pytest.approx(-10.0)
+    assert cmp["xla"]["compute_by_kind_s"] == pytest.approx({"dot": 0.008, "other": 0.002})
+    text = format_check("s", cmp, raw)
+    assert "XLA: 0.008 s in fusions with a dot, 0.002 s in the rest (20%)" in text
+    assert ("Podscope: 0.007 s in MXU-bound ops, 0.001 s in memory-bound ops and passes, 0.0005 s fixed per-op cost, "
+            "0.0005 s optimizer update") in text  # fmt: skip
+    # a record compiled before XLA's cycles were kept by kind: the total alone
+    old = compare({**pod, "clock_hz": 1.5e9, "hardware_flops_per_chip": 0.0}, {**raw, "estimated_cycles_by_kind_per_device": None})
+    assert old["xla"]["compute_by_kind_s"] is None and "fusions with a dot" not in format_check("s", old, raw)

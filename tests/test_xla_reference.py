@@ -337,6 +337,11 @@ def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
     assert x["compute_s"] == pytest.approx(cycles / 1.5e9) and pod["compute_s"] > 0
     assert out["compute_diff_pct"] == pytest.approx(100 * (pod["compute_s"] / x["compute_s"] - 1))
     assert f"XLA's cycle estimates {x['compute_s']:.4g} s" in text
+    # both sides by part: the compiler's fusions with a dot and the rest; Podscope's terms, the update among them
+    kinds, terms = x["compute_by_kind_s"], pod["compute_terms_s"]
+    assert kinds["dot"] > 0 and kinds["other"] > 0 and sum(kinds.values()) == pytest.approx(x["compute_s"])
+    assert terms["update"] > 0 and sum(terms.values()) == pytest.approx(pod["compute_s"])
+    assert f"XLA: {kinds['dot']:.4g} s in fusions with a dot" in text and f"{terms['update']:.4g} s optimizer update" in text
 
 
 def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(live, tmp_path):

@@ -106,12 +106,23 @@ class StepCosts:
         """The attention core's share of :attr:`hardware_flops_per_chip`."""
         return self.comp.attention_hardware_flops * self.work * (1.0 + self.bubble_flops_frac)
 
+    def core_compute_terms_s(self, without_attention: bool = False) -> dict[str, float]:
+        """The step's work on the chip's TensorCores by term, seconds: every pass through its layers (MaxText's bubble
+        iterations included, as in :attr:`hardware_flops_per_chip`) as ``mxu_bound`` (the ops whose FLOPs outlast
+        their HBM traffic), ``memory_bound`` (the other ops, and the passes that run after a matmul) and
+        ``op_overhead`` (the fixed cost per op and pass), then the optimizer's ``update``. ``without_attention``:
+        ``attention_kernel`` takes the attention core off (negative: a Pallas kernel's share, which a compiled module
+        carries no estimate for)."""
+        c, scale = self.comp, self.work * (1.0 + self.bubble_flops_frac)
+        terms = {"mxu_bound": c.matmul_s * scale, "memory_bound": c.memory_s * scale, "op_overhead": c.overhead_s * scale,
+                 "update": self.update_s}  # fmt: skip
+        if without_attention:
+            terms["attention_kernel"] = -c.attention_fwd_bwd_s * scale
+        return terms
+
     def core_compute_s(self, without_attention: bool = False) -> float:
-        """The step's work on the chip's TensorCores: every pass through its layers (MaxText's bubble iterations
-        included, as in :attr:`hardware_flops_per_chip`) and the optimizer update, seconds. ``without_attention``:
-        the attention core left out (a Pallas kernel's share, which a compiled module carries no estimate for)."""
-        passes = self.comp.fwd_bwd_s - (self.comp.attention_fwd_bwd_s if without_attention else 0.0)
-        return passes * self.work * (1.0 + self.bubble_flops_frac) + self.update_s
+        """The step's work on the chip's TensorCores, seconds: the sum of :meth:`core_compute_terms_s`."""
+        return sum(self.core_compute_terms_s(without_attention).values())
 
     @property
     def exposed_collective_s(self) -> float:
