@@ -33,7 +33,7 @@ from engine.units import gradient_wire_dtype
 from . import ranges, xla_reference
 from .ranges import ON_CHIP_PLACEMENT_BYTES
 
-__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "estimated_cycles", "estimated_cycles_by_kind", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
+__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "estimated_cycles_by_kind", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
            "format_check"]
 
 
@@ -110,8 +110,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
     -------
     dict
         ``memory`` (bytes per device, or None when out of HBM), ``flops_per_device`` (every loop
-        trip counted; None when out of HBM), ``estimated_cycles_per_device`` (:func:`estimated_cycles`;
-        None when out of HBM), ``estimated_cycles_by_kind_per_device`` (:func:`estimated_cycles_by_kind`; None when
+        trip counted; None when out of HBM), ``estimated_cycles_per_device`` (the sum of
+        :func:`estimated_cycles_by_kind`; None when out of HBM), ``estimated_cycles_by_kind_per_device`` (:func:`estimated_cycles_by_kind`; None when
         out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
         ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM),
@@ -140,12 +140,13 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         module = describe_hlo(parse_hlo(text, str(result.module_path))) if text is not None else None
         loops = windowed_einsum_loops(text) if text is not None else None
     schedule = None if module is None else collective_schedule(module, scenario, program.devices_per_chip, calibration)
+    kinds = None if module is None else estimated_cycles_by_kind(module)
     return {
         "collective_bytes_by_dtype": None if module is None else collective_bytes_by_dtype(module),
         "memory": result.memory,
         "flops_per_device": None if module is None else module.flops_per_device,
-        "estimated_cycles_per_device": None if module is None else estimated_cycles(module),
-        "estimated_cycles_by_kind_per_device": None if module is None else estimated_cycles_by_kind(module),
+        "estimated_cycles_per_device": None if kinds is None else float(sum(kinds.values())),
+        "estimated_cycles_by_kind_per_device": kinds,
         "xla_cost_flops_per_device": None if result.cost is None else result.cost.get("flops"),
         "oom": side["oom"],
         "devices": side["devices"],
@@ -196,12 +197,6 @@ def estimated_cycles_by_kind(module: HloModuleCost) -> dict[str, float]:
             continue
         out["dot" if op.dots else "other"] += op.estimated_cycles * op.executions
     return out
-
-
-def estimated_cycles(module: HloModuleCost) -> float:
-    """The compiler's own estimate of one device's compute per call, in its core's cycles: the sum of
-    :func:`estimated_cycles_by_kind`."""
-    return float(sum(estimated_cycles_by_kind(module).values()))
 
 
 def xla_memory(xla: dict[str, Any]) -> XlaHbm:

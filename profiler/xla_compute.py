@@ -4,7 +4,7 @@
 of MaxText's widths, compiled by libtpu for each generation at two depths. The difference between the depths is one
 layer's forward and backward, free of the embedding, the loss and the optimizer's fixed part: its FLOPs per device
 (every loop trip) and the compiler's ``estimated_cycles`` per device, which the catalog clock turns into seconds
-(:func:`profiler.xla_check.estimated_cycles`: the ops on the core; collectives and copies between memory spaces
+(:func:`profiler.xla_check.estimated_cycles_by_kind`: the ops on the core; collectives and copies between memory spaces
 are the interconnect's and the DMA engines'). :func:`layer_rows` sets the engine's compute of the same layer (the
 difference of its compute at the two depths, :func:`profiler.xla_check.podscope_numbers`' ``compute_s``) beside it.
 With the Pallas flash kernel, a custom call that carries no cycle estimate, both sides leave the kernel out: the

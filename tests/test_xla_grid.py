@@ -342,15 +342,19 @@ def test_xla_check_says_when_on_chip_placement_weighs_on_the_peak(peak_gib, note
     assert ("memory-space assignment" in text) is noted
 
 
+#: a 4-layer transformer over FSDP on 4 v5p chips, Adam, ``full`` remat
+_SMALL_V5P = {"name": "small", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+              "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000,
+                        "seq_len": 1024},
+              "training": {"global_batch": 8, "steps": 2, "optimizer": "adam", "remat": "full"}, "parallelism": {"fsdp": 4}}  # fmt: skip
+
+
 def test_the_compute_set_beside_the_compilers_cycles_is_the_whole_steps():
     """The compiled step runs every microbatch's forward and backward and then the optimizer update, and its cycle
     estimates cover all of them: with 4 microbatches of the same shape Podscope's compute is 4 passes and one update.
     The update, hand-worked: Adam reads the fp32 weight and gradient and writes the weight (3 x 4 bytes) and reads and
     writes its two fp32 moments (2 x 8) for the chip's quarter of the parameters, at the HBM bandwidth."""
-    one = {"name": "acc", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
-           "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000, "seq_len": 1024,
-                     "attention": "standard"},
-           "training": {"global_batch": 8, "steps": 2, "optimizer": "adam", "remat": "full"}, "parallelism": {"fsdp": 4}}  # fmt: skip
+    one = {**_SMALL_V5P, "model": {**_SMALL_V5P["model"], "attention": "standard"}}
     four = {**one, "training": {**one["training"], "global_batch": 32, "microbatches": 4}}
     scenario = scenario_from_dict(one)
     chip = scenario.chip_spec()
@@ -367,10 +371,7 @@ def test_the_compute_set_beside_the_compilers_cycles_is_the_whole_steps():
 
 
 def test_with_the_flash_kernel_the_compute_terms_take_the_attention_core_off():
-    flash = {"name": "flash", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
-             "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096, "vocab": 32000,
-                       "seq_len": 1024, "attention": "flash"},
-             "training": {"global_batch": 8, "steps": 2, "remat": "full"}, "parallelism": {"fsdp": 4}}  # fmt: skip
+    flash = {**_SMALL_V5P, "model": {**_SMALL_V5P["model"], "attention": "flash"}}
     numbers = podscope_numbers(scenario_from_dict(flash))
     terms = numbers["compute_terms_s"]
     assert terms["attention_kernel"] < 0.0 and sum(terms.values()) == pytest.approx(numbers["compute_s"])
