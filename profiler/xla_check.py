@@ -22,6 +22,7 @@ from typing import Any
 
 from engine.hlo.bundle import XlaHbm, XlaMemory, XlaOom
 from engine.model.analytic import evaluate
+from engine.pod.catalog import ChipSpec
 from engine.scenario.calibration import Calibration, load_calibration
 from engine.hlo import HloModuleCost, describe_hlo, parse_hlo, read_hlo_text
 from engine.hlo.live_range import SOURCES, LivePeak, PeakBuffer, peak_sources
@@ -33,7 +34,7 @@ from engine.units import gradient_wire_dtype
 from . import ranges, xla_reference
 from .ranges import ON_CHIP_PLACEMENT_BYTES
 
-__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "estimated_cycles_by_kind", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
+__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "cycles_beyond_hbm", "device_hbm_bytes_per_cycle", "estimated_cycles_by_kind", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
            "format_check"]
 
 
@@ -112,7 +113,8 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         ``memory`` (bytes per device, or None when out of HBM), ``flops_per_device`` (every loop
         trip counted; None when out of HBM), ``estimated_cycles_per_device`` (the sum of
         :func:`estimated_cycles_by_kind`; None when out of HBM), ``estimated_cycles_by_kind_per_device`` (:func:`estimated_cycles_by_kind`; None when
-        out of HBM), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
+        out of HBM), ``other_cycles_beyond_hbm_per_device`` (:func:`cycles_beyond_hbm` at the catalog's HBM bandwidth and clock;
+        None when out of HBM or the chip has no clock on record), ``xla_cost_flops_per_device`` (``cost_analysis``, loop bodies once), ``oom`` (None, or ``message``, ``required_bytes``, ``available_bytes``),
         ``devices``, ``devices_per_chip``, ``mesh``, ``notes``, ``jax_version``, ``libtpu_version``,
         ``compile_s``, ``windowed_einsum_loops`` (:func:`windowed_einsum_loops`; None when out of HBM),
         ``collective_bytes_by_dtype`` (:func:`collective_bytes_by_dtype`; None when out of HBM), ``schedule``
@@ -141,12 +143,15 @@ def compile_numbers(scenario: Scenario, out_dir: str | Path | None = None, live_
         loops = windowed_einsum_loops(text) if text is not None else None
     schedule = None if module is None else collective_schedule(module, scenario, program.devices_per_chip, calibration)
     kinds = None if module is None else estimated_cycles_by_kind(module)
+    hbm_per_cycle = device_hbm_bytes_per_cycle(scenario.chip_spec(), program.devices_per_chip)
+    beyond = None if module is None or hbm_per_cycle is None else cycles_beyond_hbm(module, hbm_per_cycle)
     return {
         "collective_bytes_by_dtype": None if module is None else collective_bytes_by_dtype(module),
         "memory": result.memory,
         "flops_per_device": None if module is None else module.flops_per_device,
         "estimated_cycles_per_device": None if kinds is None else float(sum(kinds.values())),
         "estimated_cycles_by_kind_per_device": kinds,
+        "other_cycles_beyond_hbm_per_device": beyond,
         "xla_cost_flops_per_device": None if result.cost is None else result.cost.get("flops"),
         "oom": side["oom"],
         "devices": side["devices"],
@@ -184,6 +189,27 @@ def collective_bytes_by_dtype(module: HloModuleCost) -> dict[str, dict[str, floa
         by = out.setdefault(c.op, {})
         by[c.dtype] = by.get(c.dtype, 0.0) + c.bytes * c.executions
     return out
+
+
+def device_hbm_bytes_per_cycle(chip: ChipSpec, devices_per_chip: int) -> float | None:
+    """The catalog's HBM bandwidth of one of the chip's devices in bytes per core cycle; None without a clock on record."""
+    return chip.hbm_bytes_per_s / devices_per_chip / chip.clock_hz if chip.clock_hz else None
+
+
+def cycles_beyond_hbm(module: HloModuleCost, hbm_bytes_per_cycle: float) -> float:
+    """Of the compiler's estimate for the ops without a dot (:func:`estimated_cycles_by_kind`'s ``other``), the cycles
+    past the time their own bytes take at the device's HBM bandwidth: per op ``max(0, estimated_cycles - bytes_accessed /
+    hbm_bytes_per_cycle)`` times its executions. A pass that only streams its bytes has none; the rest is what XLA's
+    cost model gives the vector units (a softmax's exponentials, fp32 normalisations, casts), which a roofline over HBM
+    bytes does not price."""
+    if hbm_bytes_per_cycle <= 0:
+        raise ValueError(f"hbm_bytes_per_cycle must be positive, got {hbm_bytes_per_cycle}")
+    beyond = 0.0
+    for op in module.ops:
+        if op.estimated_cycles is None or op.collective or op.asynchronous or op.dots:
+            continue
+        beyond += max(0.0, op.estimated_cycles - op.bytes_accessed / hbm_bytes_per_cycle) * op.executions
+    return beyond
 
 
 def estimated_cycles_by_kind(module: HloModuleCost) -> dict[str, float]:
@@ -257,7 +283,7 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
         ``podscope`` and ``xla`` (``peak_hbm_bytes`` per chip, XLA's ``argument/output/alias/temp``
         per chip, ``oom``, ``flops_per_chip``, ``compute_s``: the step's compute outside Pallas kernels, XLA's by its
         cycle estimates at the catalog clock (XLA's ``compute_by_kind_s``: ``dot`` and ``other``, None for a record
-        without them; Podscope's ``compute_terms_s``, :meth:`~engine.model.analytic.StepCosts.core_compute_terms_s`); ``exposed_collective_s``: the collective time no compute hides, XLA's
+        without them, and ``compute_beyond_hbm_s``, the part of ``other`` :func:`cycles_beyond_hbm` gives, None likewise; Podscope's ``compute_terms_s``, :meth:`~engine.model.analytic.StepCosts.core_compute_terms_s`); ``exposed_collective_s``: the collective time no compute hides, XLA's
         that of its compiled schedule (:func:`collective_schedule`; XLA's ``collective_s`` all of it); XLA's
         ``live_peak``, :func:`live_peak_record` per chip, or None), ``hbm_diff_pct``, ``flops_diff_pct`` and
         ``compute_diff_pct`` (None where XLA refused the program), ``verdicts_agree``.
@@ -278,6 +304,8 @@ def compare(pod: dict[str, Any], xla: dict[str, Any]) -> dict[str, Any]:
     xla_side["compute_s"] = cycles / clock if cycles and clock else None
     by_kind = xla.get("estimated_cycles_by_kind_per_device")
     xla_side["compute_by_kind_s"] = {kind: c / clock for kind, c in by_kind.items()} if by_kind and clock else None
+    beyond = xla.get("other_cycles_beyond_hbm_per_device")
+    xla_side["compute_beyond_hbm_s"] = beyond / clock if beyond is not None and clock else None
     sched = xla.get("schedule")
     # the schedule's collective times, priced per device, are the chip's: its devices run side by side
     xla_side["exposed_collective_s"] = None if not sched else sched["exposed_collective_s"]
@@ -410,7 +438,12 @@ def _compute_term_lines(p: dict[str, Any], x: dict[str, Any]) -> list[str]:
     kinds = x.get("compute_by_kind_s")
     if kinds and sum(kinds.values()) > 0:
         share = kinds["other"] / sum(kinds.values())
-        lines.append(f"            XLA: {kinds['dot']:.4g} s in fusions with a dot, {kinds['other']:.4g} s in the rest ({share:.0%})")
+        line = f"            XLA: {kinds['dot']:.4g} s in fusions with a dot, {kinds['other']:.4g} s in the rest ({share:.0%})"
+        beyond = x.get("compute_beyond_hbm_s")
+        if beyond is not None and kinds["other"] > 0:
+            line += (f", {beyond:.4g} s of it ({beyond / kinds['other']:.0%}) past what its bytes take at the HBM's "
+                     "bandwidth (vector-unit work the roofline does not price)")
+        lines.append(line)
     terms = p.get("compute_terms_s")
     if terms:
         parts = [f"{terms['mxu_bound']:.4g} s in MXU-bound ops", f"{terms['memory_bound']:.4g} s in memory-bound ops and passes",

@@ -27,6 +27,16 @@ def test_fusions_without_a_dot_take_core_time_of_their_own(rows):
         assert r["other_share"] > 0.15, r
 
 
+def test_the_compiler_prices_much_of_a_layers_work_without_a_dot_past_its_hbm_time(rows):
+    """The standard-attention layer's softmax fusions (exponentials over every score, in fp32) and its fp32 norms: the
+    compiler gives a third or more of its fusions without a dot more cycles than their bytes take at the HBM's
+    bandwidth, vector-unit work a roofline over HBM bytes does not price."""
+    for r in rows:
+        assert 0.0 < r["beyond_hbm_s"] < r["other_s"], r
+        if r["what"] == "one layer":
+            assert r["beyond_hbm_s"] > r["other_s"] / 3, r
+
+
 def test_podscope_runs_after_the_matmul_no_more_than_the_compiler_runs_outside_dots(rows):
     for r in rows:
         assert 0.0 < r["passes_s"] < r["other_s"], r

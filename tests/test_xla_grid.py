@@ -387,15 +387,44 @@ def test_xla_check_sets_the_compilers_compute_by_kind_beside_podscopes_terms():
     raw = {"memory": {"argument_bytes": 2**28, "output_bytes": 2**28, "alias_bytes": 2**28, "temp_bytes": 2**29,
                       "generated_code_bytes": 0, "peak_bytes": 2**30},
            "oom": None, "devices_per_chip": 1, "flops_per_device": None, "estimated_cycles_per_device": 1.5e7,
-           "estimated_cycles_by_kind_per_device": {"dot": 1.2e7, "other": 3.0e6}, "mesh": {"fsdp": 4}, "devices": 4,
+           "estimated_cycles_by_kind_per_device": {"dot": 1.2e7, "other": 3.0e6}, "other_cycles_beyond_hbm_per_device": 1.5e6,
+           "mesh": {"fsdp": 4}, "devices": 4,
            "compile_s": 1.0, "notes": []}  # fmt: skip
     cmp = compare({**pod, "clock_hz": 1.5e9, "hardware_flops_per_chip": 0.0}, raw)
     assert cmp["xla"]["compute_s"] == pytest.approx(0.01) and cmp["compute_diff_pct"] == pytest.approx(-10.0)
     assert cmp["xla"]["compute_by_kind_s"] == pytest.approx({"dot": 0.008, "other": 0.002})
     text = format_check("s", cmp, raw)
-    assert "XLA: 0.008 s in fusions with a dot, 0.002 s in the rest (20%)" in text
+    assert cmp["xla"]["compute_beyond_hbm_s"] == pytest.approx(0.001)
+    assert "XLA: 0.008 s in fusions with a dot, 0.002 s in the rest (20%), 0.001 s of it (50%) past what its bytes" in text
     assert ("Podscope: 0.007 s in MXU-bound ops, 0.001 s in memory-bound ops and passes, 0.0005 s fixed per-op cost, "
             "0.0005 s optimizer update") in text  # fmt: skip
     # a record compiled before XLA's cycles were kept by kind: the total alone
     old = compare({**pod, "clock_hz": 1.5e9, "hardware_flops_per_chip": 0.0}, {**raw, "estimated_cycles_by_kind_per_device": None})
     assert old["xla"]["compute_by_kind_s"] is None and "fusions with a dot" not in format_check("s", old, raw)
+    # nor the part past the HBM's bandwidth
+    unsplit = {k: v for k, v in raw.items() if k != "other_cycles_beyond_hbm_per_device"}
+    older = compare({**pod, "clock_hz": 1.5e9, "hardware_flops_per_chip": 0.0}, unsplit)
+    assert older["xla"]["compute_beyond_hbm_s"] is None and "past what its bytes" not in format_check("s", older, unsplit)
+
+
+def test_the_cycles_past_the_hbm_bandwidth_are_what_each_op_without_a_dot_takes_beyond_its_bytes():
+    from types import SimpleNamespace
+
+    from engine.hlo.module_cost import DotShape, HloOp
+    from profiler.xla_check import cycles_beyond_hbm
+
+    def op(cycles, bytes_, runs=1, **kw):
+        return HloOp("f", "fusion", 0.0, 0.0, bytes_, runs, estimated_cycles=cycles, **kw)
+
+    module = SimpleNamespace(ops=(
+        op(1_000.0, 2_000.0 * 100),  # a streaming pass: 100 cycles of bytes at 2,000 B/cycle priced at 1,000
+        op(300.0, 2_000.0 * 100, runs=3),  # 300 cycles for 100 cycles of bytes, three loop trips
+        op(50.0, 2_000.0 * 100),  # priced below its bytes' time: nothing past it
+        op(None, 1.0),  # no estimate
+        op(9_999.0, 1.0, dots=(DotShape(1, 1, 1, 1, "bf16"),)),  # a dot's fusion: not in the rest
+        op(9_999.0, 1.0, collective=True),  # the interconnect's
+        op(9_999.0, 1.0, asynchronous=True),  # the DMA engines'
+    ))  # fmt: skip
+    assert cycles_beyond_hbm(module, 2_000.0) == pytest.approx(900.0 + 3 * 200.0)
+    with pytest.raises(ValueError, match="positive"):
+        cycles_beyond_hbm(module, 0.0)

@@ -342,6 +342,9 @@ def test_xla_check_compiles_a_tiny_scenario_and_compares(live, tmp_path):
     assert kinds["dot"] > 0 and kinds["other"] > 0 and sum(kinds.values()) == pytest.approx(x["compute_s"])
     assert terms["update"] > 0 and sum(terms.values()) == pytest.approx(pod["compute_s"])
     assert f"XLA: {kinds['dot']:.4g} s in fusions with a dot" in text and f"{terms['update']:.4g} s optimizer update" in text
+    # of the rest, what the compiler gives past its bytes at v5e's 819 GB/s: a part of it, the line says how much
+    beyond = x["compute_beyond_hbm_s"]
+    assert 0.0 <= beyond <= kinds["other"] and f"{beyond:.4g} s of it" in text
 
 
 def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(live, tmp_path):
