@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any
 
+from engine.model.compute import SAVED_OPS_BY_REMAT
 from engine.pod.catalog import load_catalog
 
 from .reference_cases import Case, Entry, Skipped, chip_key, default_topology, scenario_dict, to_int, transformer_params
@@ -220,7 +221,7 @@ MAXTEXT_2023_ATTENTION = ("standard", "2023 MaxText base.yml: enable_flash_atten
 MAXTEXT_2023_BASE = {"head_dim": 256, "mlp": "relu", "tied_embeddings": True, "vocab": 32768, "parallel_block": True}
 
 #: MaxText remat_policy -> the engine's remat policy with the same saved/recomputed split
-_MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none"}
+_MAXTEXT_REMAT = {"full": "full", "minimal": "minimal", "none": "none", **{name: name for name in SAVED_OPS_BY_REMAT}}
 
 def map_maxtext(e: Entry) -> Case | tuple[Case, ...] | Skipped | None:
     inp = e["inputs"]

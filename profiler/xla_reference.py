@@ -13,7 +13,10 @@ docs/model.md says each keeps: ``none`` no checkpoint; ``full``
 ``checkpoint_dots_with_no_batch_dims`` (the outputs of the weight matmuls, MaxText's ``minimal``);
 ``selective`` ``save_only_these_names`` over the tensors Podscope's ``selective`` keeps (both
 norms' outputs, Q, K, V, the attention output, the residual between the blocks, the MLP's
-pre-activations and activation), so the attention scores and probabilities are recomputed.
+pre-activations and activation), so the attention scores and probabilities are recomputed;
+``save_qkv_proj``, ``save_dot_except_mlp`` and ``save_dot_except_mlpwi`` MaxText's policies of those
+names, ``save_only_these_names`` over Q, K and V, then the attention's output projection, then the
+MLP's projection back to ``d_model``.
 
 ``[model] kind = "mlp"`` (no embedding table) is a stack of dense layers with ReLU and a softmax
 cross-entropy, unrolled, weights sharded over ``fsdp`` (:func:`_build_mlp_program`);
@@ -49,6 +52,13 @@ __all__ = [
 
 #: tensors Podscope's ``selective`` remat keeps per layer (engine/memory/activations.py); the rest is recomputed
 _SELECTIVE_NAMES = ("norm1_out", "q", "k", "v", "attn_out", "mid", "norm2_out", "mlp_pre", "mlp_gate", "mlp_act")
+#: MaxText's named-save remat policies (layers/decoders.py ``get_remat_policy``) over this program's names: ``q``, ``k``
+#: and ``v`` are MaxText's ``query_proj``, ``key_proj`` and ``value_proj``, ``out_proj`` and ``mlpwo`` its own
+_MAXTEXT_SAVED_NAMES = {
+    "save_qkv_proj": ("q", "k", "v"),
+    "save_dot_except_mlp": ("q", "k", "v", "out_proj"),
+    "save_dot_except_mlpwi": ("q", "k", "v", "out_proj", "mlpwo"),
+}
 _RMS_EPS = 1e-6
 
 
@@ -286,7 +296,7 @@ def _build_transformer_program(scenario: Scenario, jax) -> XlaProgram:
         if m.mlp == "swiglu":
             gate = name(constrain(jnp.einsum("btd,df->btf", y, p[w_gate]), batch, None, "tensor"), "mlp_gate")
         act = name(activation(pre, gate), "mlp_act")
-        return jnp.einsum("btf,fd->btd", act, p[w_out])
+        return name(jnp.einsum("btf,fd->btd", act, p[w_out]), "mlpwo")
 
     def moe(y, p):
         """MaxText's mixture of experts with dense dispatch (layers/moe.py generate_masks, dense_matmul): top-k of the
@@ -322,7 +332,7 @@ def _build_transformer_program(scenario: Scenario, jax) -> XlaProgram:
         kh = name(constrain(jnp.einsum("btd,dkq->btkq", y, p["wk"]), batch, None, kv_axis, None), "k")
         vh = name(constrain(jnp.einsum("btd,dkq->btkq", y, p["wv"]), batch, None, kv_axis, None), "v")
         o = name(attention(qh, kh, vh), "attn_out")
-        return jnp.einsum("bthq,hqd->btd", o, p["wo"])
+        return name(jnp.einsum("bthq,hqd->btd", o, p["wo"]), "out_proj")
 
     def layer(x, p):
         p = {k: (w.astype(compute) if k.startswith("w") else w) for k, w in p.items()}
@@ -342,6 +352,7 @@ def _build_transformer_program(scenario: Scenario, jax) -> XlaProgram:
         "full": cp.nothing_saveable,
         "minimal": cp.checkpoint_dots_with_no_batch_dims,
         "selective": cp.save_only_these_names(*_SELECTIVE_NAMES),
+        **{remat: cp.save_only_these_names(*names) for remat, names in _MAXTEXT_SAVED_NAMES.items()},
     }[tr.remat]
     if tr.remat != "none":
         body = jax.checkpoint(layer, policy=policy, prevent_cse=False)

@@ -65,6 +65,19 @@ class TestTransformerActivations:
     def test_full_keeps_the_layer_input(self):
         assert transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "full") == 2 * self.s * self.b * self.h
 
+    def test_named_saves_keep_the_layer_input_and_the_projections_the_backward_reads(self):
+        # save_qkv_proj: the input (d) and q, k, v (3 x 4 heads x 16 = 3d); save_dot_except_mlp also the output
+        # projection (d), from which the residual between the blocks is recomputed; the MLP's projection back to d
+        # only adds into the residual stream, which no backward op reads: save_dot_except_mlpwi keeps nothing more
+        per_token = {r: transformer_layer_activation_bytes(_gpt(), self.b, "bf16", r) / self.tokens
+                     for r in ("save_qkv_proj", "save_dot_except_mlp", "save_dot_except_mlpwi")}  # fmt: skip
+        assert per_token == {"save_qkv_proj": 2 * 4 * self.h, "save_dot_except_mlp": 2 * 5 * self.h,
+                             "save_dot_except_mlpwi": 2 * 5 * self.h}  # fmt: skip
+        # a parallel block's output projection adds into the residual stream as well
+        parallel = _gpt(parallel_block=True)
+        assert (transformer_layer_activation_bytes(parallel, self.b, "bf16", "save_dot_except_mlp")
+                == transformer_layer_activation_bytes(parallel, self.b, "bf16", "save_qkv_proj"))  # fmt: skip
+
     def test_flash_never_stores_scores(self):
         none = transformer_layer_activation_bytes(_gpt(), self.b, "bf16", "none")
         flash = transformer_layer_activation_bytes(_gpt(attention="flash"), self.b, "bf16", "none")
@@ -594,3 +607,44 @@ class TestUnrolled:
         states = cost.params / 4 * 12  # fp32 weights and Adam moments, sharded four ways
         impossible = _plan(cost, deep, per_chip_batch=8, fsdp=4, usable_bytes=states, capacity_bytes=states)
         assert impossible.oom  # gathering again cannot take the model states below the limit
+
+
+@pytest.mark.parametrize(
+    "model, parallelism, needle",
+    [
+        ({"kind": "mlp", "layer_sizes": [64, 64, 10]}, {}, "the mlp model has no named projections"),
+        ({"kind": "resnet50"}, {}, "the resnet50 model has no named projections"),
+        ({"experts": 8, "experts_per_token": 2}, {}, "mixture-of-experts"),
+        ({}, {"pipeline": 2, "fsdp": 2}, "pipeline loop"),
+    ],
+)
+def test_a_named_save_is_a_dense_transformers_policy(model, parallelism, needle):
+    from engine import ScenarioError
+
+    raw = _gpt3("2x2x1", 4, 8, remat="save_qkv_proj")
+    raw["model"] = {**raw["model"], "layers": 4, **model} if "kind" not in model else model
+    raw["parallelism"] = parallelism or raw["parallelism"]
+    with pytest.raises(ScenarioError) as e:
+        scenario_from_dict(raw)
+    problems = dict(e.value.problems)
+    assert "training.remat" in problems and needle in problems["training.remat"] and "valid here: none, full" in problems["training.remat"]
+
+
+def test_out_of_memory_under_a_named_save_suggests_the_saves_that_keep_less_then_full():
+    r = simulate(scenario_from_dict(_gpt3("2x2x4", 16, 64, remat="save_dot_except_mlp")))
+    suggestions = r.facts.extra["oom_detail"]["suggestions"]
+    remats = [s.split("'")[1] for s in suggestions if s.startswith("training.remat")]
+    assert remats == ["save_qkv_proj", "full"]
+    peaks = [float(s.split("peak ")[1].split(" GiB")[0]) for s in suggestions if s.startswith("training.remat")]
+    assert peaks[0] > peaks[1] and r.facts.peak_hbm_bytes / GIB > peaks[0]  # each keeps less than the one before
+
+
+def test_every_named_save_is_a_scenario_value_and_ranked_for_the_out_of_memory_advice():
+    from typing import get_args
+
+    from engine.memory.oom import NAMED_SAVES_BY_SIZE
+    from engine.model.compute import SAVED_OPS_BY_REMAT
+    from engine.scenario.sections import TrainingSection
+
+    assert sorted(NAMED_SAVES_BY_SIZE) == sorted(SAVED_OPS_BY_REMAT)
+    assert set(SAVED_OPS_BY_REMAT) <= set(get_args(TrainingSection.model_fields["remat"].annotation))

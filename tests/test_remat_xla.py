@@ -79,3 +79,39 @@ def test_the_recompute_reruns_the_all_reduces_after_what_it_reruns():
     names = [n for n, r in zip(cost.ops.names, cost.ops.residual_out) if r]
     assert "layer.expert_out" not in names
 
+
+
+def test_a_named_save_reruns_the_layer_but_the_projections_it_keeps():
+    """MaxText's ``save_qkv_proj`` keeps Q, K and V, ``save_dot_except_mlp`` the attention's output projection too: those
+    ops run their three passes, the attention core and the MLP's input projections rerun as under ``full``."""
+    ops = model_cost(_model(False, 2)).ops
+    names = list(ops.names)
+    full = dict(zip(names, passes_per_op(ops, "full")))
+    qkv = dict(zip(names, passes_per_op(ops, "save_qkv_proj")))
+    dot = dict(zip(names, passes_per_op(ops, "save_dot_except_mlp")))
+    assert (full["layer.qkv"], qkv["layer.qkv"], dot["layer.qkv"]) == (4.0, 3.0, 3.0)
+    assert (full["layer.out"], qkv["layer.out"], dot["layer.out"]) == (4.0, 4.0, 3.0)
+    for rerun in ("layer.scores", "layer.values", "layer.mlp_in"):
+        assert qkv[rerun] == dot[rerun] == full[rerun] == 4.0
+    # the MLP's projection back to d_model is never rerun: keeping it (save_dot_except_mlpwi) changes nothing
+    assert dict(zip(names, passes_per_op(ops, "save_dot_except_mlpwi"))) == dot
+    assert qkv["layer.mlp_out"] == qkv["unembed"] == 3.0
+
+
+def test_keeping_the_output_projection_keeps_its_all_reduce_out_of_the_recompute():
+    from engine import scenario_from_dict
+    from engine.model.analytic import step_costs
+    from engine.scenario.calibration import load_calibration
+
+    def recomputed_all_reduce_bytes(remat: str) -> float:
+        s = scenario_from_dict({"name": "tp", "pod": {"chip": "tpu-v5p", "topology": "2x2x1"},
+                                "model": {"kind": "transformer", "layers": 4, "d_model": 1024, "heads": 8, "d_ff": 4096,
+                                          "vocab": 32000, "seq_len": 1024},
+                                "training": {"global_batch": 8, "steps": 2, "remat": remat},
+                                "parallelism": {"fsdp": 2, "tensor": 2}})  # fmt: skip
+        rows = step_costs(s, load_calibration()).comm.per_layer.to_pylist()
+        return sum(r["bytes"] for r in rows if r["phase"] == "recompute" and r["op"] == "all-reduce")
+
+    full = recomputed_all_reduce_bytes("full")
+    assert full > 0 and recomputed_all_reduce_bytes("save_qkv_proj") == full  # the output projection reruns: its all-reduce too
+    assert recomputed_all_reduce_bytes("save_dot_except_mlp") == 0.0

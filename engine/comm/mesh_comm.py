@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..model.compute import SAVED_OPS_BY_REMAT, recomputes_layer
 from ..model.models import ModelCost, layer_units
 from ..pod.mesh import Mesh, MeshAxis
 from ..pod.topology import Pod
@@ -331,15 +332,18 @@ def plan_step_comm(
     # Megatron: attention and MLP blocks each end in an all-reduce (transformers: 2 per layer
     # per pass, 1 with a parallel block); for other models one per GEMM output.
     per_layer = cost.tp_all_reduces_per_layer
-    # a full-remat recompute reruns only the all-reduces after GEMMs it reruns (engine/model/models.py)
+    # a full-remat recompute reruns only the all-reduces after GEMMs it reruns (engine/model/models.py); a named save
+    # that keeps the attention's output projection keeps its reduced output, so its all-reduce does not rerun either
     recomputed = per_layer if cost.tp_all_reduces_recomputed_per_layer is None else cost.tp_all_reduces_recomputed_per_layer
+    if "layer.out" in SAVED_OPS_BY_REMAT.get(remat, ()):
+        recomputed = 0
     tp_on = (act > 0) & (tensor.size > 1)
     a_bytes = per_chip_batch * act * wire
     tp_r = np.zeros_like(tp_f)
     if tp_on.any():
         tp_f[tp_on] = per_layer * each("all-reduce", a_bytes[tp_on], tensor)
         tp_b[tp_on] = tp_f[tp_on]
-        if remat == "full" and recomputed:
+        if recomputes_layer(remat) and recomputed:
             tp_r[tp_on] = tp_f[tp_on] * recomputed / per_layer
             tp_b[tp_on] += tp_r[tp_on]
     for i, u in enumerate(units if tables else ()):
@@ -361,7 +365,7 @@ def plan_step_comm(
                 (i, u.name, "forward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
                 (i, u.name, "backward", "all-reduce", "tensor", per_layer * a_bytes[i], tp_f[i]),
             ]
-            if remat == "full" and recomputed:
+            if recomputes_layer(remat) and recomputed:
                 rows.append((i, u.name, "recompute", "all-reduce", "tensor", recomputed * a_bytes[i], tp_r[i]))
     # Forward: gather of unit i prefetched during compute of unit i-1; the first is exposed.
     fwd_fsdp = ag[0] + float(np.maximum(0.0, ag[1:] - cf[:-1]).sum()) if n else 0.0

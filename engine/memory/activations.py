@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..model.compute import SAVED_OPS_BY_REMAT
 from ..model.models import ModelCost
 from .layout import feature_map_padding
 from ..units import BYTES_PER_ELEMENT
@@ -78,6 +79,12 @@ def layer_residual_bytes_per_token(model, precision: str, remat: str) -> float:
       layer's input: four ``d``-wide tensors (two with a parallel block), Q, K, V, the attention
       output, the MLP's pre-activation(s) and activation.
     - ``full``: the layer's input, ``e d``.
+    - the named saves (MaxText's ``save_only_these_names`` policies, :data:`engine.model.compute.SAVED_OPS_BY_REMAT`):
+      the layer's input and what each keeps that the backward reads: Q, K and V (``e (h + 2 kv) q``) and, from
+      ``save_dot_except_mlp`` on, the attention's output projection (``e d``), from which with the layer's input
+      the residual between the blocks is recomputed without a matmul. A parallel block's projection and the MLP's
+      projection back to ``d`` (``mlpwo``) only add into the residual stream, whose gradient needs no value: JAX
+      saves nothing of them.
 
     The layer's weights, cast to the compute dtype, are saved too: :func:`hbm_plan` counts them
     once for every layer (XLA hoists the cast of the stacked weights out of the loop under remat).
@@ -90,6 +97,10 @@ def layer_residual_bytes_per_token(model, precision: str, remat: str) -> float:
     parallel = getattr(model, "parallel_block", False)
     if remat == "full":
         return e * d
+    if remat in SAVED_OPS_BY_REMAT:
+        kept = SAVED_OPS_BY_REMAT[remat]
+        out_proj = "layer.out" in kept and not parallel
+        return e * (d + (h + 2 * kv) * q * ("layer.qkv" in kept) + d * out_proj)
     if remat == "minimal":
         return e * ((h + 2 * kv) * q + f * (2 if swiglu else 1) + 2 * d)
     if remat == "selective":

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..model.compute import recomputes_layer
 from ..model.models import ModelCost, layer_units
 from ..trace import TABLES
 from .activations import resnet_stem_output_bytes, transformer_layer_activation_bytes, unit_activations
@@ -488,12 +489,12 @@ def hbm_plan(
         # is reduced, so a gradient lives from its matmul to its update, unsharded in the compute dtype: this
         # unit's and the one reduced just before. Under FSDP XLA's CSE merges a weight's forward and backward
         # all-gathers, so each gathered weight lives from its forward to its backward use (not under full
-        # remat: the checkpointed layer gathers again when it is recomputed).
+        # remat or a named save: the checkpointed layer gathers again when it is recomputed).
         unit_grad_b = p_tensor * BYTES_PER_ELEMENT[precision] * devices_per_chip
         live_grad_b = unit_grad_b + np.r_[unit_grad_b[1:], 0.0]
         # Where that would pass the HBM a program may use, XLA's rematerialization (HloRematerialization,
         # given the memory limit) gathers again instead, down to the two tensors in flight.
-        kept = gathered and remat != "full"
+        kept = gathered and not recomputes_layer(remat)
         held_w_b = np.cumsum(p_tensor * copy_bytes * devices_per_chip) if kept else np.full(n, weights_tmp)
         arr[1 : n + 1, 4] = held_w_b + ring_fwd_b
         arr[n + 1, 4] = held_w_b[-1] + loss_b

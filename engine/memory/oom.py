@@ -8,6 +8,9 @@ from typing import Any
 from ..units import GIB_BYTES
 from .hbm import MemoryPlan
 
+#: MaxText's named saves (engine/model/compute.py SAVED_OPS_BY_REMAT), from the one that keeps the most per layer
+NAMED_SAVES_BY_SIZE = ("save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj")
+
 __all__ = ["oom_detail"]
 
 
@@ -40,9 +43,13 @@ def oom_detail(
         return f"peak {_gib(p.peak_bytes)}, " + ("fits" if not p.oom else f"still {_gib(p.over_bytes)} over")
 
     suggestions: list[str] = []
-    for policy in ("selective", "minimal", "full"):
-        if policy != remat and remat != "full" and not (remat == "minimal" and policy == "selective"):
-            suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
+    if remat in NAMED_SAVES_BY_SIZE:  # a dense transformer: the named saves that keep less, then full
+        lighter = NAMED_SAVES_BY_SIZE[NAMED_SAVES_BY_SIZE.index(remat) + 1 :] + ("full",)
+    else:
+        lighter = tuple(p for p in ("selective", "minimal", "full")
+                        if p != remat and remat != "full" and not (remat == "minimal" and p == "selective"))  # fmt: skip
+    for policy in lighter:
+        suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
     if data % 2 == 0:
         more = replan(fsdp=fsdp * 2)
         suggestions.append(f"parallelism.fsdp = {fsdp * 2} (shard model states over 2x more chips): {verdict(more)}")

@@ -20,11 +20,29 @@ from ..scenario.calibration import Calibration
 from ..units import BYTES_PER_ELEMENT
 from .models import ModelCost
 
-__all__ = ["ComputeCost", "grouped_matmul_rows", "kernel_tiled", "pad_to_mxu", "roofline_terms_s", "step_compute"]
+__all__ = ["SAVED_OPS_BY_REMAT", "ComputeCost", "grouped_matmul_rows", "kernel_tiled", "pad_to_mxu", "recomputes_layer",
+           "roofline_terms_s", "step_compute"]
+
+#: MaxText's remat policies that keep named projections of each checkpointed layer and recompute the rest of it
+#: (MaxText layers/decoders.py ``get_remat_policy``: ``jax.checkpoint_policies.save_only_these_names`` over
+#: ``query_proj``, ``key_proj``, ``value_proj``, then ``out_proj``, then ``mlpwo``): the engine's ops whose outputs
+#: they keep. They apply to a dense transformer's layers (engine/scenario/validation.py).
+SAVED_OPS_BY_REMAT = {
+    "save_qkv_proj": frozenset({"layer.qkv"}),
+    "save_dot_except_mlp": frozenset({"layer.qkv", "layer.out"}),
+    "save_dot_except_mlpwi": frozenset({"layer.qkv", "layer.out", "layer.mlp_out"}),
+}
 
 #: forward passes executed per training step by remat policy (forward + backward = 1 + 2);
-#: "selective" and "minimal" recompute the attention core, so its ops run 4 passes and the rest 3
-PASSES_BY_REMAT = {"none": 3.0, "full": 4.0, "selective": 3.0, "minimal": 3.0}
+#: "selective" and "minimal" recompute the attention core, so its ops run 4 passes and the rest 3; the named saves
+#: rerun the layer as "full" does, but for the ops they keep (:func:`passes_per_op`)
+PASSES_BY_REMAT = {"none": 3.0, "full": 4.0, "selective": 3.0, "minimal": 3.0} | {name: 4.0 for name in SAVED_OPS_BY_REMAT}
+
+
+def recomputes_layer(remat: str) -> bool:
+    """Whether the policy reruns a checkpointed layer's forward in its backward, all of it but what it keeps:
+    ``full`` and the named saves (:data:`SAVED_OPS_BY_REMAT`)."""
+    return remat == "full" or remat in SAVED_OPS_BY_REMAT
 
 
 def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = False) -> np.ndarray:
@@ -52,6 +70,11 @@ def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = 
     a full-remat layer recomputes 0.767 of its forward FLOPs where the forward without the
     down-projection is 0.765, and a parallel block 0.708 where without both projections it is 0.706.
 
+    The named saves (:data:`SAVED_OPS_BY_REMAT`, MaxText's ``save_qkv_proj``, ``save_dot_except_mlp`` and
+    ``save_dot_except_mlpwi``) rerun the layer as ``full`` does but for the ops whose outputs they keep, which run 3
+    passes: the attention core still reruns (its backward reads the probabilities, or the flash kernel's statistics,
+    neither kept), and so do the MLP's input projections.
+
     An op whose ``m x k`` operand takes no gradient (``GemmOps.no_input_grad``: dense dispatch's one-hot mask) runs
     one backward GEMM, one pass fewer.
 
@@ -64,6 +87,11 @@ def passes_per_op(ops, remat: str, flash: bool = False, stage_recompute: bool = 
     if stage_recompute and remat in ("full", "minimal"):
         passes = passes_per_op(ops, "full", flash)
         return passes + np.array([name.startswith("layer.") for name in ops.names], dtype=np.float64)
+    if remat in SAVED_OPS_BY_REMAT:
+        passes = passes_per_op(ops, "full", flash)
+        kept = np.array([name in SAVED_OPS_BY_REMAT[remat] for name in ops.names], dtype=bool)
+        passes[kept] = np.minimum(passes[kept], PASSES_BY_REMAT["none"])
+        return passes
     attn = np.asarray(ops.is_attention, dtype=bool)
     passes = np.full(len(ops.names), PASSES_BY_REMAT[remat])
     if remat == "full" and ops.residual_out is not None:

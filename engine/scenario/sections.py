@@ -50,7 +50,9 @@ class TrainingSection(Section):
     steps: PositiveInt
     precision: Literal["bf16", "int8", "fp32", "fp8"] = "bf16"  # fp8: only on chips whose catalog entry has an fp8 peak
     optimizer: Literal["sgd", "momentum", "adam", "adafactor"] = "adam"
-    remat: Literal["none", "full", "selective", "minimal"] = "none"
+    # "save_qkv_proj", "save_dot_except_mlp", "save_dot_except_mlpwi": MaxText's policies that keep named projections of
+    # each dense transformer layer and recompute the rest of it (engine/model/compute.py SAVED_OPS_BY_REMAT)
+    remat: Literal["none", "full", "selective", "minimal", "save_qkv_proj", "save_dot_except_mlp", "save_dot_except_mlpwi"] = "none"
     # with parallelism.pipeline > 1: pipeline microbatches; otherwise gradient accumulation steps
     microbatches: PositiveInt = 1
     # dtype of the optimizer's moments (Adam m and v, momentum), whatever the weights' dtype.

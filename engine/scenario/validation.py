@@ -149,6 +149,17 @@ def semantic_problems(s: Scenario) -> list[tuple[str, str]]:
         divisors = [e for e in range(1, experts + 1) if experts % e == 0 and n % e == 0]
         problems.append(("parallelism.expert", f"{p.expert} does not divide the model's {experts} experts; valid: a divisor "
                          f"of {experts} that also divides the slice's {n} chips: {', '.join(map(str, divisors))}"))
+    if s.training.remat.startswith("save_"):
+        why = None
+        if s.model.kind != "transformer":
+            why = f"the {s.model.kind} model has no named projections"
+        elif experts:
+            why = "a mixture-of-experts layer names its experts' projections too, which Podscope does not count"
+        elif p.pipeline > 1:
+            why = "MaxText's pipeline loop saves what its iterations' policy keeps, which Podscope does not count"
+        if why:
+            problems.append(("training.remat", f"{s.training.remat!r} keeps named projections of a dense transformer's "
+                             f"layers; {why}; valid here: none, full, selective or minimal"))  # fmt: skip
     layers = getattr(s.model, "layers", None)
     if p.pipeline > 1:
         v = p.virtual_stages
