@@ -637,6 +637,10 @@ def test_out_of_memory_under_a_named_save_suggests_the_saves_that_keep_less_then
     assert remats == ["save_qkv_proj", "full"]
     peaks = [float(s.split("peak ")[1].split(" GiB")[0]) for s in suggestions if s.startswith("training.remat")]
     assert peaks[0] > peaks[1] and r.facts.peak_hbm_bytes / GIB > peaks[0]  # each keeps less than the one before
+    # save_dot_except_mlpwi keeps what save_dot_except_mlp does: that policy is no suggestion from it
+    r = simulate(scenario_from_dict(_gpt3("2x2x4", 16, 64, remat="save_dot_except_mlpwi")))
+    remats = [s.split("'")[1] for s in r.facts.extra["oom_detail"]["suggestions"] if s.startswith("training.remat")]
+    assert remats == ["save_qkv_proj", "full"]
 
 
 def test_every_named_save_is_a_scenario_value_and_ranked_for_the_out_of_memory_advice():

@@ -43,13 +43,17 @@ def oom_detail(
         return f"peak {_gib(p.peak_bytes)}, " + ("fits" if not p.oom else f"still {_gib(p.over_bytes)} over")
 
     suggestions: list[str] = []
-    if remat in NAMED_SAVES_BY_SIZE:  # a dense transformer: the named saves that keep less, then full
-        lighter = NAMED_SAVES_BY_SIZE[NAMED_SAVES_BY_SIZE.index(remat) + 1 :] + ("full",)
+    if remat in NAMED_SAVES_BY_SIZE:
+        # a dense transformer: the named saves that keep less (save_dot_except_mlpwi keeps what save_dot_except_mlp
+        # does: a suggestion with the same peak is left out), then full
+        for policy in NAMED_SAVES_BY_SIZE[NAMED_SAVES_BY_SIZE.index(remat) + 1 :] + ("full",):
+            lighter = replan(remat=policy)
+            if lighter.peak_bytes < plan.peak_bytes:
+                suggestions.append(f"training.remat = '{policy}': {verdict(lighter)}")
     else:
-        lighter = tuple(p for p in ("selective", "minimal", "full")
-                        if p != remat and remat != "full" and not (remat == "minimal" and p == "selective"))  # fmt: skip
-    for policy in lighter:
-        suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
+        for policy in ("selective", "minimal", "full"):
+            if policy != remat and remat != "full" and not (remat == "minimal" and policy == "selective"):
+                suggestions.append(f"training.remat = '{policy}': {verdict(replan(remat=policy))}")
     if data % 2 == 0:
         more = replan(fsdp=fsdp * 2)
         suggestions.append(f"parallelism.fsdp = {fsdp * 2} (shard model states over 2x more chips): {verdict(more)}")
