@@ -161,10 +161,15 @@ class TestMapping:
         full["inputs"]["remat_policy"] = "full"
         (case,), _ = reference.map_entries([full])
         assert case.scenarios[0]["training"]["remat"] == "full"
+        named = copy.deepcopy(MAXTEXT_ENTRY)
+        named["inputs"]["remat_policy"] = "save_qkv_proj"
+        (case,), _ = reference.map_entries([named])
+        assert case.scenarios[0]["training"]["remat"] == "save_qkv_proj"
+        # host offload is not modelled: the entry is skipped, naming the policies that map
         odd = copy.deepcopy(MAXTEXT_ENTRY)
-        odd["inputs"]["remat_policy"] = "save_qkv_proj"
+        odd["inputs"]["remat_policy"] = "qkv_proj_offloaded"
         cases, (skip,) = reference.map_entries([odd])
-        assert cases == [] and "save_qkv_proj" in skip.reason and "minimal" in skip.reason
+        assert cases == [] and "qkv_proj_offloaded" in skip.reason and "save_dot_except_mlp" in skip.reason
 
     def test_palm_runs_its_parallel_layers(self):
         cases, _ = reference.map_entries(reference.load_reference())
