@@ -428,3 +428,12 @@ def test_the_cycles_past_the_hbm_bandwidth_are_what_each_op_without_a_dot_takes_
     assert cycles_beyond_hbm(module, 2_000.0) == pytest.approx(900.0 + 3 * 200.0)
     with pytest.raises(ValueError, match="positive"):
         cycles_beyond_hbm(module, 0.0)
+
+
+def test_the_named_saves_are_xlas_verdicts_and_flop_counts():
+    """MaxText's named-save remat policies on the wide flash model: every verdict is XLA's, and where XLA does not
+    recompute to fit (its FLOPs within 1% of the program's own) Podscope's FLOPs are XLA's within 0.5%."""
+    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid()) if "-save_" in r["id"]]
+    assert len(rows) == 45 and all(r["verdicts_agree"] for r in rows)
+    unrecomputed = [r for r in rows if r["flops_diff_pct"] is not None and abs(r["flops_diff_pct"]) < 1.0]
+    assert len(unrecomputed) >= 15 and all(abs(r["flops_diff_pct"]) < 0.5 for r in unrecomputed)
