@@ -102,13 +102,15 @@ def test_every_objective_has_a_label_for_the_form():
 
 
 def test_checking_a_point_with_the_tpu_compiler_gives_xlas_peak_beside_podscopes(page_db, live):
-    """A point of the 1B model on a v5p 2x2x1 slice, compiled for it by XLA: its peak per chip beside Podscope's."""
+    """A point of the bundled Keras MLP on a v5e 2x2 slice, compiled for it by XLA: its peak per chip beside
+    Podscope's (a model this small compiles in seconds; the compiler grid checks the larger ones)."""
     at = _plan_page()
-    next(m for m in at.multiselect if m.label == "Slice shapes").set_value(["2x2x1"])
+    at = _ok(at.selectbox(key="plan_base_file").set_value("keras-mlp-v5e-8").run())
+    next(m for m in at.multiselect if m.label == "Slice shapes").set_value(["2x2"])
     next(m for m in at.multiselect if m.label == "Remat").set_value(["full"])
     at = _ok(at.button[0].click().run())
     result, _ = at.session_state["plan_result"]
-    fsdp4 = next(p.index for p in result.points if p.feasible and p.mesh == {"data": 1, "fsdp": 4, "tensor": 1, "context": 1})
+    fsdp4 = next(p.index for p in result.points if p.feasible and p.mesh.get("fsdp") == 4)
     at = _ok(at.selectbox(key="plan_pick").set_value(fsdp4).run())
     at = _ok(at.button(key="plan_xla").click().run(timeout=300))
     text = at.success[0].value

@@ -368,19 +368,21 @@ def test_xla_check_compiles_an_mlp_scenario_and_its_weights_are_the_arguments(li
 
 
 def test_xla_check_compiles_a_resnet_scenario_with_pooled_batch_norm(live, tmp_path):
-    """ResNet-50 on 4 v4 chips (4 megacore devices) at 8 images per chip, batch norm pooled over 2 chips: the
-    replicated weights and momentum are donated, and the FLOPs are Podscope's convolutions within a few percent (XLA
-    counts only the taps of a "SAME" window that fall inside the image)."""
+    """ResNet-50 on 4 v4 chips (4 megacore devices) at 8 images of 64 x 64 per chip, batch norm pooled over 2 chips:
+    the replicated weights and momentum are donated, and the FLOPs are Podscope's convolutions less the taps of a
+    "SAME" window that fall outside the image, which XLA does not count. At 64 pixels the last stage's maps are 2 x 2,
+    where 5 of a 3 x 3 window's 9 taps fall outside, so Podscope counts 5-12% more; at 224 pixels the compiler grid's
+    ResNet programs hold it within 3% (a compile of 224-pixel ResNet takes minutes on a CPU)."""
     toml, out = _xla_check_json(
         tmp_path / "resnet.toml",
         'name = "resnet"\n[pod]\nchip = "tpu-v4"\ntopology = "2x2x1"\n[model]\nkind = "resnet50"\nbatch_norm_group = 2\n'
-        '[training]\nglobal_batch = 32\nsteps = 2\noptimizer = "momentum"\n[parallelism]\ndata = 4\n',
+        'image_size = 64\n[training]\nglobal_batch = 32\nsteps = 2\noptimizer = "momentum"\n[parallelism]\ndata = 4\n',
     )
     assert out["xla_compile"]["mesh"] == {"data": 2, "bn": 2} and out["xla_compile"]["devices_per_chip"] == 1
     assert not out["xla"]["oom"] and out["verdicts_agree"]
     n = xla_reference.program_params(load_scenario(toml))
     assert out["xla_compile"]["memory"]["alias_bytes"] >= 8 * n  # fp32 weights and momentum on every device
-    assert 0 < out["flops_diff_pct"] < 5
+    assert 5 < out["flops_diff_pct"] < 12
     assert out["xla_compile"]["estimated_cycles_per_device"] > 0
 
 
