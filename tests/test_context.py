@@ -70,7 +70,7 @@ class TestRingSends:
         hop = block / W + 1e-6  # 42.94 us
         grad_hop = 2 * block / W + 1e-6  # K, V, dK, dV: 84.89 us
         # attention core: 20 us per block forward, 40 us per block backward (4 blocks, 2 layers)
-        r = plan_ring_attention(LONG, RING4, micro_batch=1, precision="bf16", tensor=1, remat="none",
+        r = plan_ring_attention(LONG, RING4, micro_batch=1, precision="bf16", tensor=1, forward_passes=1,
                                 attention_forward_s=2 * 4 * 20e-6, attention_fwd_bwd_s=2 * 4 * 60e-6,
                                 link_bytes_per_s=W, hop_latency_s=1e-6)  # fmt: skip
         assert r.hop_s == pytest.approx(hop)
@@ -83,7 +83,7 @@ class TestRingSends:
         assert set(rows.op) == {"collective-permute"} and set(rows.mesh_axis) == {"context"} and len(rows) == 2 * 2
 
     def test_ample_compute_hides_every_send_but_the_last_gradient_hop(self):
-        r = plan_ring_attention(LONG, RING4, micro_batch=1, precision="bf16", tensor=1, remat="none",
+        r = plan_ring_attention(LONG, RING4, micro_batch=1, precision="bf16", tensor=1, forward_passes=1,
                                 attention_forward_s=1.0, attention_fwd_bwd_s=3.0, link_bytes_per_s=W, hop_latency_s=0.0)  # fmt: skip
         assert r.forward_exposed_s == 0.0
         assert r.backward_exposed_s == pytest.approx(2 * r.hop_s)
@@ -91,10 +91,39 @@ class TestRingSends:
     def test_full_remat_passes_the_ring_again(self):
         kw = dict(micro_batch=1, precision="bf16", tensor=1, attention_forward_s=0.0, attention_fwd_bwd_s=0.0,
                   link_bytes_per_s=W, hop_latency_s=0.0)  # fmt: skip
-        none = plan_ring_attention(LONG, RING4, remat="none", **kw)
-        full = plan_ring_attention(LONG, RING4, remat="full", **kw)
+        none = plan_ring_attention(LONG, RING4, forward_passes=1, **kw)
+        full = plan_ring_attention(LONG, RING4, forward_passes=2, **kw)
         assert full.backward_exposed_s == pytest.approx(none.backward_exposed_s + none.forward_exposed_s)
-        assert "recompute" in set(full.per_layer.to_pandas().phase)
+        assert full.bytes_sent == pytest.approx(none.bytes_sent + 2 * 3 * none.block_bytes)  # 3 more sends a layer
+        assert list(full.per_layer.to_pandas().phase[:3]) == ["forward", "backward", "recompute"]
+        twice = plan_ring_attention(LONG, RING4, forward_passes=3, **kw)  # a rematerialised pipeline stage besides
+        assert twice.bytes_sent == pytest.approx(none.bytes_sent + 2 * 2 * 3 * none.block_bytes)
+
+    @pytest.mark.parametrize(("remat", "flash", "stage_recompute", "passes"), [
+        ("none", False, False, 1), ("none", True, False, 1),
+        ("full", False, False, 2), ("full", True, False, 2),
+        ("minimal", False, False, 2), ("minimal", True, False, 2),
+        ("selective", False, False, 2), ("selective", True, False, 1),  # the flash kernel keeps its output
+        ("save_qkv_proj", True, False, 2), ("save_dot_except_mlp", False, False, 2),
+        ("full", False, True, 3), ("minimal", True, True, 3),  # MaxText's gpipe loop reruns a stage, then its layers
+    ])  # fmt: skip
+    def test_the_ring_passes_again_for_every_rerun_of_the_attention_output(self, remat, flash, stage_recompute, passes):
+        chip = load_catalog()["tpu-v5p"]
+        comp = step_compute(model_cost(LONG), chip, load_calibration(), 1, "bf16", remat, flash=flash, context=4,
+                            stage_recompute=stage_recompute)  # fmt: skip
+        assert comp.attention_forward_passes == passes
+
+    @pytest.mark.parametrize("remat", ["minimal", "save_qkv_proj"])
+    def test_a_run_that_reruns_the_attention_core_sends_full_remats_ring(self, remat):
+        def ring(remat, attention="standard"):
+            d = _llm(context=2)
+            d["training"]["remat"] = remat
+            d["model"]["attention"] = attention
+            return step_costs(scenario_from_dict(d), load_calibration()).ring
+
+        assert ring(remat).bytes_sent == pytest.approx(ring("full").bytes_sent)
+        assert ring("full").bytes_sent > ring("none").bytes_sent
+        assert ring("selective", "flash").bytes_sent == pytest.approx(ring("none", "flash").bytes_sent)
 
     def test_the_run_charges_the_ring_to_its_collectives(self):
         s = scenario_from_dict(_llm(context=2))

@@ -235,7 +235,7 @@ def step_costs(
     ring = None
     if cp > 1:
         ring = plan_ring_attention(model, mesh["context"], micro_batch=b_mb, precision=tr.precision, tensor=par.tensor,
-                                   remat=tr.remat, attention_forward_s=comp.attention_forward_s,
+                                   forward_passes=comp.attention_forward_passes, attention_forward_s=comp.attention_forward_s,
                                    attention_fwd_bwd_s=comp.attention_fwd_bwd_s, tables=tables,
                                    link_bytes_per_s=chip.ici_link_bytes_per_s * cal.ici_efficiency,
                                    hop_latency_s=cal.ici_hop_latency_s)  # fmt: skip

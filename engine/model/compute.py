@@ -168,6 +168,11 @@ class ComputeCost:
     # FLOPs the attention core executes (remat included): under flash attention, the FLOPs of the Pallas
     # kernels, which the compiler's module does not count (a custom call is opaque to XLA)
     attention_hardware_flops: float = 0.0
+    # how many times a step runs the attention core's forward to its output (``P V``): 1, and once more for each time the
+    # backward reruns it (a recomputing remat policy, a rematerialised pipeline stage; not the flash kernel's backward,
+    # which recomputes the scores block by block from the saved statistics but keeps the output): the passes of the
+    # ring's K/V blocks before its backward (engine/model/context.py)
+    attention_forward_passes: float = 1.0
     # the routed-expert GEMMs' executed work (whole MXU edges, whole grouped-matmul tiles) over their FLOPs
     expert_work_over_flops: float = 1.0
 
@@ -285,6 +290,9 @@ def step_compute(
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
     ex, attn = ops.is_expert, ops.is_attention
+    # the second op of each attention pair (P V): its passes are one forward, two backward, and its reruns
+    values = attn & np.concatenate([[False], attn[:-1]])
+    attention_forward_passes = float(passes[values].max()) - 2.0 if values.any() else 1.0
     useful = np.where(ops.is_routing, 0.0, flops_useful)  # the MoE routing einsums move tokens: not model FLOPs
     flops_executed = flops_useful * ops.executed_rows_factor if ops.executed_rows_factor is not None else flops_useful
     expert_flops = float(flops_useful[ex].sum())
@@ -295,6 +303,7 @@ def step_compute(
         attention_forward_s=float(per_pass[attn].sum()),
         attention_fwd_bwd_s=float((per_pass * passes)[attn].sum()),
         attention_hardware_flops=float((flops_useful * passes)[attn].sum()),
+        attention_forward_passes=attention_forward_passes,
         fwd_bwd_s=total,
         model_flops=float(useful.sum()) * 3.0,
         hardware_flops=float((flops_executed * passes).sum()),

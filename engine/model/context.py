@@ -15,7 +15,13 @@ parallelism over its ``context`` mesh axis):
 * **backward**: the K/V blocks go round again with their gradient accumulators dK, dV
   (twice the bytes per send, ``N - 1`` sends, each beside one block's backward attention
   compute), and a last send returns the finished dK, dV to their owner: that one is
-  exposed. Under ``remat = "full"`` the recomputed forward passes the ring once more.
+  exposed. A remat policy that reruns the attention core's forward to its output ``O = P V`` in
+  the backward (``full``, ``minimal``, the named saves, ``selective`` without the flash kernel; a
+  rematerialised pipeline stage once more) passes the ring again for each rerun, before the
+  backward's: ``O`` needs every K/V block, and the output projection's weight gradient and the
+  attention backward's ``rowsum(dO * O)`` read it (Dao et al. 2022, "FlashAttention", Algorithm 4).
+  The flash kernel's own backward recomputes only the scores, block by block as the K/V blocks
+  pass in the backward ring (``ComputeCost.attention_forward_passes``, engine/model/compute.py).
 
 A send goes to the chip's ring neighbour over the torus axes the context axis maps to
 (:func:`engine.comm.collectives.p2p_time_s`): one link on a whole wraparound ring or a
@@ -60,7 +66,7 @@ class RingAttention:
     block_bytes: float  # this chip's K and V block of one layer
     hop_s: float  # one forward send of the K/V block to the next chip
     forward_exposed_s: float  # all layers, forward pass
-    backward_exposed_s: float  # all layers, backward pass (and a full-remat recompute)
+    backward_exposed_s: float  # all layers, backward pass (and the recomputes' forward passes)
     bytes_sent: float  # per chip, forward + backward, all layers
     send_s: float  # every send's time, hidden or not
     buffer_bytes: tuple[float, float]  # blocks in flight during the forward and the backward pass
@@ -99,7 +105,7 @@ def plan_ring_attention(
     micro_batch: float,
     precision: str,
     tensor: int,
-    remat: str,
+    forward_passes: float,
     attention_forward_s: float,
     attention_fwd_bwd_s: float,
     link_bytes_per_s: float,
@@ -116,6 +122,9 @@ def plan_ring_attention(
         The ``context`` mesh axis (its size is the ring's length ``N``).
     micro_batch
         Samples per chip in the pass.
+    forward_passes
+        Times the step runs the attention core's forward to its output: 1, plus the backward's reruns
+        (``ComputeCost.attention_forward_passes``).
     attention_forward_s, attention_fwd_bwd_s
         The chip's attention-core compute of the pass, all layers (forward; forward + backward
         with recomputation), from :func:`engine.model.compute.step_compute` at ``context = N``.
@@ -127,20 +136,18 @@ def plan_ring_attention(
     hop = ring_hop_s(block, axis, link_bytes_per_s, hop_latency_s)
     grad_hop = ring_hop_s(2.0 * block, axis, link_bytes_per_s, hop_latency_s)  # K, V, dK, dV
     home_hop = hop  # dK, dV back to their owner
-    recompute = remat == "full"
+    reruns = max(int(round(forward_passes)) - 1, 0)
     fwd_block_s = attention_forward_s / layers / n
-    bwd_core_s = attention_fwd_bwd_s - attention_forward_s * (2.0 if recompute else 1.0)
+    bwd_core_s = attention_fwd_bwd_s - attention_forward_s * (1 + reruns)
     bwd_block_s = max(bwd_core_s, 0.0) / layers / n
     fwd_layer = (n - 1) * max(0.0, hop - fwd_block_s)
-    bwd_layer = (n - 1) * max(0.0, grad_hop - bwd_block_s) + home_hop + (fwd_layer if recompute else 0.0)
-    passes_fwd = 2 if recompute else 1
-    bytes_layer = passes_fwd * (n - 1) * block + (n - 1) * 2.0 * block + block
-    send_layer = passes_fwd * (n - 1) * hop + (n - 1) * grad_hop + home_hop
+    bwd_layer = (n - 1) * max(0.0, grad_hop - bwd_block_s) + home_hop + reruns * fwd_layer
+    bytes_layer = (1 + reruns) * (n - 1) * block + (n - 1) * 2.0 * block + block
+    send_layer = (1 + reruns) * (n - 1) * hop + (n - 1) * grad_hop + home_hop
     table = LAYER_COLLECTIVES.empty()
     if tables:
         rows = [("forward", (n - 1) * block, (n - 1) * hop), ("backward", (n - 1) * 2.0 * block + block, (n - 1) * grad_hop + home_hop)]
-        if recompute:
-            rows.append(("recompute", (n - 1) * block, (n - 1) * hop))
+        rows += [("recompute", (n - 1) * block, (n - 1) * hop)] * reruns
         table = LAYER_COLLECTIVES.table(
             {
                 "unit": pa.array([i + 1 for i in range(layers) for _ in rows], pa.int32()),
