@@ -179,12 +179,31 @@ def test_an_mlp_over_eight_fsdp_devices_without_remat_holds_every_input_and_outp
     and within 7% where its rematerialization recomputes hidden inputs (more FLOPs than the program's own)."""
     rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid())
             if any(r["id"].startswith(f"{chip}-{topo}-mlp-narrow-none-fsdp-") for chip, topo in WIDE_FSDP_SLICES.items())
-            and r["hbm_diff_pct"] is not None]  # fmt: skip
+            and r["hbm_diff_pct"] is not None and not r["podscope"]["oom"]]  # fmt: skip
     own = max(r["flops_diff_pct"] for r in rows)
     as_written = [r for r in rows if r["flops_diff_pct"] >= own - 1.0]
     assert len(as_written) >= 2 and len(rows) > len(as_written)
     for r in rows:
         assert abs(r["hbm_diff_pct"]) <= (6.0 if r in as_written else 7.0), (r["id"], r["hbm_diff_pct"])
+
+
+#: the slices of 8 FSDP devices: 8-chip v5e, v5p and v6e slices, and TPU7x's 4 chips (a device per TensorCore)
+EIGHT_FSDP_DEVICES = {**WIDE_FSDP_SLICES, "tpu7x": "2x2x1"}
+
+
+def test_past_the_limit_xla_recomputes_more_of_an_fsdp_mlp_than_podscope_counts_on():
+    """The narrow MLP without remat over FSDP of 8 devices at the batches Podscope puts at 110% of the usable HBM,
+    counting on XLA's rematerialization: XLA compiles every one, at 88-96% of the usable HBM, with 7-11% more FLOPs
+    than the step's own (docs/validation.md). Podscope's out-of-memory verdict there is the conservative error."""
+    rows = [r for r in xla_grid.grid_rows(xla_grid.load_grid())
+            if any(r["id"].startswith(f"{chip}-{topo}-mlp-narrow-none-fsdp-") for chip, topo in EIGHT_FSDP_DEVICES.items())
+            and r["podscope"]["oom"]]  # fmt: skip
+    assert {r["chip"] for r in rows} == set(EIGHT_FSDP_DEVICES)
+    for r in rows:
+        usable = r["podscope"]["usable_hbm_bytes"]
+        assert r["podscope"]["peak_hbm_bytes"] == pytest.approx(1.10 * usable, rel=0.01), r["id"]
+        assert not r["xla"]["oom"] and 0.87 < r["xla_hbm_bytes"] / usable < 0.96, r["id"]
+        assert -11.0 < r["flops_diff_pct"] < -7.0, r["id"]
 
 
 def test_a_data_parallel_mlp_without_remat_writes_each_input_gradient_in_place_as_xla_does():
