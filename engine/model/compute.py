@@ -172,7 +172,7 @@ class ComputeCost:
     # backward reruns it (a recomputing remat policy, a rematerialised pipeline stage; not the flash kernel's backward,
     # which recomputes the scores block by block from the saved statistics but keeps the output): the passes of the
     # ring's K/V blocks before its backward (engine/model/context.py)
-    attention_forward_passes: float = 1.0
+    attention_forward_passes: int = 1
     # the routed-expert GEMMs' executed work (whole MXU edges, whole grouped-matmul tiles) over their FLOPs
     expert_work_over_flops: float = 1.0
 
@@ -250,14 +250,14 @@ def step_compute(
     in_elems = b * ops.in_elems_per_repeat * count / context
     out_elems = m_rows * n_shard * count
     elementwise_elems = b * ops.elementwise_elems_total / tensor / context
+    attn = ops.is_attention
+    values = attn & np.concatenate([[False], attn[:-1]])  # the second op of each attention pair: P V
     if flash:
         # Flash attention (Dao et al. 2022; Pallas splash attention on TPU) tiles the attention core
         # in on-chip memory: the seq x seq scores, their softmax and the probabilities (one attention
         # op's output and the next one's input) never reach HBM; only Q, K, V and the output do.
-        attn = ops.is_attention
-        prev_attn = np.concatenate([[False], attn[:-1]])
         next_attn = np.concatenate([attn[1:], [False]])
-        in_elems = np.where(attn & prev_attn, 0.0, in_elems)
+        in_elems = np.where(values, 0.0, in_elems)
         out_elems = np.where(attn & next_attn, 0.0, out_elems)
         elementwise_elems = np.where(attn, 0.0, elementwise_elems)
     # The elementwise passes after an op (batch-norm statistics, normalise, activation) re-read the
@@ -289,10 +289,9 @@ def step_compute(
     matmul_s = float((t_flops * passes)[flop_bound].sum())  # the MXU-bound kernels; their own fusions are memory_s
     fwd = float(per_pass.sum()) + float(ops.launches.sum()) * cal.op_overhead_s
     total = float((per_pass * passes).sum()) + overhead
-    ex, attn = ops.is_expert, ops.is_attention
-    # the second op of each attention pair (P V): its passes are one forward, two backward, and its reruns
-    values = attn & np.concatenate([[False], attn[:-1]])
-    attention_forward_passes = float(passes[values].max()) - 2.0 if values.any() else 1.0
+    ex = ops.is_expert
+    # P V's passes are one forward, two backward, and its reruns
+    attention_forward_passes = int(passes[values].max()) - 2 if values.any() else 1
     useful = np.where(ops.is_routing, 0.0, flops_useful)  # the MoE routing einsums move tokens: not model FLOPs
     flops_executed = flops_useful * ops.executed_rows_factor if ops.executed_rows_factor is not None else flops_useful
     expert_flops = float(flops_useful[ex].sum())

@@ -105,7 +105,7 @@ def plan_ring_attention(
     micro_batch: float,
     precision: str,
     tensor: int,
-    forward_passes: float,
+    forward_passes: int,
     attention_forward_s: float,
     attention_fwd_bwd_s: float,
     link_bytes_per_s: float,
@@ -136,7 +136,7 @@ def plan_ring_attention(
     hop = ring_hop_s(block, axis, link_bytes_per_s, hop_latency_s)
     grad_hop = ring_hop_s(2.0 * block, axis, link_bytes_per_s, hop_latency_s)  # K, V, dK, dV
     home_hop = hop  # dK, dV back to their owner
-    reruns = max(int(round(forward_passes)) - 1, 0)
+    reruns = max(forward_passes - 1, 0)
     fwd_block_s = attention_forward_s / layers / n
     bwd_core_s = attention_fwd_bwd_s - attention_forward_s * (1 + reruns)
     bwd_block_s = max(bwd_core_s, 0.0) / layers / n
