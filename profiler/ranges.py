@@ -32,7 +32,8 @@ its published result lies inside the range around its held-out prediction.
 The HBM peak of a built-in scenario gets a range the same way, from the TPU compiler rather than
 from published runs: over the compiler grid (:mod:`profiler.xla_grid`) each program's ratio is
 ``XLA's peak per chip / Podscope's`` (for a program XLA refused, the HBM its message asks for), grouped
-by family and by whether Podscope's peak reaches :data:`ON_CHIP_PLACEMENT_BYTES` (below it XLA's on-chip
+by family and regime where XLA's choice between two orders moves the peak (:func:`hbm_regime`), else by family
+and by whether Podscope's peak reaches :data:`ON_CHIP_PLACEMENT_BYTES` (below it XLA's on-chip
 placement moves the peak by tens of percent), then by family, then all (:func:`hbm_keys`). ``calibrate``
 writes the rows to ``[fit.hbm_ranges]``; a run's ``peak_hbm_range_bytes`` is its peak times its
 group's row, and ``hbm_verdict`` reads the range against the HBM a step may use
@@ -52,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from engine import scenario_from_dict
+from engine.errors import PodscopeError
 from engine.scenario import Scenario
 from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH
 
@@ -79,6 +82,8 @@ __all__ = [
     "model_family",
     "family_of",
     "hbm_keys",
+    "hbm_regime",
+    "RECOMPUTE_ORDER_REGIME",
     "hbm_verdict",
     "load_hbm_range_table",
     "peak_hbm_range",
@@ -109,7 +114,8 @@ ON_CHIP_PLACEMENT_BYTES = 2**30
 HBM_RULE = (
     "peak HBM per chip x [exp(-q), exp(q)], q = the ceil((n + 1) x 0.8)-th smallest of the n values of "
     "|ln(XLA's peak / Podscope's peak)| (for a program XLA refused: the HBM its message asks for) over the TPU "
-    "compiler grid's programs of the same family and size (Podscope's peak under or over 1 GiB per chip), else "
+    "compiler grid's programs of the same family and regime (an MLP under full remat over 8 to 32 FSDP devices), or "
+    "outside a regime of the same family and size (Podscope's peak under or over 1 GiB per chip), else "
     f"family, else all programs (a group needs >= {MIN_CASES} programs)"
 )
 #: a run's HBM verdict read against its range: the range under the HBM a step may use, across it, over it
@@ -305,9 +311,29 @@ def family_of(scenario: Scenario) -> str:
     return model_family(scenario.model.kind, getattr(scenario.model, "experts", 0), scenario.parallelism.pipeline)
 
 
-def hbm_keys(family: str, peak_bytes: float) -> tuple[str, ...]:
-    """HBM range group keys of a program, most specific first: ``family/large`` or ``family/small`` (Podscope's peak
-    per chip over or under :data:`ON_CHIP_PLACEMENT_BYTES`), ``family``, ``all``."""
+#: the HBM range group of an unrolled MLP under ``full`` remat over the FSDP devices where XLA:TPU writes windowed-einsum
+#: loops (:func:`engine.memory.hbm.windowed_einsum`): there XLA recomputes the checkpointed layers either each before its
+#: own backward, as Podscope counts, or all of them at the backward's start, holding up to twice that count, and which
+#: it does differs by generation (the compiler grid's 8- and 16-device programs, docs/validation.md)
+RECOMPUTE_ORDER_REGIME = "full-windowed"
+
+
+def hbm_regime(scenario: Scenario) -> str | None:
+    """:data:`RECOMPUTE_ORDER_REGIME` for a scenario in it, else None."""
+    from engine.memory.hbm import windowed_einsum
+
+    par, tr = scenario.parallelism, scenario.training
+    if scenario.model.kind != "mlp" or tr.remat != "full" or tr.microbatches > 1 or par.pipeline > 1:
+        return None
+    return RECOMPUTE_ORDER_REGIME if windowed_einsum(par.fsdp, scenario.chip_spec().devices_per_chip, par.fsdp_shard) else None
+
+
+def hbm_keys(family: str, peak_bytes: float, regime: str | None = None) -> tuple[str, ...]:
+    """HBM range group keys of a program, most specific first: ``family/regime`` for a program in a regime
+    (:func:`hbm_regime`), else ``family/large`` or ``family/small`` (Podscope's peak per chip over or under
+    :data:`ON_CHIP_PLACEMENT_BYTES`); then ``family``, ``all``."""
+    if regime:
+        return (f"{family}/{regime}", family, _ALL)
     size = "large" if peak_bytes >= ON_CHIP_PLACEMENT_BYTES else "small"
     return (f"{family}/{size}", family, _ALL)
 
@@ -350,14 +376,19 @@ def peak_hbm_range(
         return None, None, None
     model, par = scenario.get("model") or {}, scenario.get("parallelism") or {}
     family = model_family(str(model.get("kind")), int(model.get("experts") or 0), int(par.get("pipeline") or 1))
-    return family_hbm_range(peak_bytes, usable_bytes, family, table)
+    try:
+        regime = hbm_regime(scenario_from_dict(dict(scenario), source="the run's scenario"))
+    except PodscopeError:  # a stored scenario this catalog no longer reads: the family's range
+        regime = None
+    return family_hbm_range(peak_bytes, usable_bytes, family, table, regime)
 
 
 def family_hbm_range(
     peak_bytes: float, usable_bytes: float | None, family: str, table: Mapping[str, Mapping[str, Any]] | None = None,
+    regime: str | None = None,
 ) -> tuple[list[float] | None, dict[str, Any] | None, str | None]:  # fmt: skip
-    """:func:`peak_hbm_range` of a program of a known family (:func:`model_family`)."""
-    found = lookup(load_hbm_range_table() if table is None else table, hbm_keys(family, peak_bytes))
+    """:func:`peak_hbm_range` of a program of a known family (:func:`model_family`) and regime (:func:`hbm_regime`)."""
+    found = lookup(load_hbm_range_table() if table is None else table, hbm_keys(family, peak_bytes, regime))
     if found is None:
         return None, None, None
     group, row = found

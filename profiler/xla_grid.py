@@ -69,7 +69,8 @@ def load_grid(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 
 def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = None) -> list[dict[str, Any]]:
-    """One comparison per configuration: id, chip, remat, :func:`profiler.xla_check.compare`'s keys, and
+    """One comparison per configuration: id, chip, family, ``hbm_regime`` (:func:`profiler.ranges.hbm_regime`), remat,
+    :func:`profiler.xla_check.compare`'s keys, and
     the argument-like and temporary-like parts of Podscope's breakdown against XLA's (percent); ``xla_hbm_bytes``:
     XLA's peak per chip, or for a program it refused the HBM its message asks for (None when it says no size)."""
     rows = []
@@ -102,7 +103,8 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
         only = (rec.get("xla_hbm_only") or {}).get("memory")
         only_peak = xla_peak_bytes(only) * rec["xla"]["devices_per_chip"] if only else None
         accumulated = scenario.training.microbatches > 1 and scenario.parallelism.pipeline == 1
-        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "remat": scenario.training.remat,
+        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "hbm_regime": ranges.hbm_regime(scenario),
+                     "remat": scenario.training.remat,
                      "accumulation": accumulated, **cmp, **terms, "hbm_limit_ratio": limit_ratio, "xla_hbm_bytes": xla_bytes,
                      "xla_hbm_only_peak_bytes": only_peak,
                      "hbm_only_diff_pct": None if only_peak is None else 100.0 * (cmp["podscope"]["peak_hbm_bytes"] / only_peak - 1.0)})  # fmt: skip
@@ -113,7 +115,7 @@ def _hbm_range_inputs(rows: list[dict[str, Any]]) -> tuple[dict[str, float], dic
     """Per program with a size from XLA: ``XLA's bytes / Podscope's peak``, its HBM range group keys, its chip."""
     sized = [r for r in rows if r["xla_hbm_bytes"] and r["podscope"]["peak_hbm_bytes"]]
     ratios = {r["id"]: r["xla_hbm_bytes"] / r["podscope"]["peak_hbm_bytes"] for r in sized}
-    keys = {r["id"]: ranges.hbm_keys(r["family"], r["podscope"]["peak_hbm_bytes"]) for r in sized}
+    keys = {r["id"]: ranges.hbm_keys(r["family"], r["podscope"]["peak_hbm_bytes"], r["hbm_regime"]) for r in sized}
     return ratios, keys, {r["id"]: r["chip"] for r in sized}
 
 

@@ -31,6 +31,29 @@ class TestGroupsAndVerdict:
         assert ranges.hbm_keys("moe", GIB) == ("moe/large", "moe", "all")
         assert ranges.hbm_keys("moe", GIB - 1) == ("moe/small", "moe", "all")
 
+    def test_a_program_in_a_regime_is_first_ranged_with_its_regime(self):
+        assert ranges.hbm_keys("mlp", GIB, "full-windowed") == ("mlp/full-windowed", "mlp", "all")  # not with the sizes outside it
+
+    @pytest.mark.parametrize(
+        ("chip", "topology", "changes", "regime"),
+        [("tpu-v5e", "2x4", {}, "full-windowed"),  # 8 FSDP devices
+         ("tpu-v6e", "4x4", {}, "full-windowed"),  # 16
+         ("tpu7x", "2x2x1", {}, "full-windowed"),  # 4 chips, a device per TensorCore: 8
+         ("tpu-v5e", "2x2", {}, None),  # 4: no windowed-einsum loops
+         ("tpu-v5e", "2x4", {"training": {"remat": "none"}}, None),
+         ("tpu-v5e", "2x4", {"parallelism": {"fsdp_shard": "optimizer"}}, None),  # gradients replicated: no loops
+         ("tpu-v5e", "2x4", {"training": {"microbatches": 2}}, None)],
+    )  # fmt: skip
+    def test_the_recompute_order_regime_is_an_mlp_under_full_remat_over_windowed_fsdp(self, chip, topology, changes, regime):
+        from engine import scenario_from_dict
+
+        chips = math.prod(int(n) for n in topology.split("x"))
+        raw = {"name": "r", "pod": {"chip": chip, "topology": topology}, "model": {"kind": "mlp", "layer_sizes": [1024, 1024, 1000]},
+               "training": {"global_batch": 64 * chips, "steps": 2, "remat": "full"}, "parallelism": {"data": 1, "fsdp": chips}}  # fmt: skip
+        for section, values in changes.items():
+            raw[section].update(values)
+        assert ranges.hbm_regime(scenario_from_dict(raw)) == regime
+
     def test_family_of_a_scenario(self):
         assert ranges.model_family("transformer") == "transformer"
         assert ranges.model_family("transformer", experts=8) == "moe"
@@ -65,6 +88,14 @@ class TestGroupsAndVerdict:
         _, basis, _ = ranges.peak_hbm_range(GIB, 10 * GIB, {"model": {"kind": "mlp"}}, written)
         assert basis["group"] == "all"
         assert ranges.peak_hbm_range(GIB, 10 * GIB, None, written) == (None, None, None)  # imported run: no model
+        # an MLP in the recompute-order regime has its own row where the table holds one
+        regime = {"name": "r", "pod": {"chip": "tpu-v5e", "topology": "2x4"}, "model": {"kind": "mlp", "layer_sizes": [1024, 1000]},
+                  "training": {"global_batch": 512, "steps": 2, "remat": "full"}, "parallelism": {"data": 1, "fsdp": 8}}  # fmt: skip
+        with_regime = {**written, "mlp/full-windowed": {"n": 12, "low_factor": 0.6, "high_factor": 1.8}}
+        band, basis, verdict = ranges.peak_hbm_range(5 * GIB, 10 * GIB, regime, with_regime)
+        assert basis["group"] == "mlp/full-windowed" and band[1] == pytest.approx(9 * GIB) and verdict == "fits"
+        assert ranges.peak_hbm_range(6 * GIB, 10 * GIB, regime, with_regime)[2] == "may not fit"
+        assert ranges.peak_hbm_range(5 * GIB, 10 * GIB, regime, written)[1]["group"] == "all"  # no such row: the next key
         assert ranges.peak_hbm_range(GIB, None, moe, written)[2] is None  # no usable HBM: a range, no verdict
 
 
@@ -81,9 +112,21 @@ def test_held_out_ranges_build_one_table_per_fold_as_if_one_per_case():
         assert out[i]["inside"] == (row["low_factor"] <= r <= row["high_factor"])
 
 
-def _row(id_: str, chip: str, podscope: float, xla: float, usable: float = 100.0, refused: bool = False) -> dict:
-    return {"id": id_, "chip": chip, "family": "mlp", "xla_hbm_bytes": xla * GIB, "xla": {"oom": refused},
+def _row(id_: str, chip: str, podscope: float, xla: float, usable: float = 100.0, refused: bool = False,
+         regime: str | None = None) -> dict:  # fmt: skip
+    return {"id": id_, "chip": chip, "family": "mlp", "hbm_regime": regime, "xla_hbm_bytes": xla * GIB, "xla": {"oom": refused},
             "podscope": {"peak_hbm_bytes": podscope * GIB, "usable_hbm_bytes": usable * GIB}}  # fmt: skip
+
+
+def test_programs_in_a_regime_are_a_group_apart_from_the_sizes():
+    """Eight MLPs XLA holds as Podscope counts; eight in the recompute-order regime, half of them at 1.8 times the count:
+    the regime's range spans 1.8, the size group's stays a point, the family's holds all sixteen."""
+    plain = [_row(f"p{i}", "A", 10.0, 10.0) for i in range(8)]
+    windowed = [_row(f"w{i}", "A", 10.0, 10.0 * (1.8 if i % 2 else 1.0), regime="full-windowed") for i in range(8)]
+    table = xla_grid.hbm_range_table(plain + windowed)
+    assert table["mlp/large"] == {"n": 8, "low_factor": 1.0, "high_factor": 1.0}
+    assert table["mlp/full-windowed"]["n"] == 8 and table["mlp/full-windowed"]["high_factor"] == pytest.approx(1.8)
+    assert table["mlp"]["n"] == 16
 
 
 def test_grid_check_ranges_each_chip_generation_from_the_others():

@@ -65,6 +65,7 @@ __all__ = [
     "OPTIMIZER_STATE_BYTES_PER_PARAM",
     "OPTIMIZER_STATE_BYTES_PER_ELEMENT",
     "optimizer_state_bytes_per_param",
+    "windowed_einsum",
     "zero_shards",
 ]
 
@@ -103,6 +104,13 @@ WINDOWED_EINSUM_MIN_FSDP_DEVICES = 8
 #: loops over 32 (16 chips, ``2x2x4``), none over 64 (``2x4x4``). Over 64 v5p devices at 128 sequences per chip
 #: XLA's peak is 23.15 GiB per chip, in a layer's backward; counting the second logits-sized buffer, 35.5 GiB.
 WINDOWED_EINSUM_MAX_FSDP_DEVICES = 32
+
+def windowed_einsum(fsdp: int, devices_per_chip: int = 1, fsdp_shard: str = "all") -> bool:
+    """Whether XLA:TPU writes windowed-einsum loops over the FSDP axis: it shards the gradients (:func:`zero_shards`)
+    over :data:`WINDOWED_EINSUM_MIN_FSDP_DEVICES` to :data:`WINDOWED_EINSUM_MAX_FSDP_DEVICES` devices."""
+    _, grads_sharded = zero_shards(fsdp_shard)
+    return grads_sharded and WINDOWED_EINSUM_MIN_FSDP_DEVICES <= fsdp * devices_per_chip <= WINDOWED_EINSUM_MAX_FSDP_DEVICES
+
 
 #: Fraction of the HBM a program may use that XLA's rematerialization keeps an unrolled program under: libtpu 0.0.42.1's
 #: compile environment (``tpu_comp_env.txt`` of ``XLA_FLAGS=--xla_dump_to=DIR``) sets
@@ -358,7 +366,7 @@ def hbm_plan(
     grads_unit = (p_chip if grads_sharded else p_tensor) * bpp.grads
     saved, recompute, loss_b = unit_activations(cost, model, per_chip_batch, precision, remat, tensor, units, context,
                                                 devices_per_chip)  # fmt: skip
-    windowed = grads_sharded and WINDOWED_EINSUM_MIN_FSDP_DEVICES <= fsdp * devices_per_chip <= WINDOWED_EINSUM_MAX_FSDP_DEVICES
+    windowed = windowed_einsum(fsdp, devices_per_chip, fsdp_shard)
     in_place_b = np.zeros(n)  # input gradients written over the activation they mask (below)
     if cost.kind == "mlp" and remat == "none" and fsdp * expert == 1:
         # Replicated weights, no remat: a layer's backward computes its weight gradient first, then its input
