@@ -68,7 +68,9 @@ def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], Non
 def _hbm_range_factor(scenario: Scenario, peak_bytes: float) -> float:
     """The top of the 80% range of XLA's peak over Podscope's ``peak_bytes`` (:func:`profiler.ranges.family_hbm_range`);
     1 where the calibration file has no range table."""
-    band, _, _ = ranges.family_hbm_range(peak_bytes, None, ranges.family_of(scenario), regime=ranges.hbm_regime(scenario))
+    usable = scenario.chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
+    regime = ranges.hbm_regime(scenario, peak_bytes, usable)
+    band, _, _ = ranges.family_hbm_range(peak_bytes, None, ranges.family_of(scenario), regime=regime)
     return band[1] / peak_bytes if band and peak_bytes else 1.0
 
 
@@ -80,7 +82,7 @@ def hbm_verdict_of(result: PlanResult, candidate: Candidate) -> tuple[list[float
     scenario = scenario_from_dict(result.scenario(candidate), source=result.plan.source)
     usable = scenario.chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
     band, _, verdict = ranges.family_hbm_range(candidate.peak_hbm_bytes, usable, ranges.family_of(scenario),
-                                              regime=ranges.hbm_regime(scenario))
+                                              regime=ranges.hbm_regime(scenario, candidate.peak_hbm_bytes, usable))
     return band, verdict
 
 

@@ -83,6 +83,7 @@ __all__ = [
     "family_of",
     "hbm_keys",
     "hbm_regime",
+    "PAST_TARGET_REGIME",
     "RECOMPUTE_ORDER_REGIME",
     "hbm_verdict",
     "load_hbm_range_table",
@@ -114,7 +115,8 @@ ON_CHIP_PLACEMENT_BYTES = 2**30
 HBM_RULE = (
     "peak HBM per chip x [exp(-q), exp(q)], q = the ceil((n + 1) x 0.8)-th smallest of the n values of "
     "|ln(XLA's peak / Podscope's peak)| (for a program XLA refused: the HBM its message asks for) over the TPU "
-    "compiler grid's programs of the same family and regime (an MLP under full remat over 8 to 32 FSDP devices), or "
+    "compiler grid's programs of the same family and regime (an MLP under full remat over 8 to 32 FSDP devices; a "
+    "transformer with standard attention under a recomputing policy past 95% of the usable HBM), or "
     "outside a regime of the same family and size (Podscope's peak under or over 1 GiB per chip), else "
     f"family, else all programs (a group needs >= {MIN_CASES} programs)"
 )
@@ -316,14 +318,27 @@ def family_of(scenario: Scenario) -> str:
 #: own backward, as Podscope counts, or all of them at the backward's start, holding up to twice that count, and which
 #: it does differs by generation (the compiler grid's 8- and 16-device programs, docs/validation.md)
 RECOMPUTE_ORDER_REGIME = "full-windowed"
+#: the HBM range group of a transformer with standard attention under a policy that recomputes, which Podscope puts past
+#: the rematerialization target (:data:`engine.memory.hbm.REMAT_TARGET_FRACTION` of the usable HBM). Podscope counts the
+#: recomputed layer whole during its MLP's backward. Past the target, XLA's scheduler (given the memory limit) may
+#: recompute the attention after the MLP's backward instead, and the layer's backward then peaks at the attention's
+#: phase (libtpu's live ranges of BERT-Large under `full` on v4: at 399 sequences per chip a d_ff-wide gradient
+#: beside the recomputed scores, at 510 none, 14.5 KB per token less). Whether the program then compiles rests on how
+#: its buffer assignment packs the score-sized buffers (on v5e, 2,048 tokens, 54 sequences per chip: 15.04 GiB live
+#: at the peak, within the 15.48 GiB usable, and refused, its temporaries asking for 16.97 GiB)
+PAST_TARGET_REGIME = "standard-past-target"
 
 
-def hbm_regime(scenario: Scenario) -> str | None:
-    """:data:`RECOMPUTE_ORDER_REGIME` for a scenario in it, else None."""
-    from engine.memory.hbm import windowed_einsum
+def hbm_regime(scenario: Scenario, peak_bytes: float | None = None, usable_bytes: float | None = None) -> str | None:
+    """The HBM range regime of a scenario at Podscope's peak (bytes per chip, against the usable HBM), or None:
+    :data:`RECOMPUTE_ORDER_REGIME`, or :data:`PAST_TARGET_REGIME` (which needs the peak and the usable HBM)."""
+    from engine.memory.hbm import REMAT_TARGET_FRACTION, windowed_einsum
 
-    par, tr = scenario.parallelism, scenario.training
-    if scenario.model.kind != "mlp" or tr.remat != "full" or tr.microbatches > 1 or par.pipeline > 1:
+    m, par, tr = scenario.model, scenario.parallelism, scenario.training
+    if m.kind == "transformer" and tr.remat != "none" and m.attention_kernel == "standard":
+        past = peak_bytes is not None and usable_bytes is not None and peak_bytes > REMAT_TARGET_FRACTION * usable_bytes
+        return PAST_TARGET_REGIME if past else None
+    if m.kind != "mlp" or tr.remat != "full" or tr.microbatches > 1 or par.pipeline > 1:
         return None
     return RECOMPUTE_ORDER_REGIME if windowed_einsum(par.fsdp, scenario.chip_spec().devices_per_chip, par.fsdp_shard) else None
 
@@ -377,7 +392,7 @@ def peak_hbm_range(
     model, par = scenario.get("model") or {}, scenario.get("parallelism") or {}
     family = model_family(str(model.get("kind")), int(model.get("experts") or 0), int(par.get("pipeline") or 1))
     try:
-        regime = hbm_regime(scenario_from_dict(dict(scenario), source="the run's scenario"))
+        regime = hbm_regime(scenario_from_dict(dict(scenario), source="the run's scenario"), peak_bytes, usable_bytes)
     except PodscopeError:  # a stored scenario this catalog no longer reads: the family's range
         regime = None
     return family_hbm_range(peak_bytes, usable_bytes, family, table, regime)

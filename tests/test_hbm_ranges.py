@@ -54,6 +54,27 @@ class TestGroupsAndVerdict:
             raw[section].update(values)
         assert ranges.hbm_regime(scenario_from_dict(raw)) == regime
 
+    @pytest.mark.parametrize(
+        ("changes", "share", "regime"),
+        [({}, 0.96, "standard-past-target"),
+         ({}, 0.94, None),  # under the rematerialization target
+         ({"training": {"remat": "minimal"}}, 0.96, "standard-past-target"),
+         ({"training": {"remat": "none"}}, 0.96, None),  # nothing recomputed
+         ({"model": {"attention": "flash"}}, 0.96, None),
+         ({}, None, None)],  # no peak to read
+    )  # fmt: skip
+    def test_a_recomputed_transformer_with_standard_attention_past_the_target_is_a_regime(self, changes, share, regime):
+        from engine import scenario_from_dict
+
+        raw = {"name": "t", "pod": {"chip": "tpu-v4", "topology": "2x2x1"},
+               "model": {"kind": "transformer", "layers": 2, "d_model": 256, "heads": 4, "d_ff": 1024, "vocab": 4096,
+                         "seq_len": 256, "attention": "standard"},
+               "training": {"global_batch": 16, "steps": 2, "remat": "full"}, "parallelism": {"data": 4}}  # fmt: skip
+        for section, values in changes.items():
+            raw[section].update(values)
+        peak = None if share is None else share * 30 * GIB
+        assert ranges.hbm_regime(scenario_from_dict(raw), peak, 30 * GIB) == regime
+
     def test_family_of_a_scenario(self):
         assert ranges.model_family("transformer") == "transformer"
         assert ranges.model_family("transformer", experts=8) == "moe"
