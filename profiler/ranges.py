@@ -55,6 +55,7 @@ import numpy as np
 
 from engine import scenario_from_dict
 from engine.errors import PodscopeError
+from engine.memory.hbm import REMAT_TARGET_FRACTION, windowed_einsum
 from engine.scenario import Scenario
 from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH
 
@@ -332,8 +333,6 @@ PAST_TARGET_REGIME = "standard-past-target"
 def hbm_regime(scenario: Scenario, peak_bytes: float | None = None, usable_bytes: float | None = None) -> str | None:
     """The HBM range regime of a scenario at Podscope's peak (bytes per chip, against the usable HBM), or None:
     :data:`RECOMPUTE_ORDER_REGIME`, or :data:`PAST_TARGET_REGIME` (which needs the peak and the usable HBM)."""
-    from engine.memory.hbm import REMAT_TARGET_FRACTION, windowed_einsum
-
     m, par, tr = scenario.model, scenario.parallelism, scenario.training
     if m.kind == "transformer" and tr.remat != "none" and m.attention_kernel == "standard":
         past = peak_bytes is not None and usable_bytes is not None and peak_bytes > REMAT_TARGET_FRACTION * usable_bytes
