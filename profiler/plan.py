@@ -19,7 +19,6 @@ from engine.errors import InputError
 from engine.data_files import DATA_DIR
 from engine.planning.planner import Plan, load_plan, plan_from_dict
 from engine.planning.search import Candidate, PlanResult, search
-from engine.scenario.calibration import load_calibration
 
 from . import ranges, xla_check, xla_reference
 from .store import Database
@@ -66,23 +65,19 @@ def run_plan(path_or_plan: str | Path | Plan, progress: Callable[[int, int], Non
 
 
 def _hbm_range_factor(scenario: Scenario, peak_bytes: float) -> float:
-    """The top of the 80% range of XLA's peak over Podscope's ``peak_bytes`` (:func:`profiler.ranges.family_hbm_range`);
+    """The top of the 80% range of XLA's peak over Podscope's ``peak_bytes`` (:func:`profiler.ranges.scenario_hbm_range`);
     1 where the calibration file has no range table."""
-    usable = scenario.chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
-    regime = ranges.hbm_regime(scenario, peak_bytes, usable)
-    band, _, _ = ranges.family_hbm_range(peak_bytes, None, ranges.family_of(scenario), regime=regime)
+    band, _, _ = ranges.scenario_hbm_range(scenario, peak_bytes, None)
     return band[1] / peak_bytes if band and peak_bytes else 1.0
 
 
 def hbm_verdict_of(result: PlanResult, candidate: Candidate) -> tuple[list[float] | None, str | None]:
     """The 80% range of XLA's HBM peak per chip around a candidate's and the verdict it gives
-    (:func:`profiler.ranges.family_hbm_range`); ``(None, None)`` for a candidate not costed."""
+    (:func:`profiler.ranges.scenario_hbm_range`); ``(None, None)`` for a candidate not costed."""
     if candidate.peak_hbm_bytes is None:
         return None, None
     scenario = scenario_from_dict(result.scenario(candidate), source=result.plan.source)
-    usable = scenario.chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
-    band, _, verdict = ranges.family_hbm_range(candidate.peak_hbm_bytes, usable, ranges.family_of(scenario),
-                                              regime=ranges.hbm_regime(scenario, candidate.peak_hbm_bytes, usable))
+    band, _, verdict = ranges.scenario_hbm_range(scenario, candidate.peak_hbm_bytes, None)
     return band, verdict
 
 

@@ -57,7 +57,7 @@ from engine import scenario_from_dict
 from engine.errors import PodscopeError
 from engine.memory.hbm import REMAT_TARGET_FRACTION, windowed_einsum
 from engine.scenario import Scenario
-from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH
+from engine.scenario.calibration import DEFAULT_CALIBRATION_PATH, load_calibration
 
 from .reference import Case
 
@@ -89,6 +89,7 @@ __all__ = [
     "hbm_verdict",
     "load_hbm_range_table",
     "peak_hbm_range",
+    "scenario_hbm_range",
     "family_hbm_range",
 ]
 
@@ -395,6 +396,16 @@ def peak_hbm_range(
     except PodscopeError:  # a stored scenario this catalog no longer reads: the family's range
         regime = None
     return family_hbm_range(peak_bytes, usable_bytes, family, table, regime)
+
+
+def scenario_hbm_range(
+    scenario: Scenario, peak_bytes: float, usable_bytes: float | None, table: Mapping[str, Mapping[str, Any]] | None = None,
+) -> tuple[list[float] | None, dict[str, Any] | None, str | None]:  # fmt: skip
+    """:func:`peak_hbm_range` of a loaded scenario: its family (:func:`family_of`) and its regime at ``peak_bytes``
+    (:func:`hbm_regime`), read against ``usable_bytes`` (default: the chip's usable HBM under the bundled calibration)."""
+    if usable_bytes is None:
+        usable_bytes = scenario.chip_spec().usable_hbm_bytes(load_calibration().hbm_reserved_frac)
+    return family_hbm_range(peak_bytes, usable_bytes, family_of(scenario), table, hbm_regime(scenario, peak_bytes, usable_bytes))
 
 
 def family_hbm_range(

@@ -242,8 +242,7 @@ def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None)
     them (the devices :func:`compile_numbers` compiles for)."""
     est = evaluate(scenario, calibration)
     c = est.costs
-    band, basis, verdict = ranges.family_hbm_range(est.peak_hbm_bytes, est.usable_hbm_bytes, ranges.family_of(scenario),
-                                                  regime=ranges.hbm_regime(scenario, est.peak_hbm_bytes, est.usable_hbm_bytes))
+    band, basis, verdict = ranges.scenario_hbm_range(scenario, est.peak_hbm_bytes, est.usable_hbm_bytes)
     kernel = xla_reference.kernel_attention(scenario)
     kernel_flops = c.attention_flops_per_chip if kernel else 0.0
     tr = scenario.training

@@ -103,7 +103,8 @@ def grid_rows(configs: list[dict[str, Any]], calibration: Calibration | None = N
         only = (rec.get("xla_hbm_only") or {}).get("memory")
         only_peak = xla_peak_bytes(only) * rec["xla"]["devices_per_chip"] if only else None
         accumulated = scenario.training.microbatches > 1 and scenario.parallelism.pipeline == 1
-        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "hbm_regime": ranges.hbm_regime(scenario, cmp["podscope"]["peak_hbm_bytes"], cmp["podscope"]["usable_hbm_bytes"]),
+        regime = ranges.hbm_regime(scenario, cmp["podscope"]["peak_hbm_bytes"], cmp["podscope"]["usable_hbm_bytes"])
+        rows.append({"id": rec["id"], "chip": scenario.pod.chip, "family": family_of(scenario), "hbm_regime": regime,
                      "remat": scenario.training.remat,
                      "accumulation": accumulated, **cmp, **terms, "hbm_limit_ratio": limit_ratio, "xla_hbm_bytes": xla_bytes,
                      "xla_hbm_only_peak_bytes": only_peak,
