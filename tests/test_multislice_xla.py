@@ -99,3 +99,81 @@ def test_bf16_matmuls_send_their_bf16_gradient_over_the_dcn_as_podscope_does(bf1
            "parallelism": {"data": CHIPS_PER_SLICE}}  # fmt: skip
     rings = step_costs(scenario_from_dict(raw), load_calibration(), tables=False).sync.result.rings
     assert rings.bytes_total / rings.participants == pytest.approx(_bytes(shape), rel=1e-3)
+
+
+LAYERS, WIDTH = 3, 512
+
+
+@pytest.fixture(scope="module")
+def scanned_module_text(live):
+    """One SGD step of a stack of checkpointed layers under ``jax.lax.scan`` (MaxText's layer loop; bf16 matmuls over
+    fp32 weights) on 2 v5p slices: each weight FSDP-sharded over its slice's 4 devices, the batch over all 8."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from profiler.tpu_capture import tpu_target
+
+    jax = live
+    jnp = jax.numpy
+    mesh = tpu_target("v5p:2x2x1", slices=SLICES).mesh({"data": SLICES, "fsdp": CHIPS_PER_SLICE})
+
+    def loss(w, x):
+        def layer(h, wl):
+            return jnp.tanh(h @ wl.astype(jnp.bfloat16)), None
+
+        h, _ = jax.lax.scan(jax.checkpoint(layer), x, w)
+        return jnp.mean(h.astype(jnp.float32) ** 2)
+
+    def step(w, x):
+        return w - 0.1 * jax.grad(loss)(w, x)
+
+    w = jax.ShapeDtypeStruct((LAYERS, WIDTH, WIDTH), jnp.float32, sharding=NamedSharding(mesh, P(None, "fsdp", None)))
+    x = jax.ShapeDtypeStruct((64, WIDTH), jnp.bfloat16, sharding=NamedSharding(mesh, P(("data", "fsdp"), None)))
+    return jax.jit(step, donate_argnums=0).lower(w, x).compile().as_text()
+
+
+def _computations(text: str) -> dict[str, list[str]]:
+    """The module's computations by name (ENTRY's under "ENTRY"), each its instruction lines."""
+    comps: dict[str, list[str]] = {}
+    name = None
+    for line in text.splitlines():
+        head = re.match(r"(ENTRY )?%([\w.\-]+) .*\{$", line)
+        if head:
+            name = "ENTRY" if head.group(1) else head.group(2)
+            comps[name] = []
+        elif name is not None and line.startswith("  "):
+            comps[name].append(line)
+    return comps
+
+
+def _host_sends(lines: list[str]) -> list[str]:
+    return [line for line in lines if re.search(r"\bsend\(%", line) and "is_host_transfer=true" in line]
+
+
+def test_a_scanned_models_cross_slice_reduction_runs_inside_its_backward_loop_one_layer_behind(scanned_module_text):
+    """XLA sends each layer's gradient shard across slices from inside the backward loop, the shard the previous
+    iteration reduce-scattered, and waits for it after this iteration's backward: the DCN transfer of one layer
+    overlaps the backward of the next; only the last layer's is sent after the loop (docs/model.md, "Across slices")."""
+    comps = _computations(scanned_module_text)
+    bodies = [re.search(r"body=%([\w.\-]+)", line).group(1) for line in comps["ENTRY"] if re.search(r"\bwhile\(%", line)]
+    sending = [b for b in bodies if _host_sends(comps[b])]
+    assert len(sending) == 1
+    body = comps[sending[0]]
+    (send,) = _host_sends(body)
+    assert '_xla_megascale_transfer_type="ALL_REDUCE"' in send
+    # one layer's bf16 gradient, reduce-scattered over the slice's 4 devices
+    assert _bytes(re.search(r"= \((\w+\[[\d,]*\])", send).group(1)) == WIDTH * WIDTH * 2 // CHIPS_PER_SLICE
+    # the shard comes from the loop's carried state (the previous iteration), through layout copies only
+    defs = {m.group(1): m.group(2) for line in body if (m := re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (.*)", line))}
+    operand = re.search(r"send\(%([\w.\-]+)", send).group(1)
+    while not re.search(r"\bget-tuple-element\(", defs[operand]):
+        assert re.search(r"\b(bitcast|copy)\(", defs[operand]), defs[operand]
+        operand = re.search(r"\((?:%)([\w.\-]+)", defs[operand].split(" ", 1)[1]).group(1)
+    assert re.search(r"get-tuple-element\(%[\w.\-]*param", defs[operand])
+    # this iteration's backward runs between the send and its completion
+    order = [m.group(1) for line in body if (m := re.match(r"\s*(?:ROOT )?%([\w.\-]+) =", line))]
+    done = next(n for n in order if re.search(r"\bsend-done\(", defs[n]))
+    between = order[order.index(re.search(r"%([\w.\-]+) =", send).group(1)) : order.index(done)]
+    assert any(re.search(r"\bfusion\(", defs[n]) for n in between)
+    # the last layer's shard after the loop
+    assert len(_host_sends(comps["ENTRY"])) == 1
