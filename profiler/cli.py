@@ -160,8 +160,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from .sweep import load_sweep, make_executor, run_sweep
+    from .tpu_capture import parse_xla_flags, require_tpu_compiler
 
     load_sweep(args.sweep)  # bad input fails before any worker starts
+    flags = parse_xla_flags(args.xla_flag, compiling=args.xla)
+    if args.xla:
+        require_tpu_compiler()
     db = _database(args)
     executor, close = make_executor(args.executor, address=args.address, workers=args.workers)
     try:
@@ -171,7 +175,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             def progress(done: int, total: int, message: str) -> None:
                 bar.update(task, completed=done, total=total, description=message[-60:])
 
-            result = run_sweep(args.sweep, db, executor, progress=progress)
+            result = run_sweep(args.sweep, db, executor, progress=progress, xla_flags=flags if args.xla else None)
     finally:
         close()
     print(
@@ -244,6 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--address", help="Dask scheduler, e.g. tcp://HOST:8786 (default: a loopback LocalCluster)")
     sw.add_argument("--workers", type=positive_int, help="worker processes (local pool or LocalCluster)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--xla", action="store_true", help="compile each point's JAX program with the TPU compiler (needs "
+                    "podscope[tpu] on every worker) and store XLA's HBM peak and verdict, as run --xla does")
+    sw.add_argument("--xla-flag", action="append", default=[], metavar="NAME=VALUE",
+                    help="with --xla: compile with this XLA option (repeatable, as LIBTPU_INIT_ARGS gives it)")
     db_arg(sw, create=True)
     sw.set_defaults(func=_cmd_sweep)
 

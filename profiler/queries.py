@@ -481,6 +481,7 @@ SELECT run_id, name, source, chip, chips, steps,
        CAST(summary->>'tokens_per_s' AS DOUBLE) AS tokens_per_s,
        CAST(summary->>'mfu' AS DOUBLE) AS mfu,
        CAST(summary->>'oom' AS BOOLEAN) AS oom,
+       summary->>'hbm_source' AS hbm_source,
        CAST(summary->>'time_to_train_s' AS DOUBLE) AS time_to_train_s,
        CAST(summary->>'steps_to_target' AS BIGINT) AS steps_to_target,
        CAST(summary->>'chip_hours' AS DOUBLE) AS chip_hours,
@@ -505,7 +506,8 @@ def scaling_runs(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Every run with what a scaling plot needs: chips, model kind, global batch and headline numbers.
 
     Columns: run_id, name, source, chip, chips, steps, model_kind, global_batch, step_time_s,
-    samples_per_s, tokens_per_s, mfu, oom; for runs with a ``[convergence]`` task:
+    samples_per_s, tokens_per_s, mfu, oom, hbm_source (``xla`` when the TPU compiler gave the HBM peak and the
+    out-of-memory verdict, as ``run --xla`` and ``sweep --xla`` store them); for runs with a ``[convergence]`` task:
     time_to_train_s, steps_to_target, chip_hours, cost_usd (null unless priced), batch_over_b_crit,
     task (else null); per_chip_batch (global_batch / chips) and b_crit_samples (the task's critical
     batch, global_batch / batch_over_b_crit); params; model_json, recipe_json and mesh_json (the

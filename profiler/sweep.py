@@ -25,6 +25,11 @@ name, renamed when complete (IPC, not Parquet: a point's dozen small tables writ
 workers never contend for the database lock. A point is identified by a hash of its full
 scenario, so re-running the sweep skips points already stored (resumable), and a point whose
 simulation fails is recorded in ``sweep_failures`` with its error while the sweep goes on.
+
+With ``xla_flags`` (``podscope sweep FILE --xla``) each worker first compiles its point's JAX program for the
+point's chip and topology with the TPU compiler, as ``run --xla`` does, and the stored run takes XLA's HBM peak
+and verdict (``hbm_source = "xla"``): workers need ``podscope[tpu]``. The compile options are part of a point's
+id, and a sweep stored one way is not resumed the other.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engine import RunFacts, RunResult, Trace, apply_overrides, scenario_from_dict, simulate
-from engine.errors import PodscopeError, ProfilerError, ScenarioError
+from engine.errors import InputError, PodscopeError, ProfilerError, ScenarioError
 from engine.jsonable import json_default
 from engine.scenario import MAX_SCENARIO_BYTES, parse_toml
 from engine.scenario.names import derived_name, name_problem
@@ -78,6 +83,10 @@ _STORED_POINT_IDS_SQL = (
 )
 _STORED_POINTS_SQL = (
     "SELECT json_extract_string(summary, '$.sweep.point') FROM runs WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
+)
+_STORED_HBM_SOURCES_SQL = (
+    "SELECT DISTINCT coalesce(json_extract_string(summary, '$.hbm_source'), 'podscope'), "
+    "coalesce(CAST(json_extract(summary, '$.hbm_xla_flags') AS VARCHAR), '{}') FROM runs WHERE json_extract_string(summary, '$.sweep.name') = $sweep"
 )
 
 
@@ -205,8 +214,13 @@ def point_label(overrides: dict[str, Any]) -> str:
     return ", ".join(f"{k.rsplit('.', 1)[-1].replace('_', ' ')} {v}" for k, v in overrides.items())
 
 
-def expand_points(spec: SweepSpec, base: Mapping[str, Any], source: str = "<sweep>") -> list[SweepPoint]:
+def expand_points(
+    spec: SweepSpec, base: Mapping[str, Any], source: str = "<sweep>", xla_flags: Mapping[str, str] | None = None
+) -> list[SweepPoint]:
     """Every point of the sweep: grid x zip rows, then random samples; each validated.
+
+    A point's id hashes its full scenario, and with ``xla_flags`` (the points are compiled, with these options) the
+    options too.
 
     Raises
     ------
@@ -231,7 +245,8 @@ def expand_points(spec: SweepSpec, base: Mapping[str, Any], source: str = "<swee
         raw["name"] = derived_name(f"{spec.name}: {point_label(overrides)}" if overrides else spec.name)
         if i == 0:
             _check_keys(raw, source)
-        point = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        key = raw if xla_flags is None else {"scenario": raw, "xla_flags": dict(xla_flags)}
+        point = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
         if point not in seen:
             seen.add(point)
             points.append(SweepPoint(point=point, overrides=overrides, scenario=raw))
@@ -253,8 +268,11 @@ def _check_keys(raw: Mapping[str, Any], source: str) -> None:
 _POINT_TABLE_SUFFIX = ".arrow"  # one Arrow IPC file per table of a point
 
 
-def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
+def simulate_point(point: SweepPoint, out_dir: str, xla_flags: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """Simulate one point and write it as a folder of Arrow IPC files; runs in a worker process.
+
+    With ``xla_flags`` the point's JAX program is compiled first (with those XLA options beyond libtpu's defaults)
+    and the run takes XLA's HBM peak and verdict, as ``run --xla`` does.
 
     Returns (folder, None) or ("", error text). Written under a temporary name and renamed,
     so the writer never sees half a point.
@@ -263,7 +281,13 @@ def simulate_point(point: SweepPoint, out_dir: str) -> tuple[str, str | None]:
     if final.exists():
         return str(final), None
     try:
-        result = simulate(scenario_from_dict(point.scenario, source=f"sweep point {point.point}"))
+        scenario = scenario_from_dict(point.scenario, source=f"sweep point {point.point}")
+        memory = None
+        if xla_flags is not None:
+            from . import xla_check
+
+            memory = xla_check.xla_memory(xla_check.compile_numbers(scenario, live_range=False, xla_flags=dict(xla_flags)))
+        result = simulate(scenario, xla_memory=memory)
     except PodscopeError as e:
         return "", f"{type(e).__name__}: {e}"
     except Exception as e:  # a bug in one point must not stop the sweep; keep its traceback
@@ -379,6 +403,37 @@ def _store_points(
     return out
 
 
+def _check_compilable(points: list[SweepPoint]) -> None:
+    """Raise :class:`InputError` unless the TPU compiler is installed and every point has a JAX program."""
+    from . import xla_reference
+    from .tpu_capture import require_tpu_compiler
+
+    require_tpu_compiler()
+    for p in points:
+        try:
+            why = xla_reference.refusal(scenario_from_dict(p.scenario, source=f"sweep point {p.point}"))
+        except ScenarioError:
+            continue  # invalid only in combination: it fails at run time and is recorded, as without --xla
+        if why:
+            raise InputError(f"sweep point {p.scenario['name']!r}: --xla: {why}")
+
+
+def _check_stored_hbm_source(db: Database, sweep: str, xla_flags: Mapping[str, str] | None) -> None:
+    """Raise :class:`InputError` if the database holds points of ``sweep`` whose HBM came the other way."""
+    with db.read() as con:
+        stored = con.execute(_STORED_HBM_SOURCES_SQL, {"sweep": sweep}).fetchall()
+    want = ("podscope", {}) if xla_flags is None else ("xla", dict(xla_flags))
+    for source, flags in stored:
+        have = (source, json.loads(flags))
+        if have != want:
+            options = f" and XLA options {have[1]}" if have[1] else " and libtpu's default options"
+            how = f"with --xla{options if want[0] == 'xla' else ''}" if have[0] == "xla" else "without --xla"
+            raise InputError(
+                f"sweep {sweep!r} is stored in {db.path} {how}; resuming it another way would mix HBM sources. "
+                "Run it as before, give this sweep another name (name = ... in the sweep file), or use another --db"
+            )
+
+
 def default_out_dir(db: Database, sweep: str) -> Path:
     """Where workers write points: beside the database, one folder per sweep."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", sweep).strip("._")[:64] or "sweep"
@@ -395,6 +450,7 @@ def run_sweep(
     out_dir: str | Path | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     keep_points: bool = False,
+    xla_flags: Mapping[str, str] | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep: simulate points on ``executor``, store each finished point.
 
@@ -412,14 +468,24 @@ def run_sweep(
         Called as ``progress(done, total, message)`` after each point.
     keep_points
         Keep point folders after they are stored (default: removed once in DuckDB).
+    xla_flags
+        Compile each point's JAX program with the TPU compiler first, with these XLA options beyond libtpu's defaults
+        (``{}``: none), and store XLA's HBM peak and verdict (``hbm_source = "xla"``); None: Podscope's own.
 
     Raises
     ------
     ScenarioError
         Bad sweep file (nothing is written).
+    InputError
+        ``xla_flags`` without jax[tpu] installed, or a point with no JAX program (it names the point and why); or the
+        database holds this sweep's points stored the other way (with or without the compiler, or other options).
+        Nothing is written.
     """
     spec, base = load_sweep(path)
-    points = expand_points(spec, base, source=str(path))
+    points = expand_points(spec, base, source=str(path), xla_flags=xla_flags)
+    if xla_flags is not None:
+        _check_compilable(points)
+    _check_stored_hbm_source(db, spec.name, xla_flags)
     out = Path(out_dir) if out_dir is not None else default_out_dir(db, spec.name)
     out.mkdir(parents=True, exist_ok=True)
     done_points = _stored_points(db, spec.name)
@@ -430,7 +496,7 @@ def run_sweep(
     done = len(skipped)
     if progress is not None:
         progress(done, len(points), f"{len(skipped)} point(s) already stored")
-    futures = {executor.submit(simulate_point, p, str(out)): p for p in todo}
+    futures = {executor.submit(simulate_point, p, str(out), None if xla_flags is None else dict(xla_flags)): p for p in todo}
     pending = set(futures)
     while pending:
         # points are stored in batches (store.write_runs): a batch costs about as much as one run

@@ -188,3 +188,27 @@ def tpu_sidecar(tmp_path):
         return side
 
     return write
+
+
+@pytest.fixture
+def sweep_file(tmp_path, small_scenario_path):
+    """Small MLP sweep: 2 batch sizes x 1 precision, plus one point whose batch does not divide (fails)."""
+
+    def _write(extra: str = "") -> Path:
+        path = tmp_path / "sweep.toml"
+        path.write_text(
+            textwrap.dedent(
+                f"""
+                name = "tiny"
+                base = "{small_scenario_path.name}"
+                [set]
+                "training.steps" = 5
+                [grid]
+                "training.global_batch" = [128, 256, 100]
+                """
+            )
+            + textwrap.dedent(extra)
+        )
+        return path
+
+    return _write

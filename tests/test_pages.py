@@ -398,3 +398,23 @@ def test_memory_page_says_when_the_fit_counts_on_xlas_rematerialization(tmp_path
     infos = [i.value for i in _page("views/memory.py", past).info]
     assert any("XLA's rematerialization recomputes 5.09 GiB at the peak" in i for i in infos), infos
     assert not [i.value for i in _page("views/memory.py", small).info if "rematerialization" in i.value]
+
+
+def test_scaling_says_when_the_compiler_refused_a_point(tmp_path, monkeypatch):
+    """A point the TPU compiler refused (``run --xla`` / ``sweep --xla``) is named off the curve with whose verdict it is."""
+    from engine import scenario_from_dict, simulate
+    from engine.hlo.bundle import XlaHbm, XlaOom
+    from profiler import write_run
+    from profiler.store import Database
+
+    path = tmp_path / "xla.duckdb"
+    refused = XlaHbm(memory=None, oom=XlaOom("RESOURCE_EXHAUSTED: exceeds available HBM (15.75G)", 20e9, 15.75e9))
+    for topology in ("2x2", "2x4", "4x4"):
+        raw = {"name": f"mlp-{topology}", "pod": {"chip": "tpu-v5e", "topology": topology},
+               "model": {"kind": "mlp", "layer_sizes": [1024, 4096, 1024]}, "training": {"global_batch": 1024, "steps": 2}}  # fmt: skip
+        result = simulate(scenario_from_dict(raw), xla_memory=refused if topology == "2x2" else None)
+        write_run(Database(path), result, name=raw["name"])
+    monkeypatch.setenv("PODSCOPE_DB", str(path))
+    at = _page("views/scaling.py")
+    warnings = [w.value for w in at.warning if "do not fit in HBM" in w.value]
+    assert len(warnings) == 1 and "the 4-chip point(s)" in warnings[0] and "the TPU compiler's verdict" in warnings[0], warnings

@@ -20,30 +20,6 @@ from profiler.sweep import expand_points, load_sweep, run_sweep
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def sweep_file(tmp_path, small_scenario_path):
-    """Small MLP sweep: 2 batch sizes x 1 precision, plus one point whose batch does not divide (fails)."""
-
-    def _write(extra: str = "") -> Path:
-        path = tmp_path / "sweep.toml"
-        path.write_text(
-            textwrap.dedent(
-                f"""
-                name = "tiny"
-                base = "{small_scenario_path.name}"
-                [set]
-                "training.steps" = 5
-                [grid]
-                "training.global_batch" = [128, 256, 100]
-                """
-            )
-            + textwrap.dedent(extra)
-        )
-        return path
-
-    return _write
-
-
 def test_expand_grid_zip_random(tmp_path, small_scenario_path):
     path = tmp_path / "s.toml"
     path.write_text(

@@ -116,7 +116,8 @@ def _say_oom(runs, shown, mode: str) -> None:
         chips = ", ".join(f"{int(c):,}" for c in sorted(part["chips"].unique()))
         base = f"; the ideal line and efficiency start from the smallest point that fits ({int(fitted['chips'].min()):,} chips)" if not fitted.empty else ""
         below = not fitted.empty and part["chips"].min() < fitted["chips"].min()
-        st.warning(f"**{series}**: the {chips}-chip point(s) do not fit in HBM (out of memory) and are not drawn"
+        whose = "the TPU compiler's verdict" if part["by_compiler"].all() else "out of memory"
+        st.warning(f"**{series}**: the {chips}-chip point(s) do not fit in HBM ({whose}) and are not drawn"
                    + (base if below else "") + ".")  # fmt: skip
 
 

@@ -63,10 +63,13 @@ def series_labels(df: pd.DataFrame, mode: str) -> pd.Series:
 
 
 def oom_points(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
-    """Runs left off the curves because they do not fit in HBM: run_id, name, series, chips."""
+    """Runs left off the curves because they do not fit in HBM: run_id, name, series, chips, and ``by_compiler``
+    (the out-of-memory verdict is the TPU compiler's: ``hbm_source = "xla"``)."""
     df = runs.dropna(subset=["global_batch"])
     df = df[df["oom"].fillna(False).astype(bool)]
-    return df.assign(series=series_labels(df, mode))[["run_id", "name", "series", "chips"]].sort_values(["series", "chips"])
+    by_compiler = df["hbm_source"].eq("xla") if "hbm_source" in df else False
+    cols = ["run_id", "name", "series", "chips", "by_compiler"]
+    return df.assign(series=series_labels(df, mode), by_compiler=by_compiler)[cols].sort_values(["series", "chips"])
 
 
 def scaling_table(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
