@@ -344,6 +344,8 @@ def format_report(v: Validation) -> str:
     Columns: in-sample error, error held out by generation (``gen out``) and by family
     (``fam out``), and the held-out 80% range with whether the published figure is inside.
     """
+    from .xla_grid import FALSE_FIT_MARGIN
+
     w = max(len(c.id) for c in v.cases) if v.cases else 10
     lines = [
         f"{'case':<{w}}  {'metric':<44} {'predicted':>11} {'published':>11} {'error':>8} {'gen out':>8} {'fam out':>8}"
@@ -394,7 +396,8 @@ def format_report(v: Validation) -> str:
             lines.append(
                 f"{'  80% HBM range':<20} n={hr['n']:<3} {100 * hr['coverage']:.0f}% inside the range built without their "
                 f"generation (nominal {100 * hr['nominal_coverage']:.0f}%), median width {hr['median_width_pct']:.1f}%; "
-                f"its verdicts: {hr['false_fits']} fits XLA refuses, {hr['false_ooms']} out of memory XLA compiles, "
+                f"its verdicts: {hr['false_fits']} fits XLA refuses ({hr['false_fits_beyond_margin']} by more than "
+                f"{100 * FALSE_FIT_MARGIN:.0f}%), {hr['false_ooms']} out of memory XLA compiles, "
                 f"{maybe['compiled'] + maybe['refused']} may not fit ({maybe['refused']} refused)"
             )
     c = v.xla_compute

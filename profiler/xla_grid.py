@@ -138,11 +138,14 @@ def hbm_range_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
         range, ``coverage``, ``median_width_pct``, ``nominal_coverage``) and, per verdict the held-out range gives
         (:data:`profiler.ranges.HBM_VERDICTS`), how many programs XLA compiled and refused: ``verdicts`` ->
         {verdict: {"compiled", "refused"}}; ``by_generation``: the coverage summary of each chip's programs;
-        ``false_fits`` (``fits``, XLA refuses) and ``false_ooms`` (``out of memory``, XLA compiles).
+        ``false_fits`` (``fits``, XLA refuses), ``false_fits_beyond_margin`` (those XLA refuses by more than
+        :data:`FALSE_FIT_MARGIN` of the usable HBM) and ``false_ooms`` (``out of memory``, XLA compiles).
     """
     ratios, keys, fold_of = _hbm_range_inputs(rows)
     held = ranges.held_out_ranges(ratios, keys, fold_of)
     verdicts = {v: {"compiled": 0, "refused": 0} for v in ranges.HBM_VERDICTS}
+    fits, _, oom = ranges.HBM_VERDICTS
+    beyond = 0
     for r in rows:
         h = held.get(r["id"])
         if h is None:
@@ -150,11 +153,17 @@ def hbm_range_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
         peak = r["podscope"]["peak_hbm_bytes"]
         verdict = ranges.hbm_verdict((peak * h["low_factor"], peak * h["high_factor"]), r["podscope"]["usable_hbm_bytes"])
         verdicts[verdict]["refused" if r["xla"]["oom"] else "compiled"] += 1
-    fits, _, oom = ranges.HBM_VERDICTS
+        beyond += verdict == fits and r["xla"]["oom"] and _refused_beyond_margin(r)
     by_generation = {chip: ranges.coverage_summary({i: h for i, h in held.items() if fold_of[i] == chip})
                      for chip in sorted(set(fold_of.values()))}  # fmt: skip
     return {**ranges.coverage_summary(held), "verdicts": verdicts, "by_generation": by_generation,
-            "false_fits": verdicts[fits]["refused"], "false_ooms": verdicts[oom]["compiled"]}  # fmt: skip
+            "false_fits": verdicts[fits]["refused"], "false_fits_beyond_margin": beyond,
+            "false_ooms": verdicts[oom]["compiled"]}  # fmt: skip
+
+
+def _refused_beyond_margin(row: dict[str, Any]) -> bool:
+    """XLA refused the program asking more than :data:`FALSE_FIT_MARGIN` beyond the usable HBM."""
+    return row["hbm_limit_ratio"] is not None and row["hbm_limit_ratio"] > 1.0 + FALSE_FIT_MARGIN
 
 
 def _group(group: list[dict[str, Any]]) -> dict[str, Any]:
@@ -275,8 +284,7 @@ def block_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "near_limit_verdict_agreement": sum(r["verdicts_agree"] for r in near) / len(near) if near else None,
         "verdict_agreement": sum(r["verdicts_agree"] for r in rows) / len(rows) if rows else None,
         "false_fits": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]),
-        "false_fits_beyond_margin": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"]
-                                        and r["hbm_limit_ratio"] is not None and r["hbm_limit_ratio"] > 1.0 + FALSE_FIT_MARGIN),
+        "false_fits_beyond_margin": sum(1 for r in rows if not r["podscope"]["oom"] and r["xla"]["oom"] and _refused_beyond_margin(r)),
         "false_ooms": sum(1 for r in rows if r["podscope"]["oom"] and not r["xla"]["oom"]),
         "flops_median_abs_pct": _median(flops),
         "hbm_only_n": len(only),
@@ -299,6 +307,7 @@ def _hbm_range_lines(check: dict[str, Any] | None) -> list[str]:
         f"| XLA's size inside the 80% HBM range built without its chip generation | {check['inside']} of {check['n']} "
         f"({_pct(_share(check['coverage']))}; median width {_pct(check['median_width_pct'])}) |",
         f"| that range's verdict `fits`: XLA compiles / refuses | {fits['compiled']} / {fits['refused']} |",
+        f"| of those refused, by more than {FALSE_FIT_MARGIN:.0%} of the usable HBM | {check['false_fits_beyond_margin']} |",
         f"| that range's verdict `may not fit`: XLA compiles / refuses | {maybe['compiled']} / {maybe['refused']} |",
         f"| that range's verdict `out of memory`: XLA compiles / refuses | {oom['compiled']} / {oom['refused']} |",
     ]

@@ -136,7 +136,7 @@ def test_held_out_ranges_build_one_table_per_fold_as_if_one_per_case():
 def _row(id_: str, chip: str, podscope: float, xla: float, usable: float = 100.0, refused: bool = False,
          regime: str | None = None) -> dict:  # fmt: skip
     return {"id": id_, "chip": chip, "family": "mlp", "hbm_regime": regime, "xla_hbm_bytes": xla * GIB, "xla": {"oom": refused},
-            "podscope": {"peak_hbm_bytes": podscope * GIB, "usable_hbm_bytes": usable * GIB}}  # fmt: skip
+            "podscope": {"peak_hbm_bytes": podscope * GIB, "usable_hbm_bytes": usable * GIB}, "hbm_limit_ratio": xla / usable}  # fmt: skip
 
 
 def test_programs_in_a_regime_are_a_group_apart_from_the_sizes():
@@ -166,6 +166,15 @@ def test_grid_check_ranges_each_chip_generation_from_the_others():
     assert v["out of memory"] == {"compiled": 0, "refused": 0} and check["false_ooms"] == 0
     table = xla_grid.hbm_range_table(a + b)
     assert table["mlp/large"]["n"] == 18 and table["mlp/large"]["high_factor"] == pytest.approx(up)
+
+
+def test_the_held_out_verdicts_false_fits_beyond_the_margin_are_those_xla_refuses_by_more_than_it():
+    """Ranges that are points (both chips' XLA sizes are Podscope's): a program Podscope puts at 90% that XLA refuses
+    asking 103% is a false fit inside the 5% margin, one it refuses asking 110% a false fit beyond it."""
+    rows = [_row(f"{chip}{i}", chip, 10.0 + i, 10.0 + i) for chip in "AB" for i in range(8)]
+    rows += [_row("A-close", "A", 90.0, 103.0, refused=True), _row("B-far", "B", 90.0, 110.0, refused=True)]
+    check = xla_grid.hbm_range_check(rows)
+    assert check["false_fits"] == 2 and check["false_fits_beyond_margin"] == 1
 
 
 def test_bundled_hbm_ranges_are_what_the_grid_gives_the_model_now():
