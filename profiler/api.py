@@ -96,7 +96,7 @@ def run_file(
         why = xla_reference.refusal(scenario)
         if why:
             raise InputError(f"{path}: --xla: {why}")
-        memory = xla_check.xla_memory(xla_check.compile_numbers(scenario, live_range=False, xla_flags=dict(xla_flags or {})))
+        memory = xla_check.compiled_hbm(scenario, xla_flags)
     try:
         run_id, _ = simulate_and_write(db, scenario, name=name, xla_memory=memory)
     except SimulationError as e:

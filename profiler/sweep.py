@@ -286,7 +286,7 @@ def simulate_point(point: SweepPoint, out_dir: str, xla_flags: Mapping[str, str]
         if xla_flags is not None:
             from . import xla_check
 
-            memory = xla_check.xla_memory(xla_check.compile_numbers(scenario, live_range=False, xla_flags=dict(xla_flags)))
+            memory = xla_check.compiled_hbm(scenario, xla_flags)
         result = simulate(scenario, xla_memory=memory)
     except PodscopeError as e:
         return "", f"{type(e).__name__}: {e}"
@@ -426,8 +426,9 @@ def _check_stored_hbm_source(db: Database, sweep: str, xla_flags: Mapping[str, s
     for source, flags in stored:
         have = (source, json.loads(flags))
         if have != want:
-            options = f" and XLA options {have[1]}" if have[1] else " and libtpu's default options"
-            how = f"with --xla{options if want[0] == 'xla' else ''}" if have[0] == "xla" else "without --xla"
+            how = "without --xla"
+            if source == "xla":  # against another compile, say which options it had
+                how = "with --xla" if want[0] != "xla" else f"with --xla and {f'XLA options {have[1]}' if have[1] else 'libtpu defaults'}"
             raise InputError(
                 f"sweep {sweep!r} is stored in {db.path} {how}; resuming it another way would mix HBM sources. "
                 "Run it as before, give this sweep another name (name = ... in the sweep file), or use another --db"

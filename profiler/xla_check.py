@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from engine.units import gradient_wire_dtype
 from . import ranges, xla_reference
 from .ranges import ON_CHIP_PLACEMENT_BYTES
 
-__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "cycles_beyond_hbm", "device_hbm_bytes_per_cycle", "estimated_cycles_by_kind", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
+__all__ = ["ON_CHIP_PLACEMENT_BYTES", "collective_schedule", "compile_numbers", "compiled_hbm", "cycles_beyond_hbm", "device_hbm_bytes_per_cycle", "estimated_cycles_by_kind", "podscope_numbers", "compare", "xla_peak_bytes", "xla_memory",
            "format_check"]
 
 
@@ -234,6 +235,12 @@ def xla_memory(xla: dict[str, Any]) -> XlaHbm:
         devices_per_chip=xla["devices_per_chip"],
         xla_flags=dict(xla.get("xla_flags") or {}),
     )
+
+
+def compiled_hbm(scenario: Scenario, xla_flags: Mapping[str, str] | None = None) -> XlaHbm:
+    """Compile the scenario's program (with ``xla_flags`` beyond libtpu's defaults) and return what XLA said of its
+    HBM, for a run to take (``run --xla``, ``sweep --xla``)."""
+    return xla_memory(compile_numbers(scenario, live_range=False, xla_flags=dict(xla_flags or {})))
 
 
 def podscope_numbers(scenario: Scenario, calibration: Calibration | None = None) -> dict[str, Any]:

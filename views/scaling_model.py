@@ -67,9 +67,8 @@ def oom_points(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
     (the out-of-memory verdict is the TPU compiler's: ``hbm_source = "xla"``)."""
     df = runs.dropna(subset=["global_batch"])
     df = df[df["oom"].fillna(False).astype(bool)]
-    by_compiler = df["hbm_source"].eq("xla") if "hbm_source" in df else False
     cols = ["run_id", "name", "series", "chips", "by_compiler"]
-    return df.assign(series=series_labels(df, mode), by_compiler=by_compiler)[cols].sort_values(["series", "chips"])
+    return df.assign(series=series_labels(df, mode), by_compiler=df["hbm_source"].eq("xla"))[cols].sort_values(["series", "chips"])
 
 
 def scaling_table(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
