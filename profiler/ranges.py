@@ -316,9 +316,10 @@ def family_of(scenario: Scenario) -> str:
 
 
 #: the HBM range group of an unrolled MLP under ``full`` remat over the FSDP devices where XLA:TPU writes windowed-einsum
-#: loops (:func:`engine.memory.hbm.windowed_einsum`): there XLA recomputes the checkpointed layers either each before its
-#: own backward, as Podscope counts, or all of them at the backward's start, holding up to twice that count, and which
-#: it does differs by generation (the compiler grid's 8- and 16-device programs, docs/validation.md)
+#: loops (:func:`engine.memory.hbm.windowed_einsum`): there XLA's scheduler interleaves the weight-gradient loops with
+#: the backward's chain of input gradients where the recomputation's weight gathers run beside compute, else runs them
+#: after it (``xla_async_all_gather`` of data/chips.toml), and how many layers it holds either way moves with the batch
+#: (the compiler grid's 8- and 16-device programs, docs/validation.md)
 RECOMPUTE_ORDER_REGIME = "full-windowed"
 #: the HBM range group of a transformer with standard attention under a policy that recomputes, which Podscope puts past
 #: the rematerialization target (:data:`engine.memory.hbm.REMAT_TARGET_FRACTION` of the usable HBM). Podscope counts the

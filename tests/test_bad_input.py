@@ -148,6 +148,8 @@ def test_absurd_but_valid_sizes_are_a_simulation_error_not_garbage(small_scenari
         ({"cmem_mib": 128.0}, "unknown key; valid keys: display_name"),
         ({"hbm_program_limit_gib": 40.0}, "more than the chip's hbm_gib 32.0; valid: 0 (no limit on record) up to hbm_gib"),
         ({"hbm_program_limit_gib": -1.0}, "expected a number >= 0"),
+        ({"xla_async_all_gather": "yes"}, "expected true or false, got 'yes'"),
+        ({"xla_async_all_gather": 1}, "expected true or false, got 1"),
     ],
 )
 def test_catalog_rejects_bad_chip_tables(tmp_path, edit, fragment):

@@ -578,16 +578,21 @@ class TestUnrolled:
         full = self._frame(fsdp=4, remat="full").query("phase == 'forward' and category == 'temporary'")["bytes"]
         assert full.nunique() == 1 and full.iloc[0] < fwd[-1]
 
-    @pytest.mark.parametrize("fsdp, remat, all_held", [(4, "none", False), (8, "none", True), (8, "full", False), (16, "none", True)])
-    def test_over_eight_fsdp_devices_without_remat_every_input_and_output_gradient_waits_for_the_weight_loops(
-            self, fsdp, remat, all_held):  # fmt: skip
-        """From 8 FSDP devices XLA computes each weight gradient as a loop over the shards, scheduled (without remat)
-        after the chain of input gradients: at the first layer's backward every layer's input is still held, and the
-        output gradient of every layer after it, beside what two FSDP devices' schedule holds there."""
+    @pytest.mark.parametrize("fsdp, remat, async_all_gather, all_held", [
+        (4, "none", False, False), (8, "none", False, True), (8, "none", True, True), (16, "none", False, True),
+        (8, "full", False, True), (8, "full", True, False), (4, "full", False, False)])  # fmt: skip
+    def test_over_eight_fsdp_devices_every_input_and_output_gradient_waits_for_the_weight_loops_unless_gathers_overlap(
+            self, fsdp, remat, async_all_gather, all_held):  # fmt: skip
+        """From 8 FSDP devices XLA computes each weight gradient as a loop over the shards, scheduled after the chain
+        of input gradients: at the first layer's backward every layer's input is still held, and the output gradient of
+        every layer after it, beside what two FSDP devices' schedule holds there. Under ``full`` the recomputed layers
+        gather their weights again, and where XLA overlaps those gathers with compute (``xla_async_all_gather``) it
+        interleaves the loops with the chain instead."""
         b = 8
 
         def first_layer_backward(fsdp: int) -> float:
-            bwd = self._frame(fsdp=fsdp, remat=remat).query("phase == 'backward' and category == 'activations'")["bytes"]
+            frame = self._frame(fsdp=fsdp, remat=remat, async_all_gather=async_all_gather)
+            bwd = frame.query("phase == 'backward' and category == 'activations'")["bytes"]
             return float(bwd.iloc[-1])
 
         later_inputs = 2 * b * (4096 + 4096)  # bf16 inputs of the second and third layers

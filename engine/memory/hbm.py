@@ -93,7 +93,11 @@ LOGIT_BYTES = 4.0
 #: - an unrolled MLP without remat (8 layers of 1024, 300,000 samples per device, v5e): over 8 devices XLA
 #:   schedules the layers' loops after the backward's chain of input gradients, so every layer's input and output
 #:   gradient is live at once (10.9 GiB per device, over 4 devices 6.9 GiB); with each layer checkpointed
-#:   (``full``) the recomputation interleaves them (6.4 GiB).
+#:   (``full``) the recomputation gathers each layer's weights again, and where those gathers run beside compute
+#:   (``xla_async_all_gather`` of data/chips.toml: v5e, TPU7x) the scheduler interleaves the loops with the chain
+#:   (6.4 GiB); where they block (v4, v5p, v6e) it keeps them after it. At 220,928 samples per device v5e peaks at
+#:   5.08 GiB, v6e at 6.33, and v5e with its gathers made blocking (``xla_tpu_enable_async_collective_fusion_fuse_all_gather
+#:   =false``) at 6.33.
 WINDOWED_EINSUM_MIN_FSDP_DEVICES = 8
 #: ... and up to this many: from 64 devices on the FSDP axis XLA:TPU writes no windowed-einsum loop, and holds no
 #: logits' gradient beside the logits. Measured with libtpu 0.0.42.1 (``windowed_einsum_loops`` of ``xla-check``) on
@@ -285,6 +289,7 @@ def hbm_plan(
     ring_buffer_bytes: tuple[float, float] = (0.0, 0.0),
     weight_dtype: str = "fp32",
     devices_per_chip: int = 1,
+    async_all_gather: bool = False,
 ) -> MemoryPlan:
     """Timeline and peak of one chip's HBM use over a training step.
 
@@ -329,6 +334,10 @@ def hbm_plan(
         JAX devices on one chip (:attr:`~engine.pod.catalog.ChipSpec.devices_per_chip`): the batch
         axis spans them, so each holds its own copy of what ``fsdp`` does not shard, and its own
         gathered weights and unsharded gradients.
+    async_all_gather
+        XLA runs the backward's weight all-gathers of a recomputed layer beside compute on this chip
+        (:attr:`~engine.pod.catalog.ChipSpec.xla_async_all_gather`): an unrolled MLP under ``full`` over
+        windowed-einsum FSDP then interleaves its weight-gradient loops with the chain of input gradients.
 
     Returns
     -------
@@ -508,9 +517,10 @@ def hbm_plan(
         arr[n + 1, 4] = held_w_b[-1] + loss_b
         arr[n + 2 : 2 * n + 2, 1] = 0.0
         arr[n + 2 : 2 * n + 2, 4] = (held_w_b + live_grad_b)[::-1] + ring_bwd_b
-        if cost.kind == "mlp" and windowed and remat == "none":
-            # the weight gradients' loops run after the chain of input gradients (WINDOWED_EINSUM_MIN_FSDP_DEVICES):
-            # every layer's input and the output gradient of every layer already through its backward stay
+        if cost.kind == "mlp" and windowed and (remat == "none" or (remat == "full" and not async_all_gather)):
+            # the weight gradients' loops run after the chain of input gradients (WINDOWED_EINSUM_MIN_FSDP_DEVICES;
+            # under `full` where the recomputation's weight gathers block): every layer's input and the output
+            # gradient of every layer already through its backward stay
             out_grad_b = cost.ops.n * BYTES_PER_ELEMENT[precision] * per_chip_batch / tensor
             later_b = np.r_[np.cumsum(out_grad_b[::-1])[::-1][1:], 0.0]
             arr[n + 2 : 2 * n + 2, 3] = (cum[-1] + later_b + recompute)[::-1] + input_b[n + 2 : 2 * n + 2]

@@ -290,7 +290,7 @@ def step_costs(
             stage_remat=stages > 1 and par.pipeline_schedule == "gpipe",
             context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state, weight_dtype=tr.weight_dtype,
             ring_buffer_bytes=ring.buffer_bytes if ring is not None else (0.0, 0.0),
-            devices_per_chip=chip.devices_per_chip,
+            devices_per_chip=chip.devices_per_chip, async_all_gather=chip.xla_async_all_gather,
         )  # fmt: skip
         args.update(changes)
         return hbm_plan(cost, scenario.model, **args)

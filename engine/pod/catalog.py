@@ -45,6 +45,9 @@ _REQUIRED = {
 #: compiler log of it is on record; the TensorCores JAX sees as separate devices on one chip (1 where
 #: the cores run as one "megacore" device, or the chip has one core)
 _OPTIONAL = {"peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0, "clock_ghz": 0.0, "devices_per_chip": 1}
+#: yes/no keys a chip table may omit, with their default: whether XLA:TPU runs the all-gathers of a checkpointed
+#: layer's weights in the backward asynchronously (false where no compile for the chip is on record)
+_OPTIONAL_FLAGS = {"xla_async_all_gather": False}
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class ChipSpec:
     hbm_program_limit_bytes: float = 0.0  # XLA's compile-time HBM limit for one program; 0: not on record
     clock_hz: float = 0.0  # TensorCore clock: XLA:TPU's estimated cycles over it are seconds; 0: not on record
     devices_per_chip: int = 1  # JAX devices per chip: each holds its own copy of state replicated over the batch
+    xla_async_all_gather: bool = False  # XLA:TPU overlaps the backward's weight all-gathers with compute (data/chips.toml)
 
     @property
     def has_fp8(self) -> bool:
@@ -123,13 +127,16 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         value = raw.get(name, default)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
             problems.append((f"{key}.{name}", f"expected a number >= 0, got {value!r}"))
+    for name, default in _OPTIONAL_FLAGS.items():
+        if not isinstance(raw.get(name, default), bool):
+            problems.append((f"{key}.{name}", f"expected true or false, got {raw[name]!r}"))
     limit = raw.get("hbm_program_limit_gib", 0.0)
     if not problems and limit > raw["hbm_gib"]:
         problems.append((f"{key}.hbm_program_limit_gib", f"{limit!r} is more than the chip's hbm_gib {raw['hbm_gib']!r}; "
                                                          "valid: 0 (no limit on record) up to hbm_gib"))
     for name in raw:
-        if name not in _REQUIRED and name not in _OPTIONAL:
-            problems.append((f"{key}.{name}", f"unknown key; valid keys: {', '.join([*_REQUIRED, *_OPTIONAL])}"))
+        if name not in _REQUIRED and name not in _OPTIONAL and name not in _OPTIONAL_FLAGS:
+            problems.append((f"{key}.{name}", f"unknown key; valid keys: {', '.join([*_REQUIRED, *_OPTIONAL, *_OPTIONAL_FLAGS])}"))
     if problems:
         raise ScenarioError(source, problems)
     return ChipSpec(
@@ -153,6 +160,7 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         hbm_program_limit_bytes=float(limit) * GIB_BYTES,
         clock_hz=float(raw.get("clock_ghz", _OPTIONAL["clock_ghz"])) * 1e9,
         devices_per_chip=int(raw.get("devices_per_chip", _OPTIONAL["devices_per_chip"])),
+        xla_async_all_gather=bool(raw.get("xla_async_all_gather", _OPTIONAL_FLAGS["xla_async_all_gather"])),
     )
 
 
