@@ -5,22 +5,20 @@ gradients; where the gathers block, it runs those loops after the chain (engine/
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine import scenario_from_dict
 from engine.pod.catalog import load_catalog
 from profiler import xla_check
-from profiler.tpu_capture import _GENERATIONS
-
-#: each generation's slice of 8 JAX devices (TPU7x: 4 chips of 2 devices), all on the FSDP axis
-SLICES = {"tpu-v4": ("2x2x2", 8), "tpu-v5e": ("2x4", 8), "tpu-v5p": ("2x2x2", 8), "tpu-v6e": ("2x4", 8),
-          "tpu7x": ("2x2x1", 4)}  # fmt: skip
+from scripts.fixtures.make_xla_grid import RECOMPUTE_ORDER_SLICES
 
 
 def _fsdp_mlp(chip: str):
-    """Three hidden layers of 512 under ``full`` remat: it compiles in seconds and its backward gathers every layer's
-    weights again."""
-    topology, fsdp = SLICES[chip]
+    """Three hidden layers of 512 under ``full`` remat, FSDP over every chip of the generation's 8-device slice (TPU7x:
+    4 chips of 2 devices): it compiles in seconds and its backward gathers every layer's weights again."""
+    topology = RECOMPUTE_ORDER_SLICES[chip][0]
+    fsdp = int(np.prod([int(n) for n in topology.split("x")]))
     return scenario_from_dict({
         "name": f"fsdp-mlp-{chip}", "pod": {"chip": chip, "topology": topology},
         "model": {"kind": "mlp", "layer_sizes": [512] * 5},
@@ -29,11 +27,7 @@ def _fsdp_mlp(chip: str):
     })  # fmt: skip
 
 
-def test_every_generation_the_compiler_targets_is_checked():
-    assert set(SLICES) == {g.chip for g in _GENERATIONS.values()}
-
-
-@pytest.mark.parametrize("chip", sorted(SLICES))
+@pytest.mark.parametrize("chip", sorted(RECOMPUTE_ORDER_SLICES))
 def test_the_catalog_says_where_xla_overlaps_the_backwards_weight_gathers(live, chip):
     schedule = xla_check.compile_numbers(_fsdp_mlp(chip), live_range=False)["schedule"]
     overlapped = schedule["asynchronous"].get("all-gather", 0)
