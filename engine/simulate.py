@@ -26,7 +26,8 @@ from .hlo.run import simulate_hlo, xla_oom_detail
 from .idle.plan import idle_facts, plan_idle
 from .model.analytic import StepCosts
 from .pod.mesh import Mesh, axis_index_of_chips
-from .memory.hbm import MemoryPlan, optimizer_state_bytes_per_param
+from .memory.hbm import MemoryPlan
+from .memory.states import optimizer_state_bytes_per_param
 from .memory.oom import oom_detail
 from .model.models import ModelCost, model_cost
 from .model.moe import RoutingPlan, plan_routing

@@ -14,7 +14,8 @@ from typing import Any
 
 from engine.data_files import DATA_DIR
 from engine.memory.activations import transformer_layer_activation_bytes
-from engine.memory.hbm import MemoryPlan, bytes_per_param, hbm_plan
+from engine.memory.hbm import MemoryPlan, hbm_plan
+from engine.memory.states import bytes_per_param
 from engine.model.analytic import evaluate
 from engine.model.models import model_cost
 from engine.pod.catalog import load_catalog

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from engine import scenario_from_dict, simulate
 from engine.memory.activations import flash_backward_stat_bytes_per_token, flash_block, transformer_layer_activation_bytes
-from engine.memory.hbm import CATEGORIES, REMAT_TARGET_FRACTION, bytes_per_param, hbm_plan
+from engine.memory.hbm import CATEGORIES, REMAT_TARGET_FRACTION, hbm_plan
+from engine.memory.states import bytes_per_param
 from engine.model.models import layer_units, model_cost
 from engine.pod.catalog import load_catalog
 from engine.scenario import MlpModel, TransformerModel

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from engine import ScenarioError, SimulationError, load_scenario, scenario_from_dict, simulate
 from engine.errors import PlanError
-from engine.memory.hbm import bytes_per_param
+from engine.memory.states import bytes_per_param
 from engine.model.analytic import evaluate, slowest_factor, steady_state_scenario
 from engine.model.models import model_cost
 from engine.planning.planner import is_scenario_key, load_plan, plan_from_dict, scenario_to_toml

@@ -19,7 +19,7 @@ import pytest
 from engine import load_scenario, scenario_from_dict
 from engine.errors import InputError
 from engine.hlo.live_range import SOURCES
-from engine.memory.hbm import bytes_per_param
+from engine.memory.states import bytes_per_param
 from engine.model.models import model_cost
 from profiler import cli, xla_check, xla_reference
 from tests.test_tpu_capture import BLOCK_JAX

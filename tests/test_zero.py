@@ -11,7 +11,8 @@ import pytest
 
 from engine import ScenarioError, scenario_from_dict, simulate
 from engine.comm import mesh_collective_s, plan_step_comm
-from engine.memory.hbm import bytes_per_param, hbm_plan, optimizer_state_bytes_per_param
+from engine.memory.hbm import hbm_plan
+from engine.memory.states import bytes_per_param, optimizer_state_bytes_per_param
 from engine.model.models import model_cost
 from engine.pod.mesh import resolve_mesh
 from engine.scenario import MlpModel

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..convergence import plan_convergence
-from ..memory.hbm import optimizer_state_bytes_per_param
+from ..memory.states import optimizer_state_bytes_per_param
 from ..model.analytic import scenario_compute
 from ..model.compute import PASSES_BY_REMAT, ComputeCost
 from ..model.models import model_cost

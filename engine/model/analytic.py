@@ -43,7 +43,8 @@ from ..comm import (
 )
 from ..errors import SimulationError
 from ..idle.stragglers import straggler_factors
-from ..memory.hbm import MemoryPlan, hbm_plan, optimizer_state_bytes_per_param
+from ..memory.hbm import MemoryPlan, hbm_plan
+from ..memory.states import optimizer_state_bytes_per_param
 from ..memory.layout import device_padded_batch
 from ..pod.mesh import Mesh, resolve_mesh, whole_torus_axes
 from ..pod.topology import Pod, build_pod

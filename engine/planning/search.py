@@ -42,7 +42,7 @@ import numpy as np
 from ..convergence import TimeToTrain, plan_convergence, time_to_train
 from ..errors import PlanError, ScenarioError
 from ..idle.plan import default_checkpoint_bytes
-from ..memory.hbm import bytes_per_param, zero_shards
+from ..memory.states import bytes_per_param, zero_shards
 from ..model.analytic import evaluate
 from ..model.models import ModelCost, model_cost
 from ..pod.topology import Pod, build_pod
