@@ -150,6 +150,7 @@ def test_absurd_but_valid_sizes_are_a_simulation_error_not_garbage(small_scenari
         ({"hbm_program_limit_gib": -1.0}, "expected a number >= 0"),
         ({"xla_async_all_gather": "yes"}, "expected true or false, got 'yes'"),
         ({"xla_async_all_gather": 1}, "expected true or false, got 1"),
+        ({"xla_async_all_reduce": "no"}, "expected true or false, got 'no'"),
     ],
 )
 def test_catalog_rejects_bad_chip_tables(tmp_path, edit, fragment):

@@ -573,6 +573,19 @@ class TestUnrolled:
         # backward from the last layer: its bf16 gradient alone, then each with the one reduced just before
         assert bwd.tolist() == [casts + 2 * last, casts + 2 * (middle + last), casts + 2 * (first + middle)]
 
+    def test_where_gradient_all_reduces_overlap_compute_every_reduced_gradient_is_live_twice_up_to_the_limit(self):
+        """Asynchronous all-reduces (``xla_async_all_reduce``) hold each gradient, operand and result, from its matmul
+        to the update; the scheduler holds no more in flight than its memory limit leaves room for."""
+        first, middle, last = 1024 * 4096 + 9216, 4096 * 4096, 4096 * 1024
+        casts = 2 * (middle + first)
+        bwd = self._frame(async_all_reduce=True).query("phase == 'backward' and category == 'temporary'")["bytes"]
+        assert bwd.tolist() == [casts + 4 * last, casts + 4 * (middle + last), casts + 4 * (first + middle + last)]
+        cost = model_cost(self.model)
+        blocking = _plan(cost, self.model, per_chip_batch=8)
+        usable = blocking.peak_bytes / REMAT_TARGET_FRACTION + 2 * middle  # room for one more gradient in flight
+        tight = _plan(cost, self.model, per_chip_batch=8, async_all_reduce=True, usable_bytes=usable, capacity_bytes=usable)
+        assert tight.peak_bytes == pytest.approx(REMAT_TARGET_FRACTION * usable) and not tight.oom
+
     def test_fsdp_keeps_the_gathered_weights_from_forward_to_backward_but_not_under_full_remat(self):
         fwd = self._frame(fsdp=4).query("phase == 'forward' and category == 'temporary'")["bytes"].to_numpy()
         assert (np.diff(fwd) > 0).all()  # one more gathered weight per layer

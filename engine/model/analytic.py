@@ -281,6 +281,8 @@ def step_costs(
                                       mesh["data"].segments, comm.data_sync_s, mesh["data"].size)  # fmt: skip
         grad_sync_s = sync.exposed_s
 
+    replicas = scenario.data_parallel * scenario.dcn_data_parallel * chip.devices_per_chip  # copies of a replicated gradient
+
     def replan(**changes) -> MemoryPlan:
         args = dict(
             per_chip_batch=b_mb, precision=tr.precision, optimizer=tr.optimizer, remat=tr.remat, fsdp=par.fsdp,
@@ -292,6 +294,7 @@ def step_costs(
             context=cp, fsdp_shard=par.fsdp_shard, optimizer_state=tr.optimizer_state, weight_dtype=tr.weight_dtype,
             ring_buffer_bytes=ring.buffer_bytes if ring is not None else (0.0, 0.0),
             devices_per_chip=chip.devices_per_chip, async_all_gather=chip.xla_async_all_gather,
+            async_all_reduce=chip.xla_async_all_reduce and replicas > 1,
         )  # fmt: skip
         args.update(changes)
         return hbm_plan(cost, scenario.model, **args)

@@ -46,8 +46,9 @@ _REQUIRED = {
 #: the cores run as one "megacore" device, or the chip has one core)
 _OPTIONAL = {"peak_fp8_tflops": 0.0, "hbm_program_limit_gib": 0.0, "clock_ghz": 0.0, "devices_per_chip": 1}
 #: yes/no keys a chip table may omit, with their default: whether XLA:TPU runs the all-gathers of a checkpointed
-#: layer's weights in the backward asynchronously (false where no compile for the chip is on record)
-_OPTIONAL_FLAGS = {"xla_async_all_gather": False}
+#: layer's weights in the backward, and the all-reduces of replicated gradients, beside compute (false where no compile
+#: for the chip is on record)
+_OPTIONAL_FLAGS = {"xla_async_all_gather": False, "xla_async_all_reduce": False}
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class ChipSpec:
     clock_hz: float = 0.0  # TensorCore clock: XLA:TPU's estimated cycles over it are seconds; 0: not on record
     devices_per_chip: int = 1  # JAX devices per chip: each holds its own copy of state replicated over the batch
     xla_async_all_gather: bool = False  # XLA:TPU overlaps the backward's weight all-gathers with compute (data/chips.toml)
+    xla_async_all_reduce: bool = False  # ... and the all-reduces of replicated gradients
 
     @property
     def has_fp8(self) -> bool:
@@ -161,6 +163,7 @@ def _convert(key: str, raw: dict, source: str) -> ChipSpec:
         clock_hz=float(raw.get("clock_ghz", _OPTIONAL["clock_ghz"])) * 1e9,
         devices_per_chip=int(raw.get("devices_per_chip", _OPTIONAL["devices_per_chip"])),
         xla_async_all_gather=bool(raw.get("xla_async_all_gather", _OPTIONAL_FLAGS["xla_async_all_gather"])),
+        xla_async_all_reduce=bool(raw.get("xla_async_all_reduce", _OPTIONAL_FLAGS["xla_async_all_reduce"])),
     )
 
 
